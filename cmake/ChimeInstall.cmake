@@ -1,0 +1,34 @@
+# Install rules and the CMake package: find_package(chime CONFIG) gives chime::wheel
+# (and every other target in `chime_installed_targets`, see the top-level CMakeLists.txt).
+#
+# Installed layout (relative to the prefix):
+#   include/chime/**                      public headers
+#   lib/cmake/chime/chimeConfig.cmake     entry point (configure_package_config_file)
+#   lib/cmake/chime/chimeConfigVersion.cmake
+#   lib/cmake/chime/chimeTargets*.cmake   the exported targets, namespace chime::
+include(CMakePackageConfigHelpers)
+
+set(CHIME_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/chime
+    CACHE STRING "Where chimeConfig.cmake is installed, relative to the prefix")
+
+install(TARGETS ${chime_installed_targets} EXPORT chimeTargets)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/chime
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
+install(EXPORT chimeTargets
+        NAMESPACE chime::
+        FILE chimeTargets.cmake
+        DESTINATION ${CHIME_INSTALL_CMAKEDIR})
+
+configure_package_config_file(
+  ${PROJECT_SOURCE_DIR}/cmake/chimeConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/chimeConfig.cmake
+  INSTALL_DESTINATION ${CHIME_INSTALL_CMAKEDIR})
+# 0.x: minor versions may break the API, so only the same minor version is compatible.
+write_basic_package_version_file(
+  ${PROJECT_BINARY_DIR}/chimeConfigVersion.cmake
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/chimeConfig.cmake
+              ${PROJECT_BINARY_DIR}/chimeConfigVersion.cmake
+        DESTINATION ${CHIME_INSTALL_CMAKEDIR})

@@ -1,0 +1,55 @@
+# ctest `install_consumer`: installs the build tree BUILD_DIR into WORK_DIR/prefix, then
+# configures, builds and runs the consumer project CONSUMER_DIR against that prefix, with the
+# same generator, compiler, flags and build type as the main build.
+#
+# cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DGENERATOR=... -DMAKE_PROGRAM=...
+#       -DCXX_COMPILER=... "-DCXX_FLAGS=..." -DBUILD_TYPE=... -P ChimeInstallConsumerTest.cmake
+foreach(var BUILD_DIR CONSUMER_DIR WORK_DIR GENERATOR CXX_COMPILER)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "ChimeInstallConsumerTest.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+function(run step)
+  message(STATUS "[install_consumer] ${step}: ${ARGN}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "[install_consumer] ${step} failed (${rc})")
+  endif()
+endfunction()
+
+set(prefix ${WORK_DIR}/prefix)
+set(consumer_build ${WORK_DIR}/build)
+file(REMOVE_RECURSE ${WORK_DIR})
+
+set(config_args)
+if(BUILD_TYPE)
+  set(config_args --config ${BUILD_TYPE})
+endif()
+run(install ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} ${config_args})
+
+set(configure_args
+  -S ${CONSUMER_DIR} -B ${consumer_build} -G ${GENERATOR}
+  -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+  "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+  -DCMAKE_PREFIX_PATH=${prefix}
+  # Only the prefix just installed may satisfy find_package(chime).
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+  -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
+  -DCHIME_EXPECTED_PREFIX=${prefix})
+if(MAKE_PROGRAM)
+  list(APPEND configure_args -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM})
+endif()
+if(BUILD_TYPE)
+  list(APPEND configure_args -DCMAKE_BUILD_TYPE=${BUILD_TYPE})
+endif()
+run(configure ${CMAKE_COMMAND} ${configure_args})
+run(build ${CMAKE_COMMAND} --build ${consumer_build} ${config_args})
+
+# Single-config generators put the binary at the top; multi-config ones in <config>/.
+set(exe ${consumer_build}/chime_install_consumer)
+if(NOT EXISTS ${exe} AND BUILD_TYPE)
+  set(exe ${consumer_build}/${BUILD_TYPE}/chime_install_consumer)
+endif()
+run(run ${exe})
+message(STATUS "[install_consumer] ok")
