@@ -1,0 +1,151 @@
+// chime/detail/occupancy_bitmap.hpp: which slots of one wheel level are non-empty.
+//
+// What this is: a fixed-size set of bit indices [0, size), stored as a 64-ary
+// tree of words. Layer 0 holds one bit per slot; each bit of layer L+1 says
+// "word w of layer L is non-zero". The top layer is a single word.
+//
+// Who may touch it: the owning KeyWheel, on its one thread.
+//
+// Cost: set/reset touch at most `layers()` words (2 for a 2^11-slot level);
+// find_next/find_prev touch at most 2 * layers() words. This is what lets the
+// wheel skip empty slots without scanning them.
+//
+// Invariant (check() verifies): for every layer L > 0, bit w of layer L is set
+// iff word w of layer L-1 is non-zero; no bit at or beyond `size` is set.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace chime::detail {
+
+class OccupancyBitmap {
+ public:
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  OccupancyBitmap() = default;
+  // `size` bits, all clear. May allocate.
+  explicit OccupancyBitmap(std::size_t size) : size_(size) {
+    std::size_t bits = size;
+    std::size_t offset = 0;
+    do {
+      const std::size_t words = (bits + 63) / 64;
+      layer_offset_.push_back(offset);
+      layer_words_.push_back(words);
+      offset += words;
+      bits = words;
+    } while (bits > 1);
+    words_.assign(offset, 0);
+  }
+
+  std::size_t size() const noexcept { return size_; }
+  std::size_t layers() const noexcept { return layer_offset_.size(); }
+  bool any() const noexcept { return words_.back() != 0; }
+
+  bool test(std::size_t i) const noexcept { return (word(0, i >> 6) >> (i & 63)) & 1u; }
+
+  // Sets bit i (i < size). Never allocates.
+  void set(std::size_t i) noexcept {
+    for (std::size_t layer = 0; layer < layers(); ++layer) {
+      std::uint64_t& w = word(layer, i >> 6);
+      const bool was_zero = w == 0;
+      w |= std::uint64_t{1} << (i & 63);
+      if (!was_zero) return;  // upper layers already record this word
+      i >>= 6;
+    }
+  }
+
+  // Clears bit i (i < size). Never allocates.
+  void reset(std::size_t i) noexcept {
+    for (std::size_t layer = 0; layer < layers(); ++layer) {
+      std::uint64_t& w = word(layer, i >> 6);
+      w &= ~(std::uint64_t{1} << (i & 63));
+      if (w != 0) return;  // the word is still non-zero: upper layers unchanged
+      i >>= 6;
+    }
+  }
+
+  void clear() noexcept {
+    for (auto& w : words_) w = 0;
+  }
+
+  // Smallest set index >= from, or npos.
+  std::size_t find_next(std::size_t from) const noexcept {
+    if (from >= size_) return npos;
+    std::size_t layer = 0;
+    std::size_t i = from;
+    for (;;) {
+      const std::size_t wi = i >> 6;
+      if (wi >= layer_words_[layer]) return npos;
+      const std::uint64_t w = word(layer, wi) & (~std::uint64_t{0} << (i & 63));
+      if (w != 0) {
+        i = (wi << 6) + static_cast<std::size_t>(std::countr_zero(w));
+        break;
+      }
+      if (++layer == layers()) return npos;
+      i = wi + 1;
+    }
+    while (layer-- > 0) i = (i << 6) + static_cast<std::size_t>(std::countr_zero(word(layer, i)));
+    return i;
+  }
+
+  // Largest set index <= from (from is clamped to size - 1), or npos.
+  std::size_t find_prev(std::size_t from) const noexcept {
+    if (size_ == 0) return npos;
+    if (from >= size_) from = size_ - 1;
+    std::size_t layer = 0;
+    std::size_t i = from;
+    for (;;) {
+      const std::size_t wi = i >> 6;
+      const unsigned bit = static_cast<unsigned>(i & 63);
+      const std::uint64_t mask = bit == 63 ? ~std::uint64_t{0} : (std::uint64_t{2} << bit) - 1;
+      const std::uint64_t w = word(layer, wi) & mask;
+      if (w != 0) {
+        i = (wi << 6) + 63 - static_cast<std::size_t>(std::countl_zero(w));
+        break;
+      }
+      if (++layer == layers() || wi == 0) return npos;
+      i = wi - 1;
+    }
+    while (layer-- > 0) i = (i << 6) + 63 - static_cast<std::size_t>(std::countl_zero(word(layer, i)));
+    return i;
+  }
+
+  // Throws std::logic_error if the summary layers disagree with the layer below
+  // or a bit beyond size is set.
+  void check() const {
+    for (std::size_t wi = 0; wi < layer_words_[0]; ++wi) {
+      for (unsigned b = 0; b < 64; ++b) {
+        if ((word(0, wi) >> b & 1u) && (wi << 6) + b >= size_) {
+          throw std::logic_error("OccupancyBitmap: bit " + std::to_string((wi << 6) + b) + " set beyond size " +
+                                 std::to_string(size_));
+        }
+      }
+    }
+    for (std::size_t layer = 1; layer < layers(); ++layer) {
+      for (std::size_t i = 0; i < layer_words_[layer] * 64; ++i) {
+        const bool summary = (word(layer, i >> 6) >> (i & 63)) & 1u;
+        const bool below = i < layer_words_[layer - 1] && word(layer - 1, i) != 0;
+        if (summary != below) {
+          throw std::logic_error("OccupancyBitmap: summary bit " + std::to_string(i) + " of layer " +
+                                 std::to_string(layer) + " disagrees with the layer below");
+        }
+      }
+    }
+  }
+
+ private:
+  std::uint64_t word(std::size_t layer, std::size_t wi) const noexcept { return words_[layer_offset_[layer] + wi]; }
+  std::uint64_t& word(std::size_t layer, std::size_t wi) noexcept { return words_[layer_offset_[layer] + wi]; }
+
+  std::size_t size_ = 0;
+  std::vector<std::size_t> layer_offset_;
+  std::vector<std::size_t> layer_words_;
+  std::vector<std::uint64_t> words_;
+};
+
+}  // namespace chime::detail

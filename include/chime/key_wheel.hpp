@@ -1,0 +1,648 @@
+// chime/key_wheel.hpp: a hierarchical timing wheel over integer keys
+// (Jane Street's `Timing_wheel.Priority_queue`).
+//
+// What it is: a priority queue of elements with unsigned 64-bit keys, whose
+// minimum allowed key `min_allowed_key()` only increases. It has no
+// "delete-min": `increase_min_allowed_key(k, f)` removes every element with a
+// key below `k` (calling `f` on each) and raises the minimum to `k`. It is the
+// engine of `TimingWheel`, where keys are interval numbers and the minimum
+// allowed key is the interval of `now`. Nothing in it is asynchronous and it
+// is not thread-safe: one thread owns it.
+//
+// Guarantees:
+// - `add`, `remove`, `change_key`, `contains`, `key`, `value`: O(1).
+// - `increase_min_allowed_key`: O(levels) plus O(1) per element removed or
+//   moved down a level (each element moves down at most once per level, and
+//   only ever to a lower level) plus O(levels) per non-empty slot crossed.
+//   Empty slots are skipped by bitmap, so the cost never depends on how far
+//   the key jumps nor on the number of elements that stay.
+// - Elements are removed in nondecreasing key order. Among equal keys, those
+//   added while their key was within level 0 go in insertion order; elements
+//   moved down from a higher level join the end of their slot.
+// - `min_elt`, `min_key`: O(levels) bitmap lookups to find the first non-empty
+//   slot, then a scan of that one slot if it is above level 0; the answer is
+//   cached until it can change.
+// - `max_allowed_key() >= min(max_representable_key, min_allowed_key() +
+//   2^num_bits - 1)`, `max_allowed_key() <= max_representable_key`, and it
+//   never decreases.
+// - Handles (`Elt`) are {index, generation}: a default handle, and a handle to
+//   an element that was removed or fired (even if its storage was reused) is
+//   detected: `contains` is false and the accessors throw
+//   std::invalid_argument. Never undefined behaviour.
+// - No allocation per element in steady state: elements live in a chunked
+//   slab (detail/element_pool.hpp) and freed nodes are reused.
+//
+// Not guaranteed: stability of handles across 2^32 reuses of one node (the
+// generation wraps); insertion order among equal keys that reached level 0 by
+// different routes (see above).
+//
+// Error model: a key outside [min_allowed_key, max_allowed_key] throws
+// std::out_of_range naming the key and the bounds; a stale handle throws
+// std::invalid_argument; calling a mutating function from inside a
+// `handle_removed` callback throws std::logic_error. None of these changes the
+// wheel.
+//
+// ---------------------------------------------------------------------------
+// Geometry. With level bits {b_0, ..., b_{L-1}} let S_i = b_0 + ... + b_{i-1}
+// (S_0 = 0), B = S_L the total, and `now` = min_allowed_key().
+//
+//   level | slots  | keys per slot | an element with key k lives here iff
+//   ------+--------+---------------+------------------------------------------
+//   0     | 2^b_0  | 1             | k and now agree on every bit >= S_1
+//   i     | 2^b_i  | 2^S_i         | the highest bit where k and now differ
+//         |        |               |   is in [S_i, S_{i+1})
+//   L-1   | 2^b_L-1| 2^S_{L-1}     | ... is >= S_{L-1}  (the top level)
+//
+// within slot (k >> S_i) mod 2^b_i. Default bits {11,10,10,10,10,10}:
+//
+//   level | slots | keys per slot | span (keys)
+//   ------+-------+---------------+------------
+//   0     | 2048  | 1             | 2^11
+//   1     | 1024  | 2^11          | 2^21
+//   2     | 1024  | 2^21          | 2^31
+//   3     | 1024  | 2^31          | 2^41
+//   4     | 1024  | 2^41          | 2^51
+//   5     | 1024  | 2^51          | 2^61
+//
+// So level i holds exactly the keys of the level-(i+1) slot that `now` is in,
+// minus `now`'s own level-i slot (those are lower): the levels cover disjoint,
+// increasing key ranges, and within a level (below the top) slot order is key
+// order. The top level is a circular buffer: with more than one level, the
+// slot of `now` at the top is never needed for current keys (they are lower),
+// so it holds the keys one full turn (2^B) ahead. Hence
+//   max_allowed_key = floor(now, 2^S_top) + 2^B - 1 (+ 2^S_top if L > 1),
+// clamped to max_representable_key = 2^61 - 1. Keys stay below 2^62, so no
+// arithmetic here overflows 64 bits.
+//
+// The crucial invariant: every element sits at level_of(key) and
+// slot_of(key) computed against the current `now`. Raising `now` can break it
+// only for the elements of the slots `now` enters; `increase_min_allowed_key`
+// restores it by visiting slots in key order: it fires a level-0 slot whose
+// key is below the target, or re-files ("cascades") a higher slot whose first
+// key is at or below the target, after setting `now` to that slot's first key.
+// check_invariants() verifies all of it.
+// ---------------------------------------------------------------------------
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chime/detail/element_pool.hpp"
+#include "chime/detail/occupancy_bitmap.hpp"
+#include "chime/level_bits.hpp"
+
+namespace chime {
+
+template <class T>
+class TimingWheel;
+
+template <class T>
+class KeyWheel {
+ public:
+  using Key = std::uint64_t;
+  using value_type = T;
+
+  // Keys are at most 2^61 - 1 (Jane Street's max_representable_key).
+  static constexpr Key max_representable_key = (Key{1} << LevelBits::max_num_bits) - 1;
+  // A level is 2^b slot heads; wider levels are refused by the constructor.
+  static constexpr int max_level_bits = 30;
+
+  // A handle to an element. Trivially copyable; a default Elt is never
+  // contained.
+  class Elt {
+   public:
+    Elt() noexcept = default;
+    friend bool operator==(Elt, Elt) noexcept = default;
+
+   private:
+    friend class KeyWheel;
+    template <class U>
+    friend class TimingWheel;
+    Elt(std::uint32_t index, std::uint32_t generation) noexcept : index_(index), generation_(generation) {}
+    std::uint32_t index_ = 0;
+    std::uint32_t generation_ = 0;
+  };
+
+  // Throws std::invalid_argument if a level has more than max_level_bits bits.
+  // `capacity` pre-sizes the element pool (it grows past it). May allocate.
+  explicit KeyWheel(LevelBits bits = LevelBits::default_bits(), std::size_t capacity = 0)
+      : bits_(bits), pool_(capacity) {
+    const auto b = bits_.bits();
+    num_levels_ = static_cast<int>(b.size());
+    levels_.resize(b.size());
+    std::size_t slot_base = 0;
+    int shift = 0;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      if (b[i] > max_level_bits) {
+        throw std::invalid_argument("chime::KeyWheel: level " + std::to_string(i) + " has " + std::to_string(b[i]) +
+                                    " bits; at most " + std::to_string(max_level_bits) +
+                                    " per level (2^bits slots are allocated)");
+      }
+      Level& l = levels_[i];
+      l.shift = shift;
+      l.bits = b[i];
+      l.mask = (Key{1} << b[i]) - 1;
+      l.slot_base = slot_base;
+      l.occupied = detail::OccupancyBitmap(std::size_t{1} << b[i]);
+      slot_base += std::size_t{1} << b[i];
+      shift += b[i];
+    }
+    num_bits_ = shift;
+    heads_.assign(slot_base, detail::kNilIndex);
+    // level_by_width_[w]: level of a key whose xor with `now` has bit width w.
+    for (int w = 0; w <= 64; ++w) {
+      int level = 0;
+      while (level + 1 < num_levels_ && w > levels_[level + 1].shift) ++level;
+      level_by_width_[w] = static_cast<std::uint8_t>(level);
+    }
+  }
+
+  KeyWheel(const KeyWheel&) = delete;
+  KeyWheel& operator=(const KeyWheel&) = delete;
+
+  // Number of elements. Never allocates.
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  const LevelBits& level_bits() const noexcept { return bits_; }
+
+  Key min_allowed_key() const noexcept { return now_; }
+
+  // Largest key `add` accepts now; see the geometry table. Never allocates.
+  Key max_allowed_key() const noexcept {
+    const Level& top = levels_[num_levels_ - 1];
+    const Key floor = now_ >> top.shift << top.shift;
+    Key max = floor + ((Key{1} << num_bits_) - 1);
+    if (num_levels_ > 1) max += Key{1} << top.shift;
+    return max < max_representable_key ? max : max_representable_key;
+  }
+
+  // Adds an element. Throws std::out_of_range if key < min_allowed_key() or
+  // key > max_allowed_key(). O(1). May allocate (only when the pool is full).
+  Elt add(Key key, T value) {
+    check_not_removing("add");
+    check_key("add", key);
+    const std::uint32_t i = pool_.allocate(std::move(value));
+    pool_[i].key = key;
+    link(i);
+    ++size_;
+    note_new_key(i, key);
+    return Elt(i, pool_[i].generation);
+  }
+
+  // Removes an element. Throws std::invalid_argument if !contains(elt). O(1).
+  // Never allocates.
+  void remove(Elt elt) {
+    check_not_removing("remove");
+    const std::uint32_t i = checked_index("remove", elt);
+    unlink(i);
+    --size_;
+    if (min_cache_ == i) min_cache_ = kMinUnknown;
+    pool_.release(i);
+  }
+
+  // Moves an element to a new key. Throws std::invalid_argument if
+  // !contains(elt), std::out_of_range as add. O(1). Never allocates.
+  void change_key(Elt elt, Key key) {
+    check_not_removing("change_key");
+    const std::uint32_t i = checked_index("change_key", elt);
+    check_key("change_key", key);
+    unlink(i);
+    pool_[i].key = key;
+    link(i);
+    if (min_cache_ == i) min_cache_ = kMinUnknown;
+    note_new_key(i, key);
+  }
+
+  // True iff elt is in the wheel (false while it is being removed by
+  // increase_min_allowed_key). Never allocates.
+  bool contains(Elt elt) const noexcept {
+    return pool_.holds(elt.index_, elt.generation_) && pool_[elt.index_].level < kMaxLevels;
+  }
+
+  // Throw std::invalid_argument unless elt is in the wheel or is the element
+  // being passed to handle_removed right now.
+  Key key(Elt elt) const { return pool_[readable_index("key", elt)].key; }
+  T& value(Elt elt) { return pool_[readable_index("value", elt)].value(); }
+  const T& value(Elt elt) const { return pool_[readable_index("value", elt)].value(); }
+
+  // Removes every element with a key < `key`, in nondecreasing key order,
+  // calling handle_removed(Elt) on each; then min_allowed_key() == key. Does
+  // nothing if key <= min_allowed_key(). Throws std::out_of_range if key >
+  // max_representable_key. Inside handle_removed, key(e) and value(e) are
+  // readable (the value may be moved out) and contains(e) is false; calling a
+  // mutating function throws std::logic_error. If handle_removed throws, the
+  // element it was given is gone, elements with smaller keys are gone,
+  // min_allowed_key() is that element's key, and the exception propagates.
+  // Never allocates.
+  template <class F>
+  void increase_min_allowed_key(Key key, F&& handle_removed) {
+    check_not_removing("increase_min_allowed_key");
+    if (key <= now_) return;
+    if (key > max_representable_key) {
+      throw std::out_of_range("chime::KeyWheel::increase_min_allowed_key: key " + std::to_string(key) +
+                              " exceeds max_representable_key " + std::to_string(max_representable_key));
+    }
+    RemovingScope scope(*this);
+    for (;;) {
+      const SlotRef s = first_slot();
+      if (s.level < 0) break;
+      if (s.level == 0) {
+        if (s.first_key >= key) break;
+        now_ = s.first_key;
+        remove_slot(s, handle_removed);
+      } else {
+        if (s.first_key > key) break;
+        now_ = s.first_key;
+        cascade_slot(s);
+      }
+    }
+    now_ = key;
+  }
+
+  // An element with the minimum key, if any. O(levels) plus one slot scan on a
+  // cache miss. Never allocates.
+  std::optional<Elt> min_elt() const {
+    const std::uint32_t i = min_index();
+    if (i == detail::kNilIndex) return std::nullopt;
+    return Elt(i, pool_[i].generation);
+  }
+  std::optional<Key> min_key() const {
+    const std::uint32_t i = min_index();
+    if (i == detail::kNilIndex) return std::nullopt;
+    return pool_[i].key;
+  }
+
+  // Calls f(Elt) for every element, in no particular order. f must not modify
+  // the wheel.
+  template <class F>
+  void for_each(F&& f) const {
+    for (int level = 0; level < num_levels_; ++level) {
+      const Level& l = levels_[level];
+      for (std::size_t j = l.occupied.find_next(0); j != detail::OccupancyBitmap::npos;
+           j = l.occupied.find_next(j + 1)) {
+        const std::uint32_t head = heads_[l.slot_base + j];
+        std::uint32_t i = head;
+        do {
+          const std::uint32_t next = pool_[i].next;
+          f(Elt(i, pool_[i].generation));
+          i = next;
+        } while (i != head);
+      }
+    }
+  }
+
+  // Removes every element (destroying its value) without calling anything;
+  // min_allowed_key() is unchanged. Every handle goes stale.
+  void clear() {
+    check_not_removing("clear");
+    for (int level = 0; level < num_levels_; ++level) {
+      Level& l = levels_[level];
+      for (std::size_t j = l.occupied.find_next(0); j != detail::OccupancyBitmap::npos;
+           j = l.occupied.find_next(j + 1)) {
+        std::uint32_t& head = heads_[l.slot_base + j];
+        std::uint32_t i = head;
+        do {
+          const std::uint32_t next = pool_[i].next;
+          pool_.release(i);
+          i = next;
+        } while (i != head);
+        head = detail::kNilIndex;
+      }
+      l.occupied.clear();
+      l.count = 0;
+    }
+    size_ = 0;
+    min_cache_ = kMinUnknown;
+  }
+
+  // Verifies every internal invariant; throws std::logic_error naming the
+  // first one broken. O(slots + elements). For tests.
+  void check_invariants() const {
+    auto fail = [](const std::string& what) { throw std::logic_error("chime::KeyWheel invariant: " + what); };
+    pool_.check();
+    if (now_ > max_representable_key) fail("min_allowed_key exceeds max_representable_key");
+    const Key max_key = max_allowed_key();
+    if (max_key < now_) fail("max_allowed_key < min_allowed_key");
+    if (max_key < std::min(max_representable_key, now_ + ((Key{1} << num_bits_) - 1))) {
+      fail("max_allowed_key below min_allowed_key + 2^num_bits - 1");
+    }
+    std::size_t total = 0;
+    std::uint32_t true_min = detail::kNilIndex;
+    for (int level = 0; level < num_levels_; ++level) {
+      const Level& l = levels_[level];
+      l.occupied.check();
+      std::size_t in_level = 0;
+      const std::size_t now_slot = static_cast<std::size_t>((now_ >> l.shift) & l.mask);
+      for (std::size_t j = 0; j <= l.mask; ++j) {
+        const std::uint32_t head = heads_[l.slot_base + j];
+        if ((head != detail::kNilIndex) != l.occupied.test(j)) {
+          fail("bitmap bit of level " + std::to_string(level) + " slot " + std::to_string(j) +
+               " disagrees with the slot");
+        }
+        if (head == detail::kNilIndex) continue;
+        if (level < num_levels_ - 1 && (j < now_slot || (level > 0 && j == now_slot))) {
+          fail("level " + std::to_string(level) + " slot " + std::to_string(j) + " is behind now's slot " +
+               std::to_string(now_slot) + " but not empty");
+        }
+        std::uint32_t i = head;
+        std::size_t guard = 0;
+        do {
+          const auto& n = pool_[i];
+          if (n.level != level) fail("element " + std::to_string(i) + " records level " + std::to_string(n.level));
+          if (n.key < now_ || n.key > max_key) {
+            fail("element key " + std::to_string(n.key) + " outside [" + std::to_string(now_) + ", " +
+                 std::to_string(max_key) + "]");
+          }
+          if (level_of(n.key) != level || slot_of(n.key, level) != j) {
+            fail("element key " + std::to_string(n.key) + " sits at level " + std::to_string(level) + " slot " +
+                 std::to_string(j) + " but belongs at level " + std::to_string(level_of(n.key)) + " slot " +
+                 std::to_string(slot_of(n.key, level_of(n.key))));
+          }
+          if (pool_[n.next].prev != i || pool_[n.prev].next != i) fail("broken slot list links");
+          if (true_min == detail::kNilIndex || n.key < pool_[true_min].key) true_min = i;
+          ++in_level;
+          if (++guard > pool_.capacity()) fail("slot list has a cycle");
+          i = n.next;
+        } while (i != head);
+      }
+      if (in_level != l.count) {
+        fail("level " + std::to_string(level) + " counts " + std::to_string(l.count) + " elements but holds " +
+             std::to_string(in_level));
+      }
+      total += in_level;
+    }
+    if (total != size_) fail("size() is " + std::to_string(size_) + " but the slots hold " + std::to_string(total));
+    if (pool_.live() != size_) fail("pool holds " + std::to_string(pool_.live()) + " values for size " + std::to_string(size_));
+    if (min_cache_ == detail::kNilIndex && size_ != 0) fail("min cache says empty but the wheel is not");
+    if (min_cache_ != detail::kNilIndex && min_cache_ != kMinUnknown) {
+      if (true_min == detail::kNilIndex || min_cache_ >= pool_.capacity() || pool_[min_cache_].level >= kMaxLevels ||
+          pool_[min_cache_].key != pool_[true_min].key) {
+        fail("cached minimum element is not a minimum element of the wheel");
+      }
+    }
+  }
+
+ private:
+  template <class U>
+  friend class TimingWheel;
+  using Node = detail::WheelNode<T>;
+  static constexpr std::uint8_t kMaxLevels = LevelBits::max_num_bits;
+  // min_cache_ values: an element index, kNilIndex ("the wheel is empty"), or:
+  static constexpr std::uint32_t kMinUnknown = detail::kNilIndex - 1;
+
+  struct Level {
+    int shift = 0;  // S_i: log2(keys per slot)
+    int bits = 0;   // b_i: log2(slots)
+    Key mask = 0;   // 2^b_i - 1
+    std::size_t slot_base = 0;  // index of slot 0 in heads_
+    std::size_t count = 0;      // elements in this level
+    detail::OccupancyBitmap occupied;
+  };
+
+  // A non-empty slot and the smallest key it can hold. level < 0: none.
+  struct SlotRef {
+    int level = -1;
+    std::size_t slot = 0;
+    Key first_key = 0;
+  };
+
+  // Marks the wheel as "inside handle_removed" for the lifetime of a removal
+  // pass, so re-entrant mutation is refused instead of corrupting the pass.
+  struct RemovingScope {
+    explicit RemovingScope(KeyWheel& w) noexcept : w(w) { w.removing_ = true; }
+    ~RemovingScope() { w.removing_ = false; }
+    KeyWheel& w;
+  };
+
+  int level_of(Key key) const noexcept { return level_by_width_[std::bit_width(key ^ now_)]; }
+  std::size_t slot_of(Key key, int level) const noexcept {
+    return static_cast<std::size_t>((key >> levels_[level].shift) & levels_[level].mask);
+  }
+
+  void check_not_removing(const char* what) const {
+    if (removing_) {
+      throw std::logic_error(std::string("chime::KeyWheel::") + what +
+                             ": called from inside handle_removed/handle_fired; the wheel may only be read there");
+    }
+  }
+
+  void check_key(const char* what, Key key) const {
+    if (key < now_ || key > max_allowed_key()) {
+      throw std::out_of_range(std::string("chime::KeyWheel::") + what + ": key " + std::to_string(key) +
+                              " is outside [min_allowed_key, max_allowed_key] = [" + std::to_string(now_) + ", " +
+                              std::to_string(max_allowed_key()) + "]");
+    }
+  }
+
+  // Index of an element in the wheel, or throws std::invalid_argument.
+  std::uint32_t checked_index(const char* what, Elt elt) const {
+    if (!contains(elt)) {
+      throw std::invalid_argument(std::string("chime::KeyWheel::") + what + ": stale or invalid handle {index " +
+                                  std::to_string(elt.index_) + ", generation " + std::to_string(elt.generation_) +
+                                  "}: the element was removed, fired, or never added");
+    }
+    return elt.index_;
+  }
+  // Like checked_index, but also accepts the element being removed right now.
+  std::uint32_t readable_index(const char* what, Elt elt) const {
+    if (!pool_.holds(elt.index_, elt.generation_)) checked_index(what, elt);
+    return elt.index_;
+  }
+
+  // Keeps the min cache exact after element i got key `key`.
+  void note_new_key(std::uint32_t i, Key key) noexcept {
+    if (min_cache_ == detail::kNilIndex || (min_cache_ != kMinUnknown && key < pool_[min_cache_].key)) {
+      min_cache_ = i;
+    }
+  }
+
+  // Files element i (whose key is set) at the end of its slot. O(1).
+  void link(std::uint32_t i) noexcept {
+    Node& n = pool_[i];
+    const int level = level_of(n.key);
+    Level& l = levels_[level];
+    const std::size_t slot = slot_of(n.key, level);
+    std::uint32_t& head = heads_[l.slot_base + slot];
+    n.level = static_cast<std::uint8_t>(level);
+    if (head == detail::kNilIndex) {
+      head = i;
+      n.prev = n.next = i;
+      l.occupied.set(slot);
+    } else {
+      Node& h = pool_[head];
+      const std::uint32_t tail = h.prev;
+      n.prev = tail;
+      n.next = head;
+      pool_[tail].next = i;
+      h.prev = i;
+    }
+    ++l.count;
+  }
+
+  // Takes element i out of its slot; it becomes detached. O(1).
+  void unlink(std::uint32_t i) noexcept {
+    Node& n = pool_[i];
+    Level& l = levels_[n.level];
+    const std::size_t slot = slot_of(n.key, n.level);
+    std::uint32_t& head = heads_[l.slot_base + slot];
+    if (n.next == i) {
+      head = detail::kNilIndex;
+      l.occupied.reset(slot);
+    } else {
+      pool_[n.prev].next = n.next;
+      pool_[n.next].prev = n.prev;
+      if (head == i) head = n.next;
+    }
+    n.level = detail::kNodeDetached;
+    --l.count;
+  }
+
+  // The first non-empty slot in key order: O(levels) bitmap lookups.
+  SlotRef first_slot() const noexcept {
+    const int top = num_levels_ - 1;
+    for (int level = 0; level < top; ++level) {
+      const Level& l = levels_[level];
+      if (l.count == 0) continue;
+      const std::size_t now_slot = slot_of(now_, level);
+      // Below the top, slots before now's slot are empty, and so is now's
+      // own slot above level 0 (its keys live lower).
+      const std::size_t j = l.occupied.find_next(level == 0 ? now_slot : now_slot + 1);
+      const int span_shift = l.shift + l.bits;
+      return {level, j, (now_ >> span_shift << span_shift) + (Key{j} << l.shift)};
+    }
+    const Level& l = levels_[top];
+    if (l.count == 0) return {};
+    const Key now_slot = (now_ >> l.shift) & l.mask;
+    const Key skip = top > 0 ? 1 : 0;  // with lower levels, now's top slot holds the next turn
+    std::size_t j = l.occupied.find_next(static_cast<std::size_t>((now_slot + skip) & l.mask));
+    if (j == detail::OccupancyBitmap::npos) j = l.occupied.find_next(0);
+    const Key turns = ((Key{j} - now_slot - skip) & l.mask) + skip;  // slots ahead of now's
+    return {top, j, (now_ >> l.shift << l.shift) + (turns << l.shift)};
+  }
+
+  // The last non-empty slot in key order, or level < 0.
+  SlotRef last_slot() const noexcept {
+    const int top = num_levels_ - 1;
+    {
+      const Level& l = levels_[top];
+      if (l.count != 0) {
+        const Key now_slot = (now_ >> l.shift) & l.mask;
+        const Key skip = top > 0 ? 1 : 0;
+        const std::size_t last = static_cast<std::size_t>((now_slot + skip - 1) & l.mask);
+        std::size_t j = l.occupied.find_prev(last);
+        if (j == detail::OccupancyBitmap::npos) j = l.occupied.find_prev(static_cast<std::size_t>(l.mask));
+        return {top, j, 0};
+      }
+    }
+    for (int level = top - 1; level >= 0; --level) {
+      const Level& l = levels_[level];
+      if (l.count != 0) return {level, l.occupied.find_prev(static_cast<std::size_t>(l.mask)), 0};
+    }
+    return {};
+  }
+
+  std::uint32_t slot_head(const SlotRef& s) const noexcept { return heads_[levels_[s.level].slot_base + s.slot]; }
+
+  // Index of an element with the minimum key (cached), or kNilIndex.
+  std::uint32_t min_index() const noexcept {
+    if (min_cache_ != kMinUnknown) return min_cache_;
+    const SlotRef s = first_slot();
+    if (s.level < 0) return min_cache_ = detail::kNilIndex;
+    const std::uint32_t head = slot_head(s);
+    std::uint32_t best = head;
+    if (s.level > 0) {  // a higher slot holds a range of keys: take the first smallest
+      for (std::uint32_t i = pool_[head].next; i != head; i = pool_[i].next) {
+        if (pool_[i].key < pool_[best].key) best = i;
+      }
+    }
+    return min_cache_ = best;
+  }
+
+  // Removes the elements of level-0 slot s one by one, head first, passing
+  // each to handle_removed. Elements stay linked until their turn, so an
+  // exception leaves the rest in place.
+  template <class F>
+  void remove_slot(const SlotRef& s, F& handle_removed) {
+    std::uint32_t& head = heads_[levels_[0].slot_base + s.slot];
+    while (head != detail::kNilIndex) {
+      const std::uint32_t i = head;
+      remove_detached(i, handle_removed);
+    }
+  }
+
+  // Unlinks element i, hands it to handle_removed, then frees it (even if
+  // handle_removed throws).
+  template <class F>
+  void remove_detached(std::uint32_t i, F& handle_removed) {
+    unlink(i);
+    --size_;
+    if (min_cache_ == i) min_cache_ = kMinUnknown;
+    struct Release {
+      ~Release() { pool.release(i); }
+      detail::ElementPool<T>& pool;
+      std::uint32_t i;
+    } release{pool_, i};
+    handle_removed(Elt(i, pool_[i].generation));
+  }
+
+  // Re-files every element of slot s (level > 0) against the current now_;
+  // each lands on a lower level. Never throws.
+  void cascade_slot(const SlotRef& s) noexcept {
+    Level& l = levels_[s.level];
+    std::uint32_t& head_ref = heads_[l.slot_base + s.slot];
+    std::uint32_t i = head_ref;
+    head_ref = detail::kNilIndex;
+    l.occupied.reset(s.slot);
+    const std::uint32_t head = i;
+    do {
+      const std::uint32_t next = pool_[i].next;
+      --l.count;
+      link(i);
+      i = next;
+    } while (i != head);
+  }
+
+  // TimingWheel::fire_past_alarms: removes the elements whose key is now_
+  // and for which pred(Elt) holds, in slot order.
+  template <class Pred, class F>
+  void remove_current_key_if(Pred&& pred, F&& handle_removed) {
+    check_not_removing("fire_past_alarms");
+    if (levels_[0].count == 0) return;
+    RemovingScope scope(*this);
+    const std::size_t slot = slot_of(now_, 0);
+    const std::uint32_t& head = heads_[levels_[0].slot_base + slot];
+    if (head == detail::kNilIndex) return;
+    // Walk the list once; `stop` is the last element to visit.
+    std::uint32_t i = head;
+    const std::uint32_t stop = pool_[head].prev;
+    for (;;) {
+      const bool last = i == stop;
+      const std::uint32_t next = pool_[i].next;
+      if (pred(Elt(i, pool_[i].generation))) remove_detached(i, handle_removed);
+      if (last) break;
+      i = next;
+    }
+  }
+
+  LevelBits bits_;
+  detail::ElementPool<T> pool_;
+  std::vector<Level> levels_;
+  std::vector<std::uint32_t> heads_;  // slot list heads, all levels
+  std::array<std::uint8_t, 65> level_by_width_{};
+  int num_levels_ = 0;
+  int num_bits_ = 0;
+  Key now_ = 0;
+  std::size_t size_ = 0;
+  mutable std::uint32_t min_cache_ = detail::kNilIndex;
+  bool removing_ = false;
+};
+
+}  // namespace chime

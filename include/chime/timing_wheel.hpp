@@ -1,0 +1,389 @@
+// chime/timing_wheel.hpp: a hierarchical timing wheel of alarms
+// (Jane Street's `Timing_wheel`), single-threaded.
+//
+// What it is: a clock `now()` and a set of alarms, each an `at` time and a
+// value. Alarms fire only from `advance_clock` / `fire_past_alarms`; nothing
+// is asynchronous and it is not thread-safe: one thread owns it.
+//
+// Time from `start()` on is cut into half-open intervals
+// [start + k*precision, start + (k+1)*precision), numbered k = 0, 1, 2, ...
+// An alarm is stored under the number of its interval in a KeyWheel
+// (key_wheel.hpp), and every alarm of an interval fires in the same
+// `advance_clock`, as soon as the clock reaches the start of the next interval.
+//
+// Guarantees, all exact (integer nanoseconds, no floating point):
+// - Never early: an alarm `a` fired by advance_clock(to) has
+//   at(a) < interval_start(to) <= to.
+// - Never more than one interval late relative to the times given to
+//   advance_clock: every alarm `a` still in the wheel has
+//   interval_start(at(a)) >= interval_start(now()), hence the strict
+//   at(a) > now() - alarm_precision().
+// - advance_clock fires alarms in nondecreasing interval order; within an
+//   interval, alarms added directly into level 0 fire in insertion order and
+//   alarms moved down from higher levels follow them.
+// - add, remove, reschedule: O(1). advance_clock: O(levels) plus O(1) per
+//   alarm fired or moved down a level (at most once per level) plus O(levels)
+//   per non-empty slot crossed; empty slots are skipped by bitmap, so a jump
+//   far ahead costs nothing for the alarms that stay.
+// - next_alarm_fires_at, min_alarm_interval_num: O(levels) bitmap lookups
+//   and, on a cache miss, one scan of one slot above level 0.
+// - Stale handles (default, removed, fired, slot reused) are detected:
+//   contains() is false and remove/reschedule/at/value throw
+//   std::invalid_argument.
+// - No allocation per alarm in steady state (chunked slab; see
+//   detail/element_pool.hpp); `WheelConfig::capacity` pre-sizes it.
+//
+// Not guaranteed: the wheel has no idea of real time; how late an alarm fires
+// depends entirely on when the owner calls advance_clock.
+//
+// Range: `add` accepts at in [now(), alarm_upper_bound()). The bound is
+// interval_num_start(min(max_allowed_key + 1, K_max)) where K_max is the last
+// interval whose start is representable as a TimePoint; it saturates (never
+// throws, never overflows) when 2^level_bits intervals exceed int64
+// nanoseconds, e.g. 1 ms precision with the default 61 level bits.
+//
+// Error model: bad input (a time before now() or at/after the upper bound, a
+// time before start(), an interval number out of range) throws
+// std::out_of_range whose message names the values; a stale handle throws
+// std::invalid_argument; modifying the wheel from inside handle_fired throws
+// std::logic_error. A throwing call changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "chime/detail/interval_divider.hpp"
+#include "chime/key_wheel.hpp"
+#include "chime/level_bits.hpp"
+#include "chime/time.hpp"
+
+namespace chime {
+
+// Configuration of a TimingWheel. An aggregate; fields in this order.
+struct WheelConfig {
+  Duration alarm_precision;                        // > 0: the interval length
+  LevelBits level_bits = LevelBits::default_bits();
+  std::size_t capacity = 0;                        // alarms to pre-allocate; grows past it
+};
+
+template <class T>
+class TimingWheel {
+  struct Entry {
+    TimePoint at;
+    T value;
+  };
+  using Queue = KeyWheel<Entry>;
+
+ public:
+  using value_type = T;
+
+  // A handle to an alarm. Trivially copyable; a default Alarm is never
+  // contained.
+  class Alarm {
+   public:
+    Alarm() noexcept = default;
+    friend bool operator==(Alarm, Alarm) noexcept = default;
+
+   private:
+    friend class TimingWheel;
+    explicit Alarm(typename Queue::Elt elt) noexcept : elt_(elt) {}
+    typename Queue::Elt elt_;
+  };
+
+  // Throws std::invalid_argument if config.alarm_precision <= 0 or a level
+  // is wider than KeyWheel::max_level_bits. May allocate.
+  TimingWheel(WheelConfig config, TimePoint start)
+      : queue_(validated(config).level_bits, config.capacity),
+        start_ns_(start.time_since_epoch().count()),
+        precision_ns_(config.alarm_precision.count()),
+        divider_(static_cast<std::uint64_t>(config.alarm_precision.count())),
+        now_ns_(start_ns_),
+        max_interval_num_((static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) -
+                           static_cast<std::uint64_t>(start_ns_)) /
+                          static_cast<std::uint64_t>(precision_ns_)),
+        upper_bound_ns_(upper_bound_formula()) {}
+
+  TimingWheel(const TimingWheel&) = delete;
+  TimingWheel& operator=(const TimingWheel&) = delete;
+
+  TimePoint now() const noexcept { return from_ns(now_ns_); }
+  TimePoint start() const noexcept { return from_ns(start_ns_); }
+  Duration alarm_precision() const noexcept { return Duration(precision_ns_); }
+  const LevelBits& level_bits() const noexcept { return queue_.level_bits(); }
+  std::size_t size() const noexcept { return queue_.size(); }
+  bool empty() const noexcept { return queue_.empty(); }
+
+  // Number of the interval containing t. Throws std::out_of_range if
+  // t < start() or the number exceeds KeyWheel's max_representable_key.
+  std::int64_t interval_num(TimePoint t) const { return static_cast<std::int64_t>(key_of("interval_num", t)); }
+
+  // Start of interval k: start() + k * alarm_precision(). Throws
+  // std::out_of_range if k < 0 or that time is not representable.
+  TimePoint interval_num_start(std::int64_t k) const {
+    if (k < 0 || static_cast<std::uint64_t>(k) > max_interval_num_) {
+      throw std::out_of_range("chime::TimingWheel::interval_num_start: interval " + std::to_string(k) +
+                              " is outside [0, " + std::to_string(max_interval_num_) +
+                              "] (its start must be a representable TimePoint)");
+    }
+    return from_ns(start_plus(static_cast<std::uint64_t>(k)));
+  }
+
+  // The start of the interval containing t; throws as interval_num.
+  TimePoint interval_start(TimePoint t) const { return from_ns(start_plus(key_of("interval_start", t))); }
+  TimePoint now_interval_num_start() const noexcept { return from_ns(start_plus(queue_.min_allowed_key())); }
+
+  // Exclusive upper bound on what add accepts; grows with now(). Never throws.
+  TimePoint alarm_upper_bound() const noexcept { return from_ns(upper_bound_ns_); }
+
+  // Adds an alarm at `at`. Throws std::out_of_range if at < now() or
+  // at >= alarm_upper_bound(). O(1). May allocate (only when the pool is full).
+  Alarm add(TimePoint at, T value) {
+    const std::uint64_t key = checked_alarm_key("add", at);
+    const Alarm alarm(queue_.add(key, Entry{at, std::move(value)}));
+    min_time_known_ = false;
+    return alarm;
+  }
+  // add(interval_num_start(k), value), with the same checks.
+  Alarm add_at_interval_num(std::int64_t k, T value) {
+    return add(checked_interval_start("add_at_interval_num", k), std::move(value));
+  }
+
+  // Moves an alarm to `at`. Throws std::invalid_argument if !contains(alarm),
+  // std::out_of_range as add. O(1). Never allocates.
+  void reschedule(Alarm alarm, TimePoint at) {
+    const std::uint32_t i = queue_.checked_index("reschedule", alarm.elt_);
+    const std::uint64_t key = checked_alarm_key("reschedule", at);
+    queue_.change_key(alarm.elt_, key);
+    queue_.pool_[i].value().at = at;
+    min_time_known_ = false;
+  }
+  void reschedule_at_interval_num(Alarm alarm, std::int64_t k) {
+    queue_.checked_index("reschedule_at_interval_num", alarm.elt_);
+    reschedule(alarm, checked_interval_start("reschedule_at_interval_num", k));
+  }
+
+  // Removes an alarm without firing it. Throws std::invalid_argument if
+  // !contains(alarm). O(1). Never allocates.
+  void remove(Alarm alarm) {
+    queue_.remove(alarm.elt_);
+    min_time_known_ = false;
+  }
+
+  // True iff the alarm is in the wheel (false once fired or removed, and
+  // while it is being fired). Never allocates.
+  bool contains(Alarm alarm) const noexcept { return queue_.contains(alarm.elt_); }
+
+  // Readable while the alarm is in the wheel and inside handle_fired for it;
+  // otherwise throw std::invalid_argument.
+  TimePoint at(Alarm alarm) const { return entry("at", alarm).at; }
+  T& value(Alarm alarm) { return entry("value", alarm).value; }
+  const T& value(Alarm alarm) const { return entry("value", alarm).value; }
+  std::int64_t interval_num(Alarm alarm) const {
+    return static_cast<std::int64_t>(queue_.pool_[queue_.readable_index("interval_num", alarm.elt_)].key);
+  }
+
+  // If to <= now(), does nothing. Otherwise sets now() = to and fires, via
+  // handle_fired(Alarm), exactly the alarms with at < interval_start(to), in
+  // nondecreasing interval order. Inside handle_fired, at(a) and value(a) are
+  // readable (the value may be moved out) and contains(a) is false; modifying
+  // the wheel throws std::logic_error. After handle_fired returns the alarm is
+  // gone. If handle_fired throws, that alarm is gone, now() has advanced to
+  // the start of its interval (or stays if later), every other alarm is
+  // intact, and the exception propagates. Throws std::out_of_range if `to` is
+  // too far in the future to represent. Never allocates.
+  template <class F>
+  void advance_clock(TimePoint to, F&& handle_fired) {
+    const std::int64_t to_ns = to.time_since_epoch().count();
+    if (to_ns <= now_ns_) return;
+    const std::uint64_t key = key_of("advance_clock", to);
+    min_time_known_ = false;
+    try {
+      queue_.increase_min_allowed_key(key, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
+    } catch (...) {
+      const std::int64_t reached = start_plus(queue_.min_allowed_key());
+      if (reached > now_ns_) now_ns_ = reached;
+      upper_bound_ns_ = upper_bound_formula();
+      throw;
+    }
+    now_ns_ = to_ns;
+    upper_bound_ns_ = upper_bound_formula();
+  }
+
+  // Fires, via handle_fired, the alarms with at <= now() (all of them are in
+  // now()'s interval), in insertion order. Same rules for handle_fired as
+  // advance_clock. Never allocates.
+  template <class F>
+  void fire_past_alarms(F&& handle_fired) {
+    min_time_known_ = false;
+    queue_.remove_current_key_if(
+        [&](typename Queue::Elt e) { return queue_.pool_[e.index_].value().at.time_since_epoch().count() <= now_ns_; },
+        [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
+  }
+
+  // The least time to which the clock can be advanced so that an alarm fires:
+  // interval_start(min) + alarm_precision() for the earliest alarm time min,
+  // so next - alarm_precision() <= min < next. Never allocates.
+  std::optional<TimePoint> next_alarm_fires_at() const {
+    const auto key = queue_.min_key();
+    if (!key) return std::nullopt;
+    return from_ns(start_plus(*key + 1));
+  }
+
+  std::optional<std::int64_t> min_alarm_interval_num() const {
+    const auto key = queue_.min_key();
+    if (!key) return std::nullopt;
+    return static_cast<std::int64_t>(*key);
+  }
+
+  // Earliest alarm time: scans the first non-empty slot; cached until the
+  // wheel changes.
+  std::optional<TimePoint> min_alarm_time() const {
+    if (!min_time_known_) {
+      min_time_ = extreme_time(queue_.first_slot(), [](TimePoint a, TimePoint b) { return a < b; });
+      min_time_known_ = true;
+    }
+    return min_time_;
+  }
+  // Latest alarm time: scans the last non-empty slot.
+  std::optional<TimePoint> max_alarm_time() const {
+    return extreme_time(queue_.last_slot(), [](TimePoint a, TimePoint b) { return a > b; });
+  }
+
+  // Calls f(Alarm) for every alarm, in no particular order. f must not modify
+  // the wheel.
+  template <class F>
+  void for_each(F&& f) const {
+    queue_.for_each([&](typename Queue::Elt e) { f(Alarm(e)); });
+  }
+
+  // Removes every alarm without firing it; now() is unchanged.
+  void clear() {
+    queue_.clear();
+    min_time_known_ = false;
+  }
+
+  // Verifies every invariant of the wheel and of its KeyWheel; throws
+  // std::logic_error naming the first one broken. For tests.
+  void check_invariants() const {
+    auto fail = [](const std::string& what) { throw std::logic_error("chime::TimingWheel invariant: " + what); };
+    queue_.check_invariants();
+    if (now_ns_ < start_ns_) fail("now < start");
+    if (key_of("check_invariants", now()) != queue_.min_allowed_key()) fail("interval_num(now) != min_allowed_key");
+    if (upper_bound_ns_ != upper_bound_formula()) fail("cached alarm_upper_bound is stale");
+    const std::int64_t now_start = start_plus(queue_.min_allowed_key());
+    for_each([&](Alarm a) {
+      const Entry& e = entry("check_invariants", a);
+      const std::int64_t at = e.at.time_since_epoch().count();
+      if (static_cast<std::int64_t>(queue_.pool_[a.elt_.index_].key) != interval_num(e.at)) {
+        fail("alarm at " + std::to_string(at) + " ns is filed under interval " +
+             std::to_string(queue_.pool_[a.elt_.index_].key) + ", not " + std::to_string(interval_num(e.at)));
+      }
+      if (at < now_start) fail("alarm at " + std::to_string(at) + " ns is before now's interval");
+      if (!(at > now_ns_ - precision_ns_)) fail("alarm at " + std::to_string(at) + " ns <= now - precision");
+      if (at >= upper_bound_ns_) fail("alarm at " + std::to_string(at) + " ns is not below alarm_upper_bound");
+    });
+    if (min_time_known_ && min_time_ != extreme_time(queue_.first_slot(), [](TimePoint a, TimePoint b) {
+          return a < b;
+        })) {
+      fail("cached min_alarm_time is stale");
+    }
+  }
+
+ private:
+  static const WheelConfig& validated(const WheelConfig& config) {
+    if (config.alarm_precision <= Duration::zero()) {
+      throw std::invalid_argument("chime::TimingWheel: alarm_precision must be positive, got " +
+                                  std::to_string(config.alarm_precision.count()) + " ns");
+    }
+    return config;
+  }
+
+  static TimePoint from_ns(std::int64_t ns) noexcept { return TimePoint(Duration(ns)); }
+
+  // Interval number of t, or std::out_of_range.
+  std::uint64_t key_of(const char* what, TimePoint t) const {
+    const std::int64_t t_ns = t.time_since_epoch().count();
+    if (t_ns < start_ns_) {
+      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": time " + std::to_string(t_ns) +
+                              " ns is before start " + std::to_string(start_ns_) + " ns");
+    }
+    const std::uint64_t key = divider_.divide(static_cast<std::uint64_t>(t_ns) - static_cast<std::uint64_t>(start_ns_));
+    if (key > Queue::max_representable_key) {
+      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": time " + std::to_string(t_ns) +
+                              " ns is too far in the future to represent: its interval " + std::to_string(key) +
+                              " exceeds " + std::to_string(Queue::max_representable_key));
+    }
+    return key;
+  }
+
+  // Key for an alarm at `at`, or std::out_of_range naming at and the bounds.
+  std::uint64_t checked_alarm_key(const char* what, TimePoint at) const {
+    const std::int64_t at_ns = at.time_since_epoch().count();
+    if (at_ns < now_ns_) {
+      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": at " + std::to_string(at_ns) +
+                              " ns is before now " + std::to_string(now_ns_) + " ns");
+    }
+    if (at_ns >= upper_bound_ns_) {
+      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": at " + std::to_string(at_ns) +
+                              " ns is not below alarm_upper_bound " + std::to_string(upper_bound_ns_) + " ns");
+    }
+    return divider_.divide(static_cast<std::uint64_t>(at_ns) - static_cast<std::uint64_t>(start_ns_));
+  }
+
+  TimePoint checked_interval_start(const char* what, std::int64_t k) const {
+    if (k < 0 || static_cast<std::uint64_t>(k) > max_interval_num_) {
+      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": interval " + std::to_string(k) +
+                              " is outside [0, " + std::to_string(max_interval_num_) + "]");
+    }
+    return from_ns(start_plus(static_cast<std::uint64_t>(k)));
+  }
+
+  const Entry& entry(const char* what, Alarm alarm) const {
+    return queue_.pool_[queue_.readable_index(what, alarm.elt_)].value();
+  }
+  Entry& entry(const char* what, Alarm alarm) { return queue_.pool_[queue_.readable_index(what, alarm.elt_)].value(); }
+
+  // start + k * precision in nanoseconds, for k <= max_interval_num_ (so the
+  // result is representable). Computed modulo 2^64, which is exact here and
+  // avoids signed overflow in the intermediate product when start < 0.
+  std::int64_t start_plus(std::uint64_t k) const noexcept {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(start_ns_) +
+                                     k * static_cast<std::uint64_t>(precision_ns_));
+  }
+
+  // interval_num_start(min(max_allowed_key + 1, K_max)).
+  std::int64_t upper_bound_formula() const noexcept {
+    std::uint64_t k = queue_.max_allowed_key() + 1;
+    if (k > max_interval_num_) k = max_interval_num_;
+    return start_plus(k);
+  }
+
+  // Earliest (or latest) `at` in slot s: every alarm of the extreme interval
+  // is in that slot.
+  template <class Better>
+  std::optional<TimePoint> extreme_time(typename Queue::SlotRef s, Better better) const {
+    if (s.level < 0) return std::nullopt;
+    const std::uint32_t head = queue_.slot_head(s);
+    TimePoint best = queue_.pool_[head].value().at;
+    for (std::uint32_t i = queue_.pool_[head].next; i != head; i = queue_.pool_[i].next) {
+      if (better(queue_.pool_[i].value().at, best)) best = queue_.pool_[i].value().at;
+    }
+    return best;
+  }
+
+  Queue queue_;
+  std::int64_t start_ns_;
+  std::int64_t precision_ns_;
+  detail::IntervalDivider divider_;
+  std::int64_t now_ns_;
+  std::uint64_t max_interval_num_;  // K_max: last interval whose start is representable
+  std::int64_t upper_bound_ns_;
+  mutable std::optional<TimePoint> min_time_;
+  mutable bool min_time_known_ = false;
+};
+
+}  // namespace chime
