@@ -89,7 +89,7 @@ int main() {
     const auto prev = wheel.now();
     wheel.advance_clock(to, [&](Wheel::Alarm a) {
       fired.push_back({std::move(wheel.value(a)), wheel.at(a), to, prev});
-      std::printf("  clock %14s  fired %-15s due %14s\n", fmt(to).c_str(),
+      std::printf("  clock %15s  fired %-15s due %15s\n", fmt(to).c_str(),
                   fired.back().name.c_str(), fmt(fired.back().due).c_str());
     });
   };
