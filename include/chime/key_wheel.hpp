@@ -189,12 +189,7 @@ class KeyWheel {
   Elt add(Key key, T value) {
     check_not_removing("add");
     check_key("add", key);
-    const std::uint32_t i = pool_.allocate(std::move(value));
-    pool_[i].key = key;
-    link(i);
-    ++size_;
-    note_new_key(i, key);
-    return Elt(i, pool_[i].generation);
+    return add_checked(key, std::move(value));
   }
 
   // Removes an element. Throws std::invalid_argument if !contains(elt). O(1).
@@ -214,11 +209,7 @@ class KeyWheel {
     check_not_removing("change_key");
     const std::uint32_t i = checked_index("change_key", elt);
     check_key("change_key", key);
-    unlink(i);
-    pool_[i].key = key;
-    link(i);
-    if (min_cache_ == i) min_cache_ = kMinUnknown;
-    note_new_key(i, key);
+    change_key_checked(i, key);
   }
 
   // True iff elt is in the wheel (false while it is being removed by
@@ -252,10 +243,28 @@ class KeyWheel {
     }
     RemovingScope scope(*this);
     for (;;) {
+      if (num_levels_ > 1 && key < level0_end()) {
+        // The common short advance: every key below `key` is on level 0, so
+        // one bounded bitmap search decides; higher levels start at or after
+        // level0_end() > key.
+        const Level& l0 = levels_[0];
+        const std::size_t j = l0.count == 0 ? detail::OccupancyBitmap::npos : l0.occupied.find_next(slot_of(now_, 0));
+        if (j >= slot_of(key, 0)) {
+          // Slot j (if any) is the first non-empty slot: its head is a minimum.
+          if (j != detail::OccupancyBitmap::npos) min_cache_ = heads_[l0.slot_base + j];
+          break;
+        }
+        now_ = (now_ >> l0.bits << l0.bits) + j;
+        remove_slot(SlotRef{0, j, now_}, handle_removed);
+        continue;
+      }
       const SlotRef s = first_slot();
       if (s.level < 0) break;
       if (s.level == 0) {
-        if (s.first_key >= key) break;
+        if (s.first_key >= key) {
+          min_cache_ = slot_head(s);  // the first non-empty slot is on level 0
+          break;
+        }
         now_ = s.first_key;
         remove_slot(s, handle_removed);
       } else {
@@ -319,6 +328,7 @@ class KeyWheel {
       l.occupied.clear();
       l.count = 0;
     }
+    nonempty_levels_ = 0;
     size_ = 0;
     min_cache_ = kMinUnknown;
   }
@@ -372,6 +382,9 @@ class KeyWheel {
           if (++guard > pool_.capacity()) fail("slot list has a cycle");
           i = n.next;
         } while (i != head);
+      }
+      if (((nonempty_levels_ >> level) & 1u) != (l.count != 0)) {
+        fail("nonempty-levels mask disagrees with the count of level " + std::to_string(level));
       }
       if (in_level != l.count) {
         fail("level " + std::to_string(level) + " counts " + std::to_string(l.count) + " elements but holds " +
@@ -427,29 +440,53 @@ class KeyWheel {
     return static_cast<std::size_t>((key >> levels_[level].shift) & levels_[level].mask);
   }
 
+  // add() after the checks: the key is known to be in range.
+  Elt add_checked(Key key, T&& value) {
+    const std::uint32_t i = pool_.allocate(std::move(value));
+    Node& n = pool_[i];
+    n.key = key;
+    link(i, n);
+    ++size_;
+    note_new_key(i, key);
+    return Elt(i, n.generation);
+  }
+
+  // change_key() after the checks.
+  void change_key_checked(std::uint32_t i, Key key) noexcept {
+    unlink(i);
+    pool_[i].key = key;
+    link(i);
+    if (min_cache_ == i) min_cache_ = kMinUnknown;
+    note_new_key(i, key);
+  }
+
+  // The checks are inline; building the message is out of line and cold, so
+  // the hot paths stay small.
   void check_not_removing(const char* what) const {
-    if (removing_) {
-      throw std::logic_error(std::string("chime::KeyWheel::") + what +
-                             ": called from inside handle_removed/handle_fired; the wheel may only be read there");
-    }
+    if (removing_) [[unlikely]] throw_reentrant(what);
   }
-
   void check_key(const char* what, Key key) const {
-    if (key < now_ || key > max_allowed_key()) {
-      throw std::out_of_range(std::string("chime::KeyWheel::") + what + ": key " + std::to_string(key) +
-                              " is outside [min_allowed_key, max_allowed_key] = [" + std::to_string(now_) + ", " +
-                              std::to_string(max_allowed_key()) + "]");
-    }
+    if (key < now_ || key > max_allowed_key()) [[unlikely]] throw_key_out_of_range(what, key);
   }
-
   // Index of an element in the wheel, or throws std::invalid_argument.
   std::uint32_t checked_index(const char* what, Elt elt) const {
-    if (!contains(elt)) {
-      throw std::invalid_argument(std::string("chime::KeyWheel::") + what + ": stale or invalid handle {index " +
-                                  std::to_string(elt.index_) + ", generation " + std::to_string(elt.generation_) +
-                                  "}: the element was removed, fired, or never added");
-    }
+    if (!contains(elt)) [[unlikely]] throw_stale(what, elt);
     return elt.index_;
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] static void throw_reentrant(const char* what) {
+    throw std::logic_error(std::string("chime::KeyWheel::") + what +
+                           ": called from inside handle_removed/handle_fired; the wheel may only be read there");
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void throw_key_out_of_range(const char* what, Key key) const {
+    throw std::out_of_range(std::string("chime::KeyWheel::") + what + ": key " + std::to_string(key) +
+                            " is outside [min_allowed_key, max_allowed_key] = [" + std::to_string(now_) + ", " +
+                            std::to_string(max_allowed_key()) + "]");
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] static void throw_stale(const char* what, Elt elt) {
+    throw std::invalid_argument(std::string("chime::KeyWheel::") + what + ": stale or invalid handle {index " +
+                                std::to_string(elt.index_) + ", generation " + std::to_string(elt.generation_) +
+                                "}: the element was removed, fired, or never added");
   }
   // Like checked_index, but also accepts the element being removed right now.
   std::uint32_t readable_index(const char* what, Elt elt) const {
@@ -465,8 +502,8 @@ class KeyWheel {
   }
 
   // Files element i (whose key is set) at the end of its slot. O(1).
-  void link(std::uint32_t i) noexcept {
-    Node& n = pool_[i];
+  void link(std::uint32_t i) noexcept { link(i, pool_[i]); }
+  void link(std::uint32_t i, Node& n) noexcept {
     const int level = level_of(n.key);
     Level& l = levels_[level];
     const std::size_t slot = slot_of(n.key, level);
@@ -484,7 +521,7 @@ class KeyWheel {
       pool_[tail].next = i;
       h.prev = i;
     }
-    ++l.count;
+    if (l.count++ == 0) nonempty_levels_ |= std::uint64_t{1} << level;
   }
 
   // Takes element i out of its slot; it becomes detached. O(1).
@@ -501,16 +538,17 @@ class KeyWheel {
       pool_[n.next].prev = n.prev;
       if (head == i) head = n.next;
     }
+    if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << n.level);
     n.level = detail::kNodeDetached;
-    --l.count;
   }
 
   // The first non-empty slot in key order: O(levels) bitmap lookups.
   SlotRef first_slot() const noexcept {
+    if (nonempty_levels_ == 0) return {};
     const int top = num_levels_ - 1;
-    for (int level = 0; level < top; ++level) {
+    const int level = std::countr_zero(nonempty_levels_);
+    if (level < top) {
       const Level& l = levels_[level];
-      if (l.count == 0) continue;
       const std::size_t now_slot = slot_of(now_, level);
       // Below the top, slots before now's slot are empty, and so is now's
       // own slot above level 0 (its keys live lower).
@@ -519,7 +557,6 @@ class KeyWheel {
       return {level, j, (now_ >> span_shift << span_shift) + (Key{j} << l.shift)};
     }
     const Level& l = levels_[top];
-    if (l.count == 0) return {};
     const Key now_slot = (now_ >> l.shift) & l.mask;
     const Key skip = top > 0 ? 1 : 0;  // with lower levels, now's top slot holds the next turn
     std::size_t j = l.occupied.find_next(static_cast<std::size_t>((now_slot + skip) & l.mask));
@@ -547,6 +584,12 @@ class KeyWheel {
       if (l.count != 0) return {level, l.occupied.find_prev(static_cast<std::size_t>(l.mask)), 0};
     }
     return {};
+  }
+
+  // One past the last key level 0 can hold now (multi-level wheels).
+  Key level0_end() const noexcept {
+    const int span_shift = levels_[0].bits;
+    return (now_ >> span_shift << span_shift) + (Key{1} << span_shift);
   }
 
   std::uint32_t slot_head(const SlotRef& s) const noexcept { return heads_[levels_[s.level].slot_base + s.slot]; }
@@ -604,7 +647,7 @@ class KeyWheel {
     const std::uint32_t head = i;
     do {
       const std::uint32_t next = pool_[i].next;
-      --l.count;
+      if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
       link(i);
       i = next;
     } while (i != head);
@@ -641,6 +684,7 @@ class KeyWheel {
   int num_bits_ = 0;
   Key now_ = 0;
   std::size_t size_ = 0;
+  std::uint64_t nonempty_levels_ = 0;  // bit i set iff levels_[i].count > 0
   mutable std::uint32_t min_cache_ = detail::kNilIndex;
   bool removing_ = false;
 };

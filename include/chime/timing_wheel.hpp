@@ -143,7 +143,8 @@ class TimingWheel {
   // at >= alarm_upper_bound(). O(1). May allocate (only when the pool is full).
   Alarm add(TimePoint at, T value) {
     const std::uint64_t key = checked_alarm_key("add", at);
-    const Alarm alarm(queue_.add(key, Entry{at, std::move(value)}));
+    queue_.check_not_removing("add");
+    const Alarm alarm(queue_.add_checked(key, Entry{at, std::move(value)}));
     min_time_known_ = false;
     return alarm;
   }
@@ -155,9 +156,10 @@ class TimingWheel {
   // Moves an alarm to `at`. Throws std::invalid_argument if !contains(alarm),
   // std::out_of_range as add. O(1). Never allocates.
   void reschedule(Alarm alarm, TimePoint at) {
+    queue_.check_not_removing("reschedule");
     const std::uint32_t i = queue_.checked_index("reschedule", alarm.elt_);
     const std::uint64_t key = checked_alarm_key("reschedule", at);
-    queue_.change_key(alarm.elt_, key);
+    queue_.change_key_checked(i, key);
     queue_.pool_[i].value().at = at;
     min_time_known_ = false;
   }
@@ -307,31 +309,36 @@ class TimingWheel {
   // Interval number of t, or std::out_of_range.
   std::uint64_t key_of(const char* what, TimePoint t) const {
     const std::int64_t t_ns = t.time_since_epoch().count();
-    if (t_ns < start_ns_) {
-      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": time " + std::to_string(t_ns) +
-                              " ns is before start " + std::to_string(start_ns_) + " ns");
-    }
+    if (t_ns < start_ns_) [[unlikely]] throw_before_start(what, t_ns);
     const std::uint64_t key = divider_.divide(static_cast<std::uint64_t>(t_ns) - static_cast<std::uint64_t>(start_ns_));
-    if (key > Queue::max_representable_key) {
-      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": time " + std::to_string(t_ns) +
-                              " ns is too far in the future to represent: its interval " + std::to_string(key) +
-                              " exceeds " + std::to_string(Queue::max_representable_key));
-    }
+    if (key > Queue::max_representable_key) [[unlikely]] throw_too_far(what, t_ns, key);
     return key;
   }
 
   // Key for an alarm at `at`, or std::out_of_range naming at and the bounds.
   std::uint64_t checked_alarm_key(const char* what, TimePoint at) const {
     const std::int64_t at_ns = at.time_since_epoch().count();
+    if (at_ns < now_ns_ || at_ns >= upper_bound_ns_) [[unlikely]] throw_alarm_out_of_range(what, at_ns);
+    return divider_.divide(static_cast<std::uint64_t>(at_ns) - static_cast<std::uint64_t>(start_ns_));
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] void throw_before_start(const char* what, std::int64_t t_ns) const {
+    throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": time " + std::to_string(t_ns) +
+                            " ns is before start " + std::to_string(start_ns_) + " ns");
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] static void throw_too_far(const char* what, std::int64_t t_ns,
+                                                                   std::uint64_t key) {
+    throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": time " + std::to_string(t_ns) +
+                            " ns is too far in the future to represent: its interval " + std::to_string(key) +
+                            " exceeds " + std::to_string(Queue::max_representable_key));
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void throw_alarm_out_of_range(const char* what, std::int64_t at_ns) const {
     if (at_ns < now_ns_) {
       throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": at " + std::to_string(at_ns) +
                               " ns is before now " + std::to_string(now_ns_) + " ns");
     }
-    if (at_ns >= upper_bound_ns_) {
-      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": at " + std::to_string(at_ns) +
-                              " ns is not below alarm_upper_bound " + std::to_string(upper_bound_ns_) + " ns");
-    }
-    return divider_.divide(static_cast<std::uint64_t>(at_ns) - static_cast<std::uint64_t>(start_ns_));
+    throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": at " + std::to_string(at_ns) +
+                            " ns is not below alarm_upper_bound " + std::to_string(upper_bound_ns_) + " ns");
   }
 
   TimePoint checked_interval_start(const char* what, std::int64_t k) const {

@@ -14,6 +14,7 @@
 // iff word w of layer L-1 is non-zero; no bit at or beyond `size` is set.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -34,8 +35,10 @@ class OccupancyBitmap {
     std::size_t offset = 0;
     do {
       const std::size_t words = (bits + 63) / 64;
-      layer_offset_.push_back(offset);
-      layer_words_.push_back(words);
+      if (layers_ == kMaxLayers) throw std::length_error("OccupancyBitmap: too many bits");
+      layer_offset_[layers_] = static_cast<std::uint32_t>(offset);
+      layer_words_[layers_] = static_cast<std::uint32_t>(words);
+      ++layers_;
       offset += words;
       bits = words;
     } while (bits > 1);
@@ -43,14 +46,19 @@ class OccupancyBitmap {
   }
 
   std::size_t size() const noexcept { return size_; }
-  std::size_t layers() const noexcept { return layer_offset_.size(); }
+  std::size_t layers() const noexcept { return layers_; }
   bool any() const noexcept { return words_.back() != 0; }
 
   bool test(std::size_t i) const noexcept { return (word(0, i >> 6) >> (i & 63)) & 1u; }
 
   // Sets bit i (i < size). Never allocates.
   void set(std::size_t i) noexcept {
-    for (std::size_t layer = 0; layer < layers(); ++layer) {
+    std::uint64_t& w0 = words_[i >> 6];  // layer 0 starts at offset 0
+    const bool was_zero = w0 == 0;
+    w0 |= std::uint64_t{1} << (i & 63);
+    if (!was_zero) return;
+    i >>= 6;
+    for (std::size_t layer = 1; layer < layers(); ++layer) {
       std::uint64_t& w = word(layer, i >> 6);
       const bool was_zero = w == 0;
       w |= std::uint64_t{1} << (i & 63);
@@ -142,9 +150,13 @@ class OccupancyBitmap {
   std::uint64_t word(std::size_t layer, std::size_t wi) const noexcept { return words_[layer_offset_[layer] + wi]; }
   std::uint64_t& word(std::size_t layer, std::size_t wi) noexcept { return words_[layer_offset_[layer] + wi]; }
 
+  // 2^36 bits at most: more than any wheel level (KeyWheel caps levels at 2^30 slots).
+  static constexpr std::size_t kMaxLayers = 6;
+
   std::size_t size_ = 0;
-  std::vector<std::size_t> layer_offset_;
-  std::vector<std::size_t> layer_words_;
+  std::size_t layers_ = 0;
+  std::array<std::uint32_t, kMaxLayers> layer_offset_{};
+  std::array<std::uint32_t, kMaxLayers> layer_words_{};
   std::vector<std::uint64_t> words_;
 };
 
