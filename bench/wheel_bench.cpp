@@ -1,0 +1,586 @@
+// wheel_bench: chime's timing wheel beside the timers it replaces, in one binary.
+//
+// Two families of benchmarks; every name is built from the parameters that
+// actually configure the run, so a label cannot disagree with what ran.
+//
+// 1. BM_Protocol<IMPL>/N:n — the protocol of the set/heap/wheel comparison in
+//    shared/seeds/cpp-set-heap-wheel-timers-zh.txt, for one implementation:
+//      add     n alarms at base + i*97us (i = 0..n-1), payload i (8 bytes);
+//      remove  the first half, by handle;
+//      fire    the second half one at a time: for each remaining alarm, in
+//              order, advance to the least time that fires it. Peers pop every
+//              item with deadline <= t (t = the deadline); chime advances its
+//              clock to interval_start(at) + precision, the least time that
+//              fires `at`. With 1 us precision every step fires exactly one
+//              alarm; with a coarser precision several alarms share a step
+//              and steps whose time repeats are skipped. Every fired payload
+//              is checked to be the next expected index, and after each step
+//              the number fired must be exactly the expected count, else the
+//              binary aborts;
+//      next    re-add the second half into a fresh instance and interleave
+//              next-alarm queries (chime: next_alarm_fires_at(); peers: their
+//              minimum deadline) with the same fire steps; every answer is
+//              checked against the step's time.
+//    Counters (nanoseconds per operation, averaged over iterations):
+//      add_ns, remove_ns, fire_ns (per fired alarm, including the step's
+//      call), next_ns (one query, timed directly with the TSC, fences and the
+//      measured cost of an empty timed region subtracted), next_diff_ns (the
+//      seed's method: [time of fire steps with queries] - [time of fire
+//      steps alone], both on fresh instances, divided by the steps),
+//      bytes_per_alarm (heap footprint of the structure with n alarms
+//      pending, divided by n; see alloc_counter.hpp). The iteration time is
+//      the sum of the timed phases (add + remove + fire + next).
+//    bytes_per_alarm comes from one untimed pass per run (counting
+//    operator new on); the timed phases run with counting off. By default
+//    malloc keeps the pages it has touched, so timed phases do not pay page
+//    faults (configure_malloc; CHIME_BENCH_MALLOC=cold to pay them).
+//    Under callgrind every timed phase is dumped separately
+//    (scripts/bench-wheel callgrind prints instructions per operation).
+//
+// 2. BM_IntervalNum<DIVIDER>/precision:p/{throughput,latency} — the cost of
+//    t -> (t - start) / precision, the division on chime's add path, with
+//    plain int64 '/' by a runtime divisor, chime::detail::IntervalDivider,
+//    the public TimingWheel::interval_num(t) (checks included), and '/' by a
+//    compile-time constant (what the compiler emits when the precision is
+//    known; a floor). Counter ns_per_op. Throughput sums independent
+//    quotients; latency feeds each quotient into the next input.
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <chime/chime.hpp>
+#include <chime/detail/interval_divider.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define CHIME_BENCH_HAVE_TSC 1
+#endif
+
+// Under `valgrind --tool=callgrind`, each timed phase is bracketed by
+// CALLGRIND_ZERO_STATS / CALLGRIND_DUMP_STATS_AT("<benchmark>/<phase>") so
+// scripts/bench-wheel can report instructions per operation. Natively these
+// are a few no-op instructions at phase boundaries, outside the timed loops.
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define CHIME_BENCH_PHASE_BEGIN() CALLGRIND_ZERO_STATS
+#define CHIME_BENCH_PHASE_END(label)                  \
+  do {                                                \
+    const std::string chime_bench_label_ = (label);   \
+    CALLGRIND_DUMP_STATS_AT(chime_bench_label_.c_str()); \
+  } while (0)
+#else
+#define CHIME_BENCH_PHASE_BEGIN() ((void)0)
+#define CHIME_BENCH_PHASE_END(label) ((void)(label))
+#endif
+
+#include "alloc_counter.hpp"
+#include "peers/heap_timer.hpp"
+#include "peers/multimap_timer.hpp"
+#include "peers/set_timer.hpp"
+
+namespace chime_bench {
+namespace {
+
+using Ns = std::int64_t;  // nanoseconds since the steady_clock epoch
+
+constexpr Ns kBase = Ns{3600} * 1'000'000'000;  // start of the wheel; arbitrary, fixed
+constexpr Ns kSpacing = 97'000;                   // 97 us between consecutive alarms (the seed's)
+
+constexpr Ns alarm_time(std::size_t i) { return kBase + static_cast<Ns>(i) * kSpacing; }
+
+[[noreturn]] [[gnu::cold]] [[gnu::noinline]] void fail(const char* bench, const char* what, std::uint64_t a,
+                                                         std::uint64_t b) {
+  std::fprintf(stderr, "\n%s: CHECK FAILED: %s (%" PRIu64 " vs %" PRIu64 ")\n", bench, what, a, b);
+  std::abort();
+}
+
+std::string format_duration(Ns ns) {
+  if (ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
+  if (ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";
+  if (ns % 1'000 == 0) return std::to_string(ns / 1'000) + "us";
+  return std::to_string(ns) + "ns";
+}
+
+// ---------------------------------------------------------------------------
+// Implementations under test, behind one interface:
+//   static std::string name();
+//   explicit Impl(Ns start);
+//   Handle add(Ns at, std::uint64_t payload);
+//   void remove(Handle);
+//   void fire_until(Ns t, F on_fired);   // on_fired(std::uint64_t payload)
+//   std::optional<Ns> next() const;      // time to pass to fire_until to fire the next alarm
+//   static Ns fire_time(Ns at);          // least t such that fire_until(t) fires an alarm at `at`
+//   std::size_t size() const;
+
+// A peer from bench/peers: fire_until(t) pops every deadline <= t, so the
+// least time that fires an alarm is its deadline.
+template <class Peer>
+class PeerAdapter {
+ public:
+  using Handle = typename Peer::Handle;
+  static std::string name() { return Peer::kName; }
+  explicit PeerAdapter(Ns /*start*/) {}
+  Handle add(Ns at, std::uint64_t payload) { return peer_.add(at, payload); }
+  void remove(Handle h) { peer_.remove(h); }
+  template <class F>
+  void fire_until(Ns t, F&& on_fired) {
+    peer_.pop(t, on_fired);
+  }
+  std::optional<Ns> next() const { return peer_.min_time(); }
+  static constexpr Ns fire_time(Ns at) { return at; }
+  std::size_t size() const { return peer_.size(); }
+
+ private:
+  Peer peer_;
+};
+
+// chime::TimingWheel<std::uint64_t> with the given precision and default
+// level bits, started at kBase. advance_clock(t) fires the alarms with
+// at < interval_start(t), so the least time that fires `at` is
+// interval_start(at) + precision.
+template <Ns PrecisionNs>
+class ChimeAdapter {
+ public:
+  using Wheel = chime::TimingWheel<std::uint64_t>;
+  using Handle = Wheel::Alarm;
+  static std::string name() { return "ChimeWheel_" + format_duration(PrecisionNs); }
+  explicit ChimeAdapter(Ns start)
+      : wheel_(chime::WheelConfig{chime::Duration{PrecisionNs}}, chime::TimePoint{chime::Duration{start}}) {
+    if (wheel_.alarm_precision().count() != PrecisionNs) {
+      fail("ChimeAdapter", "alarm_precision", wheel_.alarm_precision().count(), PrecisionNs);
+    }
+    if (!(wheel_.level_bits() == chime::LevelBits::default_bits())) {
+      fail("ChimeAdapter", "default level bits", 0, 0);
+    }
+  }
+  Handle add(Ns at, std::uint64_t payload) { return wheel_.add(to_time(at), payload); }
+  void remove(Handle h) { wheel_.remove(h); }
+  template <class F>
+  void fire_until(Ns t, F&& on_fired) {
+    wheel_.advance_clock(to_time(t), [&](Handle a) { on_fired(wheel_.value(a)); });
+  }
+  std::optional<Ns> next() const {
+    const auto t = wheel_.next_alarm_fires_at();
+    if (!t) return std::nullopt;
+    return t->time_since_epoch().count();
+  }
+  static constexpr Ns fire_time(Ns at) {
+    return kBase + ((at - kBase) / PrecisionNs + 1) * PrecisionNs;
+  }
+  std::size_t size() const { return wheel_.size(); }
+
+ private:
+  static chime::TimePoint to_time(Ns t) { return chime::TimePoint{chime::Duration{t}}; }
+  Wheel wheel_;
+};
+
+using ChimeWheel1us = ChimeAdapter<1'000>;
+using ChimeWheel1ms = ChimeAdapter<1'000'000>;
+using StdSet = PeerAdapter<SetTimer>;
+using StdMultimap = PeerAdapter<MultimapTimer>;
+using IndexedHeap = PeerAdapter<HeapTimer>;
+
+// ---------------------------------------------------------------------------
+// Cheap timestamps for timing one next-alarm query.
+
+#ifdef CHIME_BENCH_HAVE_TSC
+// lfence before rdtsc: earlier instructions have completed; lfence after: the
+// timed code does not start before the stamp. The asm barriers keep the
+// compiler from moving memory accesses across the stamps.
+inline std::uint64_t stamp() noexcept {
+  asm volatile("" ::: "memory");
+  _mm_lfence();
+  const std::uint64_t t = __rdtsc();
+  _mm_lfence();
+  asm volatile("" ::: "memory");
+  return t;
+}
+#else
+inline std::uint64_t stamp() noexcept {
+  asm volatile("" ::: "memory");
+  const auto t = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  asm volatile("" ::: "memory");
+  return t;
+}
+#endif
+
+// Stamp ticks per nanosecond, measured once against steady_clock.
+double stamp_ticks_per_ns() {
+  static const double ticks_per_ns = [] {
+    const auto c0 = std::chrono::steady_clock::now();
+    const std::uint64_t s0 = stamp();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto c1 = std::chrono::steady_clock::now();
+    const std::uint64_t s1 = stamp();
+    const double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(c1 - c0).count());
+    return static_cast<double>(s1 - s0) / ns;
+  }();
+  return ticks_per_ns;
+}
+
+// ---------------------------------------------------------------------------
+// The protocol.
+
+struct Step {
+  Ns to;                     // fire_until(to); also what next() must answer before it
+  std::uint64_t fired_upto;  // after it, exactly the alarms [half, fired_upto) have fired
+};
+
+template <class Impl>
+std::vector<Step> fire_steps(std::size_t half, std::size_t n) {
+  std::vector<Step> steps;
+  steps.reserve(n - half);
+  std::size_t j = half;
+  for (std::size_t i = half; i < n; ++i) {
+    const Ns to = Impl::fire_time(alarm_time(i));
+    if (!steps.empty() && steps.back().to == to) continue;
+    while (j < n && Impl::fire_time(alarm_time(j)) <= to) ++j;
+    steps.push_back({to, j});
+  }
+  return steps;
+}
+
+struct PhaseSeconds {
+  double add = 0, remove = 0, fire = 0, fire_alone = 0, fire_with_next = 0, next = 0;
+};
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <class Impl>
+class Protocol {
+ public:
+  using Handle = typename Impl::Handle;
+
+  Protocol(std::string name, std::size_t n)
+      : name_(std::move(name)), n_(n), half_(n / 2), steps_(fire_steps<Impl>(half_, n)), handles_(n) {}
+
+  std::size_t fired() const { return n_ - half_; }
+  std::size_t steps() const { return steps_.size(); }
+
+  // Heap bytes of one instance holding all n alarms (untimed).
+  std::size_t pending_bytes() {
+    CountingScope counting;
+    std::size_t bytes = 0;
+    {
+      Impl timer(kBase);
+      for (std::size_t i = 0; i < n_; ++i) handles_[i] = timer.add(alarm_time(i), i);
+      bytes = alloc_stats().live_bytes;
+    }
+    return bytes;
+  }
+
+  PhaseSeconds run() {
+    using Clock = std::chrono::steady_clock;
+    PhaseSeconds s;
+    {
+      Impl timer(kBase);
+      CHIME_BENCH_PHASE_BEGIN();
+      auto t0 = Clock::now();
+      for (std::size_t i = 0; i < n_; ++i) handles_[i] = timer.add(alarm_time(i), i);
+      s.add = seconds_since(t0);
+      CHIME_BENCH_PHASE_END(label("add"));
+      check_size(timer, n_, "size after add");
+
+      CHIME_BENCH_PHASE_BEGIN();
+      t0 = Clock::now();
+      for (std::size_t i = 0; i < half_; ++i) timer.remove(handles_[i]);
+      s.remove = seconds_since(t0);
+      CHIME_BENCH_PHASE_END(label("remove"));
+      check_size(timer, n_ - half_, "size after remove");
+
+      s.fire = fire_phase</*with_next=*/false>(timer, "fire");
+    }
+    {
+      Impl timer(kBase);
+      readd(timer);
+      s.fire_alone = fire_phase<false>(timer, "fire_alone");
+    }
+    {
+      Impl timer(kBase);
+      readd(timer);
+      s.fire_with_next = fire_phase<true>(timer, "fire_with_next");
+    }
+    {
+      Impl timer(kBase);
+      readd(timer);
+      s.next = timed_next_phase(timer);
+    }
+    return s;
+  }
+
+ private:
+  std::string label(const char* phase) const { return name_ + "/N:" + std::to_string(n_) + "/" + phase; }
+
+  void check_size(const Impl& timer, std::size_t expected, const char* what) const {
+    if (timer.size() != expected) fail(name_.c_str(), what, timer.size(), expected);
+  }
+
+  void readd(Impl& timer) {
+    for (std::size_t i = half_; i < n_; ++i) handles_[i] = timer.add(alarm_time(i), i);
+    check_size(timer, n_ - half_, "size after re-add");
+  }
+
+  // Advances through every step; with_next, queries next() before each step.
+  template <bool with_next>
+  double fire_phase(Impl& timer, const char* phase) {
+    std::uint64_t expected = half_;
+    auto on_fired = [&](std::uint64_t payload) {
+      if (payload != expected) fail(name_.c_str(), "fired payload != next expected", payload, expected);
+      ++expected;
+    };
+    CHIME_BENCH_PHASE_BEGIN();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const Step& step : steps_) {
+      if constexpr (with_next) {
+        const std::optional<Ns> next = timer.next();
+        if (!next || *next != step.to) fail(name_.c_str(), "next != step time", next.value_or(-1), step.to);
+      }
+      timer.fire_until(step.to, on_fired);
+      if (expected != step.fired_upto) fail(name_.c_str(), "fired count after step", expected, step.fired_upto);
+    }
+    const double seconds = seconds_since(t0);
+    CHIME_BENCH_PHASE_END(label(phase));
+    check_size(timer, 0, "size after fire");
+    return seconds;
+  }
+
+  // Times each next() query with stamp(), minus an empty timed region
+  // measured in the same loop; returns seconds spent in the queries.
+  double timed_next_phase(Impl& timer) {
+    std::uint64_t expected = half_;
+    auto on_fired = [&](std::uint64_t payload) {
+      if (payload != expected) fail(name_.c_str(), "fired payload != next expected", payload, expected);
+      ++expected;
+    };
+    std::uint64_t query_ticks = 0;
+    std::uint64_t empty_ticks = 0;
+    for (const Step& step : steps_) {
+      const std::uint64_t e0 = stamp();
+      const std::uint64_t e1 = stamp();
+      const std::uint64_t q0 = stamp();
+      std::optional<Ns> next = timer.next();
+      benchmark::DoNotOptimize(next);
+      const std::uint64_t q1 = stamp();
+      empty_ticks += e1 - e0;
+      query_ticks += q1 - q0;
+      if (!next || *next != step.to) fail(name_.c_str(), "next != step time", next.value_or(-1), step.to);
+      timer.fire_until(step.to, on_fired);
+      if (expected != step.fired_upto) fail(name_.c_str(), "fired count after step", expected, step.fired_upto);
+    }
+    check_size(timer, 0, "size after fire");
+    const double net_ticks = static_cast<double>(query_ticks) - static_cast<double>(empty_ticks);
+    return net_ticks / stamp_ticks_per_ns() * 1e-9;
+  }
+
+  std::string name_;
+  std::size_t n_;
+  std::size_t half_;
+  std::vector<Step> steps_;
+  std::vector<Handle> handles_;
+};
+
+template <class Impl>
+void BM_Protocol(benchmark::State& state, std::string name) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  Protocol<Impl> protocol(name, n);
+  const double bytes_per_alarm = static_cast<double>(protocol.pending_bytes()) / static_cast<double>(n);
+
+  PhaseSeconds sum;
+  for (auto _ : state) {
+    const PhaseSeconds s = protocol.run();
+    state.SetIterationTime(s.add + s.remove + s.fire + s.next);
+    sum.add += s.add;
+    sum.remove += s.remove;
+    sum.fire += s.fire;
+    sum.fire_alone += s.fire_alone;
+    sum.fire_with_next += s.fire_with_next;
+    sum.next += s.next;
+  }
+
+  using benchmark::Counter;
+  const double half = static_cast<double>(n / 2);
+  const double steps = static_cast<double>(protocol.steps());
+  state.counters["add_ns"] = Counter(sum.add * 1e9 / static_cast<double>(n), Counter::kAvgIterations);
+  state.counters["remove_ns"] = Counter(sum.remove * 1e9 / half, Counter::kAvgIterations);
+  state.counters["fire_ns"] = Counter(sum.fire * 1e9 / static_cast<double>(protocol.fired()), Counter::kAvgIterations);
+  state.counters["next_ns"] = Counter(sum.next * 1e9 / steps, Counter::kAvgIterations);
+  state.counters["next_diff_ns"] =
+      Counter((sum.fire_with_next - sum.fire_alone) * 1e9 / steps, Counter::kAvgIterations);
+  state.counters["bytes_per_alarm"] = Counter(bytes_per_alarm);
+}
+
+template <class Impl>
+void register_protocol() {
+  const std::string name = "BM_Protocol<" + Impl::name() + ">";
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Protocol<Impl>, name);
+  b->ArgName("N")->Arg(10'000)->Arg(1'000'000)->Arg(10'000'000);
+  b->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+
+// ---------------------------------------------------------------------------
+// Interval division: t -> (t - start) / precision.
+
+constexpr Ns kDivStart = kBase;
+
+struct PlainDivision {
+  static constexpr const char* kName = "plain_int64_division";
+  explicit PlainDivision(Ns precision) : precision_(precision) {}
+  Ns operator()(Ns t) const noexcept { return (t - kDivStart) / precision_; }
+  Ns precision_;
+};
+
+struct ChimeIntervalDivider {
+  static constexpr const char* kName = "chime::detail::IntervalDivider";
+  explicit ChimeIntervalDivider(Ns precision) : divider_(static_cast<std::uint64_t>(precision)) {}
+  Ns operator()(Ns t) const noexcept {
+    return static_cast<Ns>(divider_.divide(static_cast<std::uint64_t>(t - kDivStart)));
+  }
+  chime::detail::IntervalDivider divider_;
+};
+
+struct ChimeIntervalNum {
+  static constexpr const char* kName = "chime::TimingWheel::interval_num";
+  explicit ChimeIntervalNum(Ns precision)
+      : wheel_(chime::WheelConfig{chime::Duration{precision}}, chime::TimePoint{chime::Duration{kDivStart}}) {}
+  Ns operator()(Ns t) const { return wheel_.interval_num(chime::TimePoint{chime::Duration{t}}); }
+  chime::TimingWheel<std::uint64_t> wheel_;
+};
+
+template <Ns P>
+struct ConstantDivision {
+  static constexpr const char* kName = "compile_time_constant_division";
+  explicit ConstantDivision(Ns precision) {
+    if (precision != P) fail(kName, "precision", precision, P);
+  }
+  Ns operator()(Ns t) const noexcept { return (t - kDivStart) / P; }
+};
+
+// 4096 times spread uniformly over the hour after start (fixed seed).
+const std::vector<Ns>& division_inputs() {
+  static const std::vector<Ns> inputs = [] {
+    std::mt19937_64 rng(20240601);
+    std::uniform_int_distribution<Ns> offset(0, Ns{3600} * 1'000'000'000);
+    std::vector<Ns> v(4096);
+    for (Ns& t : v) t = kDivStart + offset(rng);
+    return v;
+  }();
+  return inputs;
+}
+
+template <class Divider, bool kLatency>
+void BM_IntervalNum(benchmark::State& state, Ns precision) {
+  // Launder the precision so the compiler cannot specialise the runtime divisors.
+  benchmark::DoNotOptimize(precision);
+  const Divider divide(precision);
+  const std::vector<Ns>& inputs = division_inputs();
+  for (Ns t : inputs) {
+    const Ns want = (t - kDivStart) / precision;
+    if (divide(t) != want) fail(Divider::kName, "quotient", static_cast<std::uint64_t>(divide(t)), want);
+  }
+  for (auto _ : state) {
+    if constexpr (kLatency) {
+      Ns q = 0;
+      for (Ns t : inputs) q = divide(t + (q & 1));
+      benchmark::DoNotOptimize(q);
+    } else {
+      Ns sum = 0;
+      for (Ns t : inputs) sum += divide(t);
+      benchmark::DoNotOptimize(sum);
+    }
+  }
+  state.counters["ns_per_op"] = benchmark::Counter(
+      static_cast<double>(inputs.size()),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+template <class Divider>
+void register_division(Ns precision) {
+  for (bool latency : {false, true}) {
+    const std::string name = std::string("BM_IntervalNum<") + Divider::kName + ">/precision:" +
+                             format_duration(precision) + (latency ? "/latency" : "/throughput");
+    auto fn = latency ? BM_IntervalNum<Divider, true> : BM_IntervalNum<Divider, false>;
+    benchmark::RegisterBenchmark(name.c_str(), fn, precision);
+  }
+}
+
+template <Ns P>
+void register_division_at() {
+  register_division<PlainDivision>(P);
+  register_division<ChimeIntervalDivider>(P);
+  register_division<ChimeIntervalNum>(P);
+  register_division<ConstantDivision<P>>(P);
+}
+
+void register_all() {
+  register_protocol<ChimeWheel1us>();
+  register_protocol<ChimeWheel1ms>();
+  register_protocol<IndexedHeap>();
+  register_protocol<StdSet>();
+  register_protocol<StdMultimap>();
+
+  register_division_at<1'000>();
+  register_division_at<1'000'000>();
+  register_division_at<1'024>();
+  register_division_at<3>();
+
+  benchmark::AddCustomContext(
+      "protocol",
+      "add N alarms at base+i*97us (8-byte payload); remove first half by handle; fire the rest one step at a "
+      "time (peers: pop deadline<=t; chime: advance_clock to interval_start(at)+precision); re-add and query "
+      "the next alarm before each step. Counters are ns per op; fire_ns is per fired alarm.");
+  benchmark::AddCustomContext("next_ns", "each query timed with lfence;rdtsc;lfence, empty-region cost subtracted");
+  benchmark::AddCustomContext("next_diff_ns", "(fire steps with queries - fire steps alone) / steps, the seed's method");
+  benchmark::AddCustomContext("bytes_per_alarm",
+                              "live heap bytes (malloc_usable_size + 8-byte chunk header per block) with N "
+                              "alarms pending, / N; includes the peers' item slabs and chime's whole wheel");
+  char ticks[64];
+  std::snprintf(ticks, sizeof ticks, "%.4f", stamp_ticks_per_ns());
+  benchmark::AddCustomContext("stamp_ticks_per_ns", ticks);
+}
+
+}  // namespace
+
+// By default glibc's malloc is told to keep every page it has touched
+// (no mmap'd blocks, no trimming), so the pages that the untimed memory pass
+// faulted in are reused by the timed phases: the phases measure the data
+// structures, not the kernel zeroing fresh pages. CHIME_BENCH_MALLOC=cold
+// keeps glibc's defaults, where large blocks are mmap'd and returned on free,
+// so every instance pays its page faults (as in the seed's single run).
+void configure_malloc() {
+  const char* mode = std::getenv("CHIME_BENCH_MALLOC");
+  const bool cold = mode != nullptr && std::string(mode) == "cold";
+  if (!cold) {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1);
+  }
+  benchmark::AddCustomContext(
+      "malloc", cold ? "cold (glibc defaults: fresh pages are faulted in by the timed phases)"
+                     : "warm (M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1: timed phases reuse pages the untimed "
+                       "memory pass faulted in; CHIME_BENCH_MALLOC=cold for glibc defaults)");
+}
+
+}  // namespace chime_bench
+
+int main(int argc, char** argv) {
+  chime_bench::configure_malloc();
+  chime_bench::register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
