@@ -1,0 +1,225 @@
+// chime/runtime.hpp: the multi-threaded timer runtime.
+//
+// What it is: producer threads post schedule/cancel/reschedule commands into
+// lock-free queues; one wheel thread owns a TimingWheel, drains the commands,
+// sleeps until the next alarm is due, advances the wheel to the clock's time
+// and hands fired timers to a pool of worker threads, which run the callbacks.
+//
+//   producers --(lock-free command queue)--> wheel thread --(hand-off queue)--> workers
+//
+// Guarantees (the state machine behind them is in runtime/timer_state.hpp and
+// docs/state-machine.md; the races are argued there):
+// - Never early: a run due at `d` starts only after the runtime clock has
+//   reached interval_start(d) + precision, as seen by the wheel thread; with
+//   the clock exactly at `d` it has not fired.
+// - Exactly one of {fire, successful cancel} happens to every one-shot timer:
+//   `cancel` returns true iff the callback has not started and never will.
+//   For a periodic timer, true iff no further run starts after cancel returns.
+// - Commands from one Producer (or one thread) take effect in the order
+//   posted. Commands from different threads are applied in an order
+//   consistent with happens-before (a cancel of an id is never lost because
+//   its schedule has not been applied yet).
+// - Within one wheel advance, timers go to the workers in nondecreasing
+//   interval order; with workers = 0 or 1 callbacks run in that order. (A
+//   timer already past due when its command is applied goes out with the next
+//   advance.)
+// - A periodic timer's runs never overlap; its n-th run is due at
+//   first + n * period (fixed rate, no drift).
+// - No heap allocation per timer in steady state: timers live in a slab of
+//   slots that are reused; a Task up to 48 bytes is stored inline.
+// - Idle costs nothing: with nothing due the wheel thread sleeps without a
+//   timeout; it wakes only for a command that needs it earlier.
+// - Pushing a due time later (reschedule to a later time, the idle-timeout
+//   "touch") is one CAS pair on the timer's state word and a store; it does
+//   not go through the wheel thread.
+//
+// Not guaranteed: how late a timer fires depends on scheduling of the wheel
+// and worker threads (the lateness histogram in stats() measures it); order
+// of callbacks across several workers; a TimerId is stale-checked by a 32-bit
+// generation, so an id kept across 2^32 reuses of its slot could alias.
+//
+// Error model: bad arguments (a due time beyond the wheel's range, a period
+// <= 0) throw std::out_of_range / std::invalid_argument naming the values;
+// calls after shutdown throw chime::StoppedError; over max_pending,
+// chime::CapacityError; flush/drain/shutdown from inside a callback,
+// std::logic_error. Racing outcomes are return values (cancel returns false
+// when it lost). A callback's exception is caught on its worker, counted, and
+// passed to on_error; the runtime keeps running.
+//
+// Memory ordering: everything a thread did before schedule_* happens-before
+// the callback runs; everything a callback did happens-before a flush() that
+// waited for it returns, and before the next run of the same periodic timer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include "chime/clock.hpp"
+#include "chime/level_bits.hpp"
+#include "chime/task.hpp"
+#include "chime/time.hpp"
+
+namespace chime {
+
+class CapacityError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class StoppedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class TimerState { pending, running, fired, cancelled, unknown };
+enum class Missed { skip, catch_up };
+enum class ShutdownMode { cancel_pending, fire_pending };
+// Which lock-free queue carries commands to the wheel thread. moodycamel is
+// the default; see docs/benchmarks.md for the comparison.
+enum class CommandQueueBackend { moodycamel, boost_lockfree };
+
+struct PeriodicOptions {
+  std::optional<TimePoint> first_due;  // default: now + period
+  Missed on_missed = Missed::skip;
+};
+
+struct LatenessStats {
+  Duration p50{0};
+  Duration p99{0};
+  Duration p999{0};
+  Duration max{0};
+};
+
+struct Stats {
+  std::uint64_t scheduled = 0;        // timers accepted by schedule_*
+  std::uint64_t fired = 0;            // callback runs completed (periodic runs each count)
+  std::uint64_t cancelled = 0;        // successful cancels (and timers cancelled by shutdown)
+  std::uint64_t rescheduled = 0;      // successful reschedules
+  std::uint64_t pending = 0;          // timers not yet finished (periodic ones until cancelled)
+  std::uint64_t callback_errors = 0;  // callbacks that threw
+  std::uint64_t queue_depth = 0;      // commands posted but not yet applied (approximate)
+  std::uint64_t wakeups = 0;          // times the wheel thread woke up
+  LatenessStats lateness;             // callback start minus due, drained runs excluded
+};
+
+struct RuntimeOptions {
+  Duration precision = std::chrono::milliseconds(1);
+  LevelBits level_bits = LevelBits::default_bits();
+  unsigned workers = std::thread::hardware_concurrency();  // 0: callbacks run on the wheel thread
+  Clock* clock = nullptr;                                  // non-owning; null: the steady clock
+  std::size_t max_pending = 0;                             // 0: unbounded
+  std::function<void(TimerId, std::exception_ptr)> on_error;
+  CommandQueueBackend command_queue = CommandQueueBackend::moodycamel;
+};
+
+namespace detail {
+class RuntimeCore;
+struct ProducerQueueToken;
+}  // namespace detail
+
+class Runtime;
+
+// A per-thread handle with the producer calls. It owns its own queue token:
+// faster than the Runtime's calls, and FIFO for its commands. Movable, not
+// copyable; use it from one thread at a time. Must not outlive its Runtime.
+class Producer {
+ public:
+  Producer(Producer&&) noexcept;
+  Producer& operator=(Producer&&) noexcept;
+  ~Producer();
+
+  TimerId schedule_at(TimePoint due, Task task);
+  TimerId schedule_after(Duration delay, Task task);
+  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
+  bool cancel(TimerId id);
+  bool reschedule_at(TimerId id, TimePoint due);
+  bool reschedule_after(TimerId id, Duration delay);
+
+ private:
+  friend class Runtime;
+  Producer(detail::RuntimeCore* core, std::unique_ptr<detail::ProducerQueueToken> token);
+  detail::RuntimeCore* core_;
+  std::unique_ptr<detail::ProducerQueueToken> token_;
+};
+
+class Runtime {
+ public:
+  using Options = RuntimeOptions;
+
+  // Starts the wheel thread and the workers; the wheel starts at the clock's
+  // time now. Throws std::invalid_argument for precision <= 0.
+  Runtime();
+  explicit Runtime(Options options);
+  // shutdown(ShutdownMode::cancel_pending).
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Schedules a one-shot timer. A due time in the past fires as soon as
+  // possible. Errors, in this order: StoppedError after shutdown;
+  // std::out_of_range for a due time beyond the wheel's range; CapacityError
+  // over max_pending. Any thread. Lock-free (moodycamel's queue may allocate
+  // a block when a producer's sub-queue grows).
+  TimerId schedule_at(TimePoint due, Task task);
+  TimerId schedule_after(Duration delay, Task task);
+  // Fixed-rate periodic timer. Throws std::invalid_argument if period <= 0.
+  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
+
+  // Returns true iff it won: the callback has not started and never will
+  // (periodic: no further run starts after cancel returns). False for a timer
+  // that fired, started, was cancelled, or a stale/invalid id. Any thread.
+  // Lock-free: one CAS loop on the timer's state word.
+  bool cancel(TimerId id);
+
+  // True iff the timer was still pending and now has the new due time. A
+  // later due time is one CAS pair on the state word and never involves the
+  // wheel thread; an earlier one also posts a command. Any thread. Lock-free,
+  // except that two threads rescheduling the same timer at the same instant
+  // serialize on it. Throws std::out_of_range for a due time beyond range.
+  bool reschedule_at(TimerId id, TimePoint due);
+  bool reschedule_after(TimerId id, Duration delay);
+
+  // pending, running, fired, cancelled; unknown for a reused slot, an id never
+  // issued, or the default id. Any thread. Lock-free. Never allocates.
+  TimerState state(TimerId id) const noexcept;
+
+  // Returns once every command posted before the call is applied, the wheel
+  // has advanced to the clock's time at the call, and every callback handed
+  // to workers before or by that advance has returned (drained runs and
+  // periodic catch-up runs due at or before that time included), with their
+  // on_error calls and stats counts complete. Throws std::logic_error from
+  // inside a callback. May block.
+  void flush();
+
+  // Fires every pending timer now, before its due time (the one exception to
+  // "never early"; excluded from the lateness histogram). Periodic timers run
+  // once and keep their schedule. Returns the count once they are handed to
+  // workers (flush() waits for them). May block.
+  std::size_t drain();
+
+  // Stops accepting timers, then cancels or fires (before their due time) the
+  // pending ones, joins all threads, and returns how many pending timers were
+  // not fired. Idempotent: a second call does nothing and returns 0. Throws
+  // std::logic_error from inside a callback. May block.
+  std::size_t shutdown(ShutdownMode mode = ShutdownMode::cancel_pending);
+
+  // A per-thread producer handle. May allocate.
+  Producer producer();
+
+  // Approximate snapshot of the counters. Any thread. May allocate.
+  Stats stats() const;
+
+  // The runtime's clock and precision.
+  const Clock& clock() const noexcept;
+  Duration precision() const noexcept;
+
+ private:
+  std::unique_ptr<detail::RuntimeCore> core_;
+};
+
+}  // namespace chime

@@ -1,0 +1,148 @@
+// chime/task.hpp: the callable a timer runs, and what it is told when it runs.
+//
+// Contract:
+// - `Task` is a move-only, type-erased callable, constructed from anything
+//   invocable as `void()` or `void(const chime::Firing&)`. It is invoked with
+//   the `Firing` of each run (a periodic timer's Task runs many times).
+// - A callable with sizeof <= Task::inline_size (48), alignof <=
+//   alignof(std::max_align_t) and a nothrow move constructor is stored inline,
+//   without allocation; anything else is allocated once, at construction.
+// - A default-constructed or moved-from Task is empty: `explicit operator
+//   bool` is false and invoking it is a no-op.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include "chime/time.hpp"
+
+namespace chime {
+
+class TimerId;
+
+// A timer's identity: {slot, generation}. Default-constructed is invalid and
+// never names a timer; an id whose slot was reused is detected as stale.
+class TimerId {
+ public:
+  constexpr TimerId() noexcept = default;
+  constexpr TimerId(std::uint32_t slot, std::uint32_t generation) noexcept : slot_(slot), generation_(generation) {}
+  constexpr explicit operator bool() const noexcept { return generation_ != 0; }
+  friend constexpr bool operator==(TimerId, TimerId) noexcept = default;
+  constexpr std::uint32_t slot() const noexcept { return slot_; }
+  constexpr std::uint32_t generation() const noexcept { return generation_; }
+
+ private:
+  std::uint32_t slot_ = 0;
+  std::uint32_t generation_ = 0;
+};
+
+// What a run is told about itself.
+struct Firing {
+  TimerId id;
+  TimePoint due;            // the due time of this run
+  TimePoint fired_at;       // the runtime clock's time of the wheel advance that dispatched it
+  std::uint64_t missed = 0; // periodic, Missed::skip: runs coalesced into this one
+};
+
+class Task {
+ public:
+  static constexpr std::size_t inline_size = 48;
+
+  Task() noexcept = default;
+
+  template <class F, class D = std::decay_t<F>,
+            class = std::enable_if_t<!std::is_same_v<D, Task> &&
+                                     (std::is_invocable_v<D&> || std::is_invocable_v<D&, const Firing&>)>>
+  Task(F&& f) {  // NOLINT(google-explicit-constructor): a Task is made from any callable
+    if constexpr (stored_inline<D>) {
+      ::new (static_cast<void*>(storage_)) D(std::forward<F>(f));
+      ops_ = &inline_ops<D>;
+    } else {
+      ::new (static_cast<void*>(storage_)) D*(new D(std::forward<F>(f)));
+      ops_ = &heap_ops<D>;
+    }
+  }
+
+  Task(Task&& other) noexcept : ops_(other.ops_) {
+    if (ops_ != nullptr) {
+      ops_->move(other.storage_, storage_);
+      other.ops_ = nullptr;
+    }
+  }
+  Task& operator=(Task&& other) noexcept {
+    if (this != &other) {
+      reset();
+      if (other.ops_ != nullptr) {
+        other.ops_->move(other.storage_, storage_);
+        ops_ = other.ops_;
+        other.ops_ = nullptr;
+      }
+    }
+    return *this;
+  }
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+  ~Task() { reset(); }
+
+  explicit operator bool() const noexcept { return ops_ != nullptr; }
+
+  // True iff a callable of type F is stored without allocation.
+  template <class F>
+  static constexpr bool stored_inline = sizeof(F) <= inline_size && alignof(F) <= alignof(std::max_align_t) &&
+                                        std::is_nothrow_move_constructible_v<F>;
+
+  void operator()(const Firing& firing) {
+    if (ops_ != nullptr) ops_->invoke(storage_, firing);
+  }
+
+  void reset() noexcept {
+    if (ops_ != nullptr) {
+      ops_->destroy(storage_);
+      ops_ = nullptr;
+    }
+  }
+
+ private:
+  struct Ops {
+    void (*invoke)(void*, const Firing&);
+    void (*move)(void* from, void* to) noexcept;
+    void (*destroy)(void*) noexcept;
+  };
+
+  template <class D>
+  static void call(D& f, const Firing& firing) {
+    if constexpr (std::is_invocable_v<D&, const Firing&>) {
+      std::invoke(f, firing);
+    } else {
+      std::invoke(f);
+    }
+  }
+
+  template <class D>
+  static constexpr Ops inline_ops{
+      [](void* p, const Firing& firing) { call(*std::launder(static_cast<D*>(p)), firing); },
+      [](void* from, void* to) noexcept {
+        D* f = std::launder(static_cast<D*>(from));
+        ::new (to) D(std::move(*f));
+        f->~D();
+      },
+      [](void* p) noexcept { std::launder(static_cast<D*>(p))->~D(); },
+  };
+
+  template <class D>
+  static constexpr Ops heap_ops{
+      [](void* p, const Firing& firing) { call(**std::launder(static_cast<D**>(p)), firing); },
+      [](void* from, void* to) noexcept { ::new (to) D*(*std::launder(static_cast<D**>(from))); },
+      [](void* p) noexcept { delete *std::launder(static_cast<D**>(p)); },
+  };
+
+  alignas(std::max_align_t) unsigned char storage_[inline_size];
+  const Ops* ops_ = nullptr;
+};
+
+}  // namespace chime

@@ -1,0 +1,117 @@
+// runtime/command_queue.hpp: the lock-free queue that carries commands from
+// producer threads to the wheel thread.
+//
+// What this is: a multi-producer, single-consumer queue of small trivially
+// copyable `Command`s, with two backends chosen at run time
+// (RuntimeOptions::command_queue): moodycamel::ConcurrentQueue (default; per
+// producer sub-queues, producer tokens) or boost::lockfree::queue (one
+// Michael-Scott queue). Who may touch it: any thread pushes; only the wheel
+// thread pops.
+//
+// Guarantees:
+// - Per-producer FIFO: commands pushed by one thread (or through one
+//   ProducerQueueToken) are popped in the order pushed. Both backends give it
+//   (moodycamel per sub-queue, Boost globally).
+// - Across producers there is no order, but a command whose push
+//   happens-before a pop attempt is seen by that attempt or an earlier one;
+//   the wheel thread relies only on this (it drains until empty).
+// - Push is lock-free; it may allocate when the queue outgrows its blocks
+//   (moodycamel recycles blocks, so steady state does not allocate).
+//
+// Memory ordering: push is a release and pop an acquire (both libraries), so
+// everything a producer wrote before pushing (the slot's fields and its state
+// word) is visible to the wheel thread when it pops the command.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include <boost/lockfree/queue.hpp>
+#include <concurrentqueue/concurrentqueue.h>
+
+#include "chime/runtime.hpp"
+
+namespace chime::detail {
+
+enum class CommandKind : std::uint8_t {
+  add,         // a new timer (or a periodic re-arm): file it at its due time
+  remove,      // a cancelled timer: take it out of the wheel, free the slot
+  reschedule,  // a due time moved earlier: re-file it
+  flush,       // Runtime::flush: `request` is a FlushRequest*
+  drain,       // Runtime::drain: `request` is a DrainRequest*
+  stop,        // Runtime::shutdown: `request` is a StopRequest*
+};
+
+struct Command {
+  CommandKind kind;
+  std::uint32_t slot;
+  std::uint32_t generation;
+  void* request;
+};
+static_assert(std::is_trivially_copyable_v<Command>);
+
+// A producer's token for the queue (moodycamel's ProducerToken); empty for
+// the Boost backend.
+struct ProducerQueueToken {
+  std::optional<moodycamel::ProducerToken> token;
+};
+
+class CommandQueue {
+ public:
+  explicit CommandQueue(CommandQueueBackend backend) : backend_(backend) {
+    if (backend_ == CommandQueueBackend::boost_lockfree) boost_.emplace(1024);
+  }
+
+  CommandQueueBackend backend() const noexcept { return backend_; }
+
+  std::unique_ptr<ProducerQueueToken> make_token() {
+    auto t = std::make_unique<ProducerQueueToken>();
+    if (backend_ == CommandQueueBackend::moodycamel) t->token.emplace(moodycamel_);
+    return t;
+  }
+
+  // Any thread. Lock-free. May allocate.
+  void push(const Command& c, ProducerQueueToken* token) {
+    if (backend_ == CommandQueueBackend::moodycamel) {
+      if (token != nullptr) {
+        moodycamel_.enqueue(*token->token, c);
+      } else {
+        moodycamel_.enqueue(c);
+      }
+    } else {
+      boost_->push(c);
+      boost_depth_.fetch_add(1, std::memory_order_relaxed);  // statistics only
+    }
+  }
+
+  // Wheel thread only. Pops up to `max` commands into out; returns how many.
+  std::size_t pop_bulk(Command* out, std::size_t max) {
+    if (backend_ == CommandQueueBackend::moodycamel) {
+      if (!consumer_) consumer_.emplace(moodycamel_);
+      return moodycamel_.try_dequeue_bulk(*consumer_, out, max);
+    }
+    std::size_t n = 0;
+    while (n < max && boost_->pop(out[n])) ++n;
+    if (n != 0) boost_depth_.fetch_sub(n, std::memory_order_relaxed);
+    return n;
+  }
+
+  // Approximate number of queued commands. Any thread.
+  std::size_t size_approx() const {
+    if (backend_ == CommandQueueBackend::moodycamel) return moodycamel_.size_approx();
+    const auto d = boost_depth_.load(std::memory_order_relaxed);
+    return d > 0 ? static_cast<std::size_t>(d) : (boost_->empty() ? 0 : 1);
+  }
+
+ private:
+  CommandQueueBackend backend_;
+  moodycamel::ConcurrentQueue<Command> moodycamel_;
+  std::optional<moodycamel::ConsumerToken> consumer_;
+  std::optional<boost::lockfree::queue<Command>> boost_;
+  std::atomic<std::int64_t> boost_depth_{0};
+};
+
+}  // namespace chime::detail

@@ -1,0 +1,214 @@
+// runtime/producer_ops.cpp: schedule, cancel, reschedule and state: the calls
+// any thread makes. Each decides its outcome with one transition of the
+// slot's state word (timer_state.hpp: S1, C1-C3, R1-R3) and never waits for
+// the wheel thread.
+#include <string>
+#include <thread>
+
+#include "runtime_core.hpp"
+
+namespace chime::detail {
+
+namespace {
+// The callback this thread is running, if any (worker_pool.cpp sets it).
+thread_local const RuntimeCore* tls_running_callback_of = nullptr;
+}  // namespace
+
+void set_running_callback(const RuntimeCore* core) noexcept { tls_running_callback_of = core; }
+
+void RuntimeCore::throw_if_in_callback(const char* what) const {
+  if (tls_running_callback_of == this) {
+    throw std::logic_error(std::string("chime::Runtime::") + what +
+                           " called from inside a timer callback: it would wait for itself");
+  }
+}
+
+void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
+  const std::int64_t due_ns = due.time_since_epoch().count();
+  // The wheel always accepts 2^num_bits - 1 intervals past its now (never
+  // less as it advances), up to the last representable interval. A stale
+  // wheel_now_ns_ only makes the limit smaller: conservative.
+  const __int128 p = precision_.count();
+  const __int128 now_key = (static_cast<__int128>(wheel_now_ns_.load(std::memory_order_relaxed)) - start_ns_) / p;
+  const __int128 k_max = (static_cast<__int128>(INT64_MAX) - start_ns_) / p;
+  __int128 key = now_key + max_offset_intervals_;
+  if (key > k_max) key = k_max;
+  const __int128 limit = start_ns_ + key * p;
+  if (due_ns >= limit) {
+    throw std::out_of_range(std::string("chime::Runtime::") + what + ": due time " + std::to_string(due_ns) +
+                            " ns is beyond the wheel's range: it must be below " +
+                            std::to_string(static_cast<std::int64_t>(limit)) +
+                            " ns (precision and level_bits set the range)");
+  }
+}
+
+// (P1) Post, then read the sleeper's deadline; the wheel thread publishes the
+// deadline, then looks at the queue (wheel_thread.cpp, (P2)). The seq_cst
+// fences make it impossible for both to miss the other: either the wheel
+// sees the command before sleeping, or we see its deadline and wake it.
+void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
+  commands_.push(c, token);
+  std::atomic_thread_fence(std::memory_order_seq_cst);                       // (P1)
+  if (due_ns < sleep_deadline_ns_.load(std::memory_order_relaxed)) wake_.wake();
+}
+
+void RuntimeCore::post(const Command& c, ProducerQueueToken* token) { commands_.push(c, token); }
+
+// The slot's timer is finished for good: reset its task, count it, and
+// return the slot. Exactly one party calls this per timer (timer_state.hpp).
+void RuntimeCore::retire(TimerSlot& slot, std::uint32_t index) {
+  slot.task.reset();
+  retired_.add();
+  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  slab_.release(index);
+}
+
+TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
+                              ProducerQueueToken* token) {
+  if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
+  check_due_in_range("schedule", due);
+  if (options_.max_pending != 0) {
+    // Relaxed is enough: the count only has to be exact, not ordered with
+    // anything else.
+    if (live_.fetch_add(1, std::memory_order_relaxed) >= options_.max_pending) {
+      live_.fetch_sub(1, std::memory_order_relaxed);
+      throw CapacityError("chime::Runtime: max_pending = " + std::to_string(options_.max_pending) +
+                          " timers are already pending");
+    }
+  }
+  std::uint32_t index;
+  try {
+    index = slab_.allocate();
+  } catch (...) {
+    if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+    throw;
+  }
+  TimerSlot& slot = slab_[index];
+  // We own the slot: it came from the free list (acquire) or is fresh.
+  const std::uint64_t old = slot.word.load(std::memory_order_relaxed);
+  const std::uint32_t g = StateWord::next_generation(old);
+  const std::int64_t due_ns = due.time_since_epoch().count();
+  slot.due_ns.store(due_ns, std::memory_order_relaxed);
+  slot.period_ns = period_ns;
+  slot.on_missed = on_missed;
+  slot.task = std::move(task);
+  const std::uint64_t pending = StateWord::make(g, 0, SlotState::pending, period_ns != 0);
+  // (S1) seq_cst: a release for the fields above, and one half of the Dekker
+  // pair with shutdown's `stopped_` store: either we see stopped_ below, or
+  // shutdown's sweep sees this Pending word.
+  slot.word.store(pending, std::memory_order_seq_cst);
+  scheduled_.add();
+  if (stopped_.load(std::memory_order_seq_cst)) {
+    std::uint64_t expected = pending;
+    if (slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelled),
+                                          std::memory_order_acq_rel)) {  // (X1): we took it back
+      retire(slot, index);
+      throw StoppedError("chime::Runtime: schedule after shutdown");
+    }
+    return TimerId(index, g);  // shutdown's sweep took it and counts it as not fired
+  }
+  post_and_wake(Command{CommandKind::add, index, g, nullptr}, token, due_ns);
+  return TimerId(index, g);
+}
+
+bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* token) {
+  if (!id) return false;
+  TimerSlot* slot = slab_.find(id.slot());
+  if (slot == nullptr) return false;
+  // acquire: pairs with the release half of S1/R2/F2, so the transition we
+  // CAS from is the one we read.
+  std::uint64_t w = slot->word.load(std::memory_order_acquire);
+  for (;;) {
+    if (StateWord::generation(w) != id.generation()) return false;
+    SlotState next;
+    switch (StateWord::state(w)) {
+      case SlotState::pending:
+        next = SlotState::cancelled;  // (C1)
+        break;
+      case SlotState::writing:
+        next = SlotState::writing_cancelled;  // (C2): the rescheduler finishes and retires it
+        break;
+      case SlotState::running:
+        if (!StateWord::periodic(w)) return false;  // a one-shot already started: lost
+        next = SlotState::cancelled;                 // (C3): no further run; the worker frees it
+        break;
+      default:
+        return false;
+    }
+    if (slot->word.compare_exchange_weak(w, StateWord::with_state(w, next), std::memory_order_acq_rel,
+                                         std::memory_order_acquire)) {
+      cancelled_.add();
+      // Only C1 leaves a filed timer behind: tell the wheel thread, without
+      // waking it (it frees the slot at its next pass or when the alarm is
+      // due, whichever is first).
+      if (StateWord::state(w) == SlotState::pending) post(Command{CommandKind::remove, id.slot(), id.generation(), nullptr}, token);
+      return true;
+    }
+  }
+}
+
+bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token) {
+  check_due_in_range("reschedule", due);
+  if (!id) return false;
+  TimerSlot* slot = slab_.find(id.slot());
+  if (slot == nullptr) return false;
+  const std::int64_t due_ns = due.time_since_epoch().count();
+  std::uint64_t w = slot->word.load(std::memory_order_acquire);
+  for (;;) {
+    if (StateWord::generation(w) != id.generation()) return false;
+    const SlotState s = StateWord::state(w);
+    if (s == SlotState::writing) {  // another thread is rescheduling this timer: let it finish
+      std::this_thread::yield();
+      w = slot->word.load(std::memory_order_acquire);
+      continue;
+    }
+    if (s != SlotState::pending) return false;
+    const std::uint64_t writing = StateWord::with_state(w, SlotState::writing);
+    // (R1) acquire: we now own `due`; release is not needed (nothing written yet).
+    if (slot->word.compare_exchange_weak(w, writing, std::memory_order_acquire, std::memory_order_acquire)) break;
+  }
+  const std::int64_t old_due = slot->due_ns.load(std::memory_order_relaxed);
+  slot->due_ns.store(due_ns, std::memory_order_relaxed);
+  std::uint64_t expected = StateWord::with_state(w, SlotState::writing);
+  // (R2) release: publishes the new due with the new version; the wheel
+  // thread's acquire load of the word, then its load of due, then its claim
+  // CAS (W1) from that exact word, sees either the old version (and the CAS
+  // fails) or this due.
+  if (slot->word.compare_exchange_strong(expected, StateWord::bumped(w, SlotState::pending),
+                                         std::memory_order_release, std::memory_order_acquire)) {
+    rescheduled_.add();
+    // Later: the wheel finds it at its old (earlier) time and re-files it
+    // lazily, no command needed. Earlier: the wheel must re-file it now.
+    if (due_ns < old_due) post_and_wake(Command{CommandKind::reschedule, id.slot(), id.generation(), nullptr}, token, due_ns);
+    return true;
+  }
+  // (R3) The only way R2 fails: a cancel won meanwhile (C2). We still own the
+  // slot's fields; finish the cancel and tell the wheel thread to free it.
+  slot->word.store(StateWord::with_state(expected, SlotState::cancelled), std::memory_order_release);
+  post(Command{CommandKind::remove, id.slot(), id.generation(), nullptr}, token);
+  return false;
+}
+
+TimerState RuntimeCore::state(TimerId id) const noexcept {
+  if (!id) return TimerState::unknown;
+  const TimerSlot* slot = slab_.find(id.slot());
+  if (slot == nullptr) return TimerState::unknown;
+  const std::uint64_t w = slot->word.load(std::memory_order_acquire);
+  if (StateWord::generation(w) != id.generation()) return TimerState::unknown;
+  switch (StateWord::state(w)) {
+    case SlotState::pending:
+    case SlotState::writing:
+      return TimerState::pending;
+    case SlotState::running:
+      return TimerState::running;
+    case SlotState::fired:
+      return TimerState::fired;
+    case SlotState::writing_cancelled:
+    case SlotState::cancelled:
+      return TimerState::cancelled;
+    default:
+      return TimerState::unknown;
+  }
+}
+
+}  // namespace chime::detail

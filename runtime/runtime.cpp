@@ -1,0 +1,209 @@
+// runtime/runtime.cpp: chime::Runtime and chime::Producer (thin forwards to
+// RuntimeCore), and the lifecycle: construction, flush, drain, shutdown,
+// stats.
+//
+// Race: shutdown vs producers still scheduling.
+//   producer (schedule)                         shutdown
+//   slot.word = Pending (S1, seq_cst)           stopped_ = true (seq_cst)
+//   if stopped_: CAS Pending -> Cancelled (X1)  ... join threads ...
+//     won: free it, throw StoppedError          sweep: every Pending -> Cancelled (X1), counted
+//     lost: the sweep counts it; return its id
+// Either the producer sees stopped_, or the sweep sees its Pending word, and
+// exactly one X1 CAS wins: every accepted timer is fired, cancelled, or
+// counted by shutdown as not fired.
+//
+// Race: shutdown vs a running callback: shutdown joins the workers after the
+// wheel thread has stopped dispatching; a run in progress finishes; a
+// periodic timer it re-arms is counted by the sweep.
+#include <string>
+
+#include "runtime_core.hpp"
+
+namespace chime {
+namespace detail {
+
+namespace {
+RuntimeOptions validated(RuntimeOptions o) {
+  if (o.precision <= Duration::zero()) {
+    throw std::invalid_argument("chime::Runtime: precision must be positive, got " +
+                                std::to_string(o.precision.count()) + " ns");
+  }
+  return o;
+}
+}  // namespace
+
+RuntimeCore::RuntimeCore(RuntimeOptions options)
+    : options_(validated(std::move(options))),
+      clock_(options_.clock != nullptr ? options_.clock : &steady_clock_),
+      clock_kind_(dynamic_cast<const SteadyClock*>(clock_) != nullptr   ? ClockKind::steady
+                  : dynamic_cast<const ManualClock*>(clock_) != nullptr ? ClockKind::manual
+                                                                        : ClockKind::other),
+      precision_(options_.precision),
+      start_ns_(clock_->now().time_since_epoch().count()),
+      max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
+      commands_(options_.command_queue),
+      wheel_now_ns_(start_ns_),
+      wheel_(WheelConfig{options_.precision, options_.level_bits, 0}, TimePoint(Duration(start_ns_))) {
+  command_buffer_.resize(256);
+  wheel_token_ = commands_.make_token();
+  handoff_token_ = std::make_unique<moodycamel::ProducerToken>(handoff_);
+  workers_.reserve(options_.workers);
+  for (unsigned i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_main(); });
+  wheel_thread_ = std::thread([this] { wheel_main(); });
+}
+
+RuntimeCore::~RuntimeCore() { shutdown(ShutdownMode::cancel_pending); }
+
+void RuntimeCore::flush() {
+  throw_if_in_callback("flush");
+  if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
+  FlushRequest request;
+  request.target_ns = clock_->now().time_since_epoch().count();
+  commands_.push(Command{CommandKind::flush, 0, 0, &request}, nullptr);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
+  wake_.wake();
+  request.completion.wait();
+}
+
+std::size_t RuntimeCore::drain() {
+  throw_if_in_callback("drain");
+  if (stopped_.load(std::memory_order_acquire)) return 0;
+  DrainRequest request;
+  commands_.push(Command{CommandKind::drain, 0, 0, &request}, nullptr);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
+  wake_.wake();
+  request.completion.wait();
+  return request.count;
+}
+
+std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
+  throw_if_in_callback("shutdown");
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (shutdown_done_.load(std::memory_order_relaxed)) return 0;
+  stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
+  StopRequest request;
+  request.mode = mode;
+  commands_.push(Command{CommandKind::stop, 0, 0, &request}, nullptr);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_.wake();
+  wheel_thread_.join();
+  // The wheel thread has stopped dispatching; queue one stop per worker
+  // behind every run (same producer token: FIFO), then join them.
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    Dispatch stop;
+    stop.flags = Dispatch::stop;
+    handoff_.enqueue(*handoff_token_, stop);
+  }
+  for (auto& t : workers_) t.join();
+  // Sweep: every timer still pending is cancelled and counted (X1).
+  std::size_t not_fired = 0;
+  const std::uint32_t extent = slab_.extent();
+  for (std::uint32_t i = 0; i < extent; ++i) {
+    TimerSlot& slot = slab_[i];
+    std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    for (;;) {
+      const SlotState s = StateWord::state(w);
+      if (s == SlotState::writing) {  // a reschedule racing shutdown: two stores from done
+        std::this_thread::yield();
+        w = slot.word.load(std::memory_order_acquire);
+        continue;
+      }
+      if (s != SlotState::pending) break;
+      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+        ++not_fired;
+        cancelled_.add();
+        slot.task.reset();  // release what the callback captured now, not at destruction
+        retired_.add();
+        if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+        break;
+      }
+    }
+  }
+  shutdown_done_.store(true, std::memory_order_relaxed);
+  return not_fired;
+}
+
+Stats RuntimeCore::stats() const {
+  Stats s;
+  s.scheduled = scheduled_.sum();
+  s.fired = fired_.sum();
+  s.cancelled = cancelled_.sum();
+  s.rescheduled = rescheduled_.sum();
+  const std::uint64_t retired = retired_.sum();
+  s.pending = s.scheduled > retired ? s.scheduled - retired : 0;
+  s.callback_errors = callback_errors_.sum();
+  s.queue_depth = commands_.size_approx();
+  s.wakeups = wakeups_.load(std::memory_order_relaxed);
+  s.lateness = lateness_.summary();
+  return s;
+}
+
+}  // namespace detail
+
+// ---- chime::Producer ----
+
+Producer::Producer(detail::RuntimeCore* core, std::unique_ptr<detail::ProducerQueueToken> token)
+    : core_(core), token_(std::move(token)) {}
+Producer::Producer(Producer&&) noexcept = default;
+Producer& Producer::operator=(Producer&&) noexcept = default;
+Producer::~Producer() = default;
+
+TimerId Producer::schedule_at(TimePoint due, Task task) {
+  return core_->schedule(due, 0, Missed::skip, std::move(task), token_.get());
+}
+TimerId Producer::schedule_after(Duration delay, Task task) {
+  return core_->schedule(core_->now() + delay, 0, Missed::skip, std::move(task), token_.get());
+}
+
+namespace {
+TimerId schedule_periodic(detail::RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
+                          detail::ProducerQueueToken* token) {
+  if (period <= Duration::zero()) {
+    throw std::invalid_argument("chime: schedule_every needs a positive period, got " +
+                                std::to_string(period.count()) + " ns");
+  }
+  const TimePoint first = options.first_due ? *options.first_due : core.now() + period;
+  return core.schedule(first, period.count(), options.on_missed, std::move(task), token);
+}
+}  // namespace
+
+TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions options) {
+  return schedule_periodic(*core_, period, std::move(task), options, token_.get());
+}
+bool Producer::cancel(TimerId id) { return core_->cancel(id, token_.get()); }
+bool Producer::reschedule_at(TimerId id, TimePoint due) { return core_->reschedule(id, due, token_.get()); }
+bool Producer::reschedule_after(TimerId id, Duration delay) {
+  return core_->reschedule(id, core_->now() + delay, token_.get());
+}
+
+// ---- chime::Runtime ----
+
+Runtime::Runtime() : Runtime(Options{}) {}
+Runtime::Runtime(Options options) : core_(std::make_unique<detail::RuntimeCore>(std::move(options))) {}
+Runtime::~Runtime() = default;
+
+TimerId Runtime::schedule_at(TimePoint due, Task task) {
+  return core_->schedule(due, 0, Missed::skip, std::move(task), nullptr);
+}
+TimerId Runtime::schedule_after(Duration delay, Task task) {
+  return core_->schedule(core_->now() + delay, 0, Missed::skip, std::move(task), nullptr);
+}
+TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions options) {
+  return schedule_periodic(*core_, period, std::move(task), options, nullptr);
+}
+bool Runtime::cancel(TimerId id) { return core_->cancel(id, nullptr); }
+bool Runtime::reschedule_at(TimerId id, TimePoint due) { return core_->reschedule(id, due, nullptr); }
+bool Runtime::reschedule_after(TimerId id, Duration delay) {
+  return core_->reschedule(id, core_->now() + delay, nullptr);
+}
+TimerState Runtime::state(TimerId id) const noexcept { return core_->state(id); }
+void Runtime::flush() { core_->flush(); }
+std::size_t Runtime::drain() { return core_->drain(); }
+std::size_t Runtime::shutdown(ShutdownMode mode) { return core_->shutdown(mode); }
+Producer Runtime::producer() { return Producer(core_.get(), core_->make_token()); }
+Stats Runtime::stats() const { return core_->stats(); }
+const Clock& Runtime::clock() const noexcept { return core_->clock(); }
+Duration Runtime::precision() const noexcept { return core_->precision(); }
+
+}  // namespace chime

@@ -1,0 +1,187 @@
+// runtime/runtime_core.hpp: the runtime's shared state and the three roles
+// that act on it.
+//
+// What this is: everything behind chime::Runtime (a pimpl). Its members are
+// grouped by who may touch them:
+// - producer side (any thread): producer_ops.cpp: schedule, cancel,
+//   reschedule, state. They act on a slot's state word (timer_state.hpp) and
+//   post commands (command_queue.hpp).
+// - the wheel thread: wheel_thread.cpp: owns `wheel_`, the slots' wheel-only
+//   fields and `overdue_`; drains commands, advances the wheel, claims due
+//   timers (W1) and hands them to the workers.
+// - workers: worker_pool.cpp: run a claimed timer's task, then finish it (F1,
+//   F2, F3) and count it.
+// - lifecycle (any thread but a callback): runtime.cpp: flush, drain,
+//   shutdown, stats.
+//
+// Read in this order: timer_state.hpp, timer_slab.hpp, command_queue.hpp,
+// wake_signal.hpp, this file, producer_ops.cpp, wheel_thread.cpp,
+// worker_pool.cpp, runtime.cpp.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <concurrentqueue/blockingconcurrentqueue.h>
+
+#include "chime/runtime.hpp"
+#include "chime/timing_wheel.hpp"
+#include "command_queue.hpp"
+#include "runtime_stats.hpp"
+#include "timer_slab.hpp"
+#include "wake_signal.hpp"
+
+namespace chime::detail {
+
+// A claimed run, handed from the wheel thread to a worker.
+struct Dispatch {
+  enum Flags : std::uint8_t {
+    none = 0,
+    drained = 1,  // run early by drain()/shutdown(fire_pending): no lateness sample
+    keep_due = 2, // periodic drained run: the schedule is not advanced
+    final = 4,    // shutdown(fire_pending): a periodic timer is not re-armed
+    stop = 8,     // not a run: the worker exits
+  };
+  std::uint32_t slot = 0;
+  std::uint32_t generation = 0;
+  std::int64_t due_ns = 0;
+  std::int64_t fired_at_ns = 0;
+  std::uint64_t missed = 0;
+  std::uint8_t flags = none;
+};
+
+// A blocking caller's wait for the wheel thread (flush, drain, shutdown).
+struct Completion {
+  void signal() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      done = true;
+    }
+    cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return done; });
+  }
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+struct FlushRequest {
+  std::int64_t target_ns = 0;     // the clock's time at the call
+  std::uint64_t mark = 0;         // dispatch count it must see completed
+  bool seen = false;              // wheel thread: mark initialised
+  Completion completion;
+};
+struct DrainRequest {
+  std::size_t count = 0;
+  Completion completion;
+};
+struct StopRequest {
+  ShutdownMode mode = ShutdownMode::cancel_pending;
+  Completion completion;
+};
+
+class RuntimeCore {
+ public:
+  explicit RuntimeCore(RuntimeOptions options);
+  ~RuntimeCore();
+  RuntimeCore(const RuntimeCore&) = delete;
+  RuntimeCore& operator=(const RuntimeCore&) = delete;
+
+  // producer_ops.cpp. `token` may be null (the calling thread's implicit
+  // sub-queue).
+  TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token);
+  bool cancel(TimerId id, ProducerQueueToken* token);
+  bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token);
+  TimerState state(TimerId id) const noexcept;
+  TimePoint now() const noexcept { return clock_->now(); }
+
+  // runtime.cpp
+  void flush();
+  std::size_t drain();
+  std::size_t shutdown(ShutdownMode mode);
+  Stats stats() const;
+  std::unique_ptr<ProducerQueueToken> make_token() { return commands_.make_token(); }
+  const Clock& clock() const noexcept { return *clock_; }
+  Duration precision() const noexcept { return precision_; }
+
+ private:
+  enum class ClockKind { steady, manual, other };
+
+  // producer_ops.cpp
+  void check_due_in_range(const char* what, TimePoint due) const;
+  void post(const Command& c, ProducerQueueToken* token);
+  void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
+  void retire(TimerSlot& slot, std::uint32_t index);
+  void throw_if_in_callback(const char* what) const;
+
+  // wheel_thread.cpp
+  void wheel_main();
+  bool apply_commands();
+  void apply(const Command& c);
+  void file(std::uint32_t index, TimerSlot& slot);
+  void advance_and_dispatch(std::int64_t now_ns);
+  void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns);
+  void dispatch(const Dispatch& d);
+  void drain_all(std::uint8_t flags, std::size_t& count);
+  void settle_flushes(std::uint64_t completed_snapshot);
+  void sleep(bool busy);
+
+  // worker_pool.cpp
+  void worker_main();
+  void run(const Dispatch& d);
+
+  // Configuration.
+  RuntimeOptions options_;
+  SteadyClock steady_clock_;
+  const Clock* clock_;
+  ClockKind clock_kind_;
+  Duration precision_;
+  std::int64_t start_ns_;
+  std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
+
+  // Shared.
+  TimerSlab slab_;
+  CommandQueue commands_;
+  WakeSignal wake_;
+  std::atomic<std::int64_t> sleep_deadline_ns_{INT64_MIN};  // INT64_MIN: awake; INT64_MAX: no deadline
+  std::atomic<std::int64_t> wheel_now_ns_;                  // published after each advance (relaxed)
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> shutdown_done_{false};
+  std::mutex shutdown_mutex_;
+
+  // Counters (runtime_stats.hpp).
+  StripedCounter scheduled_, fired_, cancelled_, rescheduled_, retired_, callback_errors_;
+  std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
+  std::atomic<std::uint64_t> wakeups_{0};
+  std::atomic<std::uint64_t> dispatched_{0};  // written by the wheel thread only
+  std::atomic<std::uint64_t> completed_{0};   // runs finished (worker or inline)
+  std::atomic<bool> wheel_waits_for_workers_{false};
+  LatenessHistogram lateness_;
+
+  // Wheel thread only.
+  TimingWheel<std::uint32_t> wheel_;
+  std::vector<std::uint32_t> overdue_;  // filed timers due before the wheel's current interval
+  std::vector<std::uint32_t> fired_buffer_;
+  std::vector<Command> command_buffer_;
+  std::vector<FlushRequest*> flushes_;
+  std::unique_ptr<ProducerQueueToken> wheel_token_;
+  StopRequest* stop_ = nullptr;
+  std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched in this pass
+  bool running_ = true;
+
+  // Workers.
+  moodycamel::BlockingConcurrentQueue<Dispatch> handoff_;
+  std::unique_ptr<moodycamel::ProducerToken> handoff_token_;
+  std::vector<std::thread> workers_;
+  std::thread wheel_thread_;
+};
+
+}  // namespace chime::detail

@@ -1,0 +1,106 @@
+// runtime/timer_slab.hpp: the slots that hold every timer's state.
+//
+// What this is: a growable array of TimerSlot addressed by a 32-bit index,
+// in chunks that never move, plus a lock-free free list of slot indices.
+// Who may touch it: any thread takes (`allocate`) and returns (`release`)
+// slots; the fields of a slot follow the ownership rules of timer_state.hpp.
+//
+// Guarantees:
+// - No heap allocation per timer in steady state: released slots are reused
+//   first; a new chunk of `chunk_size` slots is allocated (under a mutex) only
+//   when none is free.
+// - A slot's memory is never freed or moved while the slab lives, so a stale
+//   TimerId always reads a valid atomic word (and then fails its generation
+//   check): never a dangling pointer.
+// - Reuse is FIFO (moodycamel ConcurrentQueue), so a slot is reused as late as
+//   possible, which keeps generations far apart.
+//
+// Memory ordering: a chunk pointer is published with a release store under
+// the grow mutex and read with acquire, pairing with it (A); indices travel
+// through the free list, whose enqueue/dequeue are release/acquire, so a
+// freeing thread's writes (task reset) happen-before the next owner's.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include <concurrentqueue/concurrentqueue.h>
+
+#include "chime/runtime.hpp"
+#include "chime/timing_wheel.hpp"
+#include "timer_state.hpp"
+
+namespace chime::detail {
+
+struct TimerSlot {
+  std::atomic<std::uint64_t> word{0};   // timer_state.hpp
+  std::atomic<std::int64_t> due_ns{0};  // ownership: timer_state.hpp
+  std::int64_t period_ns = 0;           // 0: one-shot
+  Missed on_missed = Missed::skip;
+  Task task;
+  // Wheel thread only:
+  TimingWheel<std::uint32_t>::Alarm alarm;
+  std::uint32_t filed_generation = 0;  // generation whose ADD/REARM the wheel has applied; 0: none
+};
+
+class TimerSlab {
+ public:
+  static constexpr unsigned chunk_shift = 12;
+  static constexpr std::uint32_t chunk_size = 1u << chunk_shift;
+  static constexpr std::uint32_t max_chunks = 1u << 16;  // 2^28 slots
+
+  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(max_chunks)) {}
+  TimerSlab(const TimerSlab&) = delete;
+  TimerSlab& operator=(const TimerSlab&) = delete;
+  ~TimerSlab() {
+    for (std::uint32_t c = 0; c < max_chunks; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+  }
+
+  // Number of slot indices ever handed out; every index below it is valid.
+  std::uint32_t extent() const noexcept { return fresh_.load(std::memory_order_acquire); }
+
+  // The slot at index i, or nullptr if i was never handed out. Any thread.
+  TimerSlot* find(std::uint32_t i) const noexcept {
+    TimerSlot* chunk = chunks_[(i >> chunk_shift) & (max_chunks - 1)].load(std::memory_order_acquire);  // (A)
+    return chunk == nullptr || i >= extent() ? nullptr : &chunk[i & (chunk_size - 1)];
+  }
+  // The slot at an index known to be valid.
+  TimerSlot& operator[](std::uint32_t i) const noexcept {
+    return chunks_[i >> chunk_shift].load(std::memory_order_acquire)[i & (chunk_size - 1)];  // (A)
+  }
+
+  // Takes a free slot. Throws CapacityError when 2^28 slots are in use. May
+  // allocate (one chunk, when no slot is free). Any thread.
+  std::uint32_t allocate() {
+    std::uint32_t i;
+    if (free_.try_dequeue(i)) return i;
+    i = fresh_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (i >= max_chunks * chunk_size) throw CapacityError("chime: the timer slab is full (2^28 timers)");
+      ensure_chunk(i >> chunk_shift);
+      if (fresh_.compare_exchange_weak(i, i + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) return i;
+    }
+  }
+
+  // Returns a slot whose task has been reset. Any thread. May allocate (a
+  // moodycamel block, until the free list has grown to its working size).
+  void release(std::uint32_t i) { free_.enqueue(i); }
+
+ private:
+  void ensure_chunk(std::uint32_t c) {
+    if (chunks_[c].load(std::memory_order_acquire) != nullptr) return;  // (A)
+    std::lock_guard<std::mutex> lock(grow_mutex_);
+    if (chunks_[c].load(std::memory_order_relaxed) == nullptr) {
+      chunks_[c].store(new TimerSlot[chunk_size], std::memory_order_release);  // (A)
+    }
+  }
+
+  std::unique_ptr<std::atomic<TimerSlot*>[]> chunks_;
+  std::atomic<std::uint32_t> fresh_{0};
+  std::mutex grow_mutex_;
+  moodycamel::ConcurrentQueue<std::uint32_t> free_;
+};
+
+}  // namespace chime::detail

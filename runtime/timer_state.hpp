@@ -1,0 +1,114 @@
+// runtime/timer_state.hpp: the timer state machine. THE one place that
+// defines it; docs/state-machine.md mirrors this table and argues the races.
+//
+// What this is: the encoding of a timer slot's 64-bit atomic state word and
+// the pure helpers that build and read it. Who may touch the word: anyone
+// holding a TimerId (producers: cancel, reschedule, state), the wheel thread
+// (claim for a run, re-file), the workers (finish a run). The transitions are
+// made only by the functions named in the table, all in runtime_core.cpp.
+//
+// Word layout:   [ generation : 32 ][ version : 24 ][ periodic : 1 ][ state : 7 ]
+// - generation: which use of the slot this is. Bumped when a producer takes
+//   the slot for a new timer; a TimerId carries it, so every operation on a
+//   stale id fails its compare-and-swap. Generation 0 is never issued.
+// - periodic: set by S1 for schedule_every timers and kept by every
+//   transition, so cancel can tell a periodic timer from a one-shot without
+//   reading a plain field of a slot that might be reused under it.
+// - version: bumped each time a reschedule publishes a new due time. The wheel
+//   thread reads `due` between loading the word and its claim CAS; the CAS
+//   fails if a reschedule completed in between (no ABA on Pending).
+//
+// States and transitions (g = generation, v = version):
+//
+//  from              to                 who                      atomic op (order)
+//  ----------------  -----------------  -----------------------  -------------------------------
+//  (free, g-1)       {g,0,Pending}      producer: schedule_*     store (seq_cst)            (S1)
+//  {g,v,Pending}     {g,v,Writing}      producer: reschedule     CAS (acq_rel)              (R1)
+//  {g,v,Writing}     {g,v+1,Pending}    the same reschedule      CAS (release)              (R2)
+//  {g,v,Writing}     {g,v,WritingCancelled} producer: cancel     CAS (acq_rel)  -> true     (C2)
+//  {g,v,WritingCancelled} {g,v,Cancelled} the reschedule (owner) store (release) -> false   (R3)
+//  {g,v,Pending}     {g,v,Cancelled}    producer: cancel         CAS (acq_rel)  -> true     (C1)
+//  {g,v,Pending}     {g,v,Running}      wheel: claim for a run   CAS (acq_rel)              (W1)
+//  {g,v,Running}     {g,v,Fired}        worker: one-shot done    store (release)            (F1)
+//  {g,v,Running}     {g,v+1,Pending}    worker: periodic re-arm  CAS (acq_rel)              (F2)
+//  {g,v,Running}     {g,v,Cancelled}    producer: cancel (periodic only) CAS (acq_rel) -> true (C3)
+//  {g,v,Running}     {g,v,Fired}        worker: periodic's last run (shutdown) CAS (acq_rel) (F3)
+//  {g,v,Pending}     {g,v,Cancelled}    shutdown sweep / a schedule that lost to shutdown  CAS (X1)
+//
+// Fired and Cancelled are terminal: the slot goes back to the free list but
+// keeps its word, so state(id) reports fired/cancelled until a producer
+// reuses the slot (S1 bumps g). Who frees the slot (exactly one party):
+// - a one-shot or final run: the worker, after F1/F3;
+// - a periodic cancelled while running (C3): the worker, when its F2 fails;
+// - a cancelled timer the wheel still files (C1, R3): the wheel thread, when
+//   the REMOVE command or the due alarm reaches it, whichever is first; one
+//   that is not filed yet: the wheel thread, when the ADD command arrives.
+//
+// Who may write which field:
+// - `due`: the producer before S1; the owner of Writing (R1..R2); the worker
+//   in Running before F2. Nobody else, so whoever wins R1/W1/F2 sees a stable
+//   value.
+// - `task`, `period`, `on_missed`: the producer before S1; read-only until
+//   the slot is freed; the freeing party resets `task`.
+#pragma once
+
+#include <cstdint>
+
+namespace chime::detail {
+
+enum class SlotState : std::uint8_t {
+  free = 0,
+  pending = 1,
+  writing = 2,
+  writing_cancelled = 3,
+  running = 4,
+  fired = 5,
+  cancelled = 6,
+};
+
+struct StateWord {
+  static constexpr std::uint64_t state_mask = 0x7F;
+  static constexpr std::uint64_t periodic_bit = 0x80;
+  static constexpr unsigned version_shift = 8;
+  static constexpr std::uint64_t version_mask = 0xFFFFFFull << version_shift;
+  static constexpr unsigned generation_shift = 32;
+
+  static constexpr std::uint64_t make(std::uint32_t generation, std::uint32_t version, SlotState s,
+                                      bool periodic = false) noexcept {
+    return (std::uint64_t{generation} << generation_shift) |
+           ((std::uint64_t{version} << version_shift) & version_mask) | (periodic ? periodic_bit : 0) |
+           static_cast<std::uint64_t>(s);
+  }
+  static constexpr SlotState state(std::uint64_t w) noexcept { return static_cast<SlotState>(w & state_mask); }
+  static constexpr bool periodic(std::uint64_t w) noexcept { return (w & periodic_bit) != 0; }
+  static constexpr std::uint32_t generation(std::uint64_t w) noexcept {
+    return static_cast<std::uint32_t>(w >> generation_shift);
+  }
+  static constexpr std::uint32_t version(std::uint64_t w) noexcept {
+    return static_cast<std::uint32_t>((w & version_mask) >> version_shift);
+  }
+  static constexpr std::uint64_t with_state(std::uint64_t w, SlotState s) noexcept {
+    return (w & ~state_mask) | static_cast<std::uint64_t>(s);
+  }
+  // Same generation, version + 1 (wrapping inside its 24 bits), state s.
+  static constexpr std::uint64_t bumped(std::uint64_t w, SlotState s) noexcept {
+    return make(generation(w), version(w) + 1, s, periodic(w));
+  }
+  // The generation the next timer in this slot gets: never 0.
+  static constexpr std::uint32_t next_generation(std::uint64_t w) noexcept {
+    const std::uint32_t g = generation(w) + 1;
+    return g == 0 ? 1 : g;
+  }
+};
+
+static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running)) == SlotState::running);
+static_assert(StateWord::generation(StateWord::make(7, 3, SlotState::running)) == 7);
+static_assert(StateWord::version(StateWord::bumped(StateWord::make(7, 0xFFFFFF, SlotState::pending),
+                                                   SlotState::pending)) == 0,
+              "the version wraps inside its field and never carries into the generation");
+static_assert(StateWord::generation(StateWord::bumped(StateWord::make(7, 0xFFFFFF, SlotState::pending),
+                                                      SlotState::pending)) == 7);
+static_assert(StateWord::periodic(StateWord::with_state(StateWord::make(7, 1, SlotState::pending, true),
+                                                        SlotState::running)));
+
+}  // namespace chime::detail
