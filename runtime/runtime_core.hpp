@@ -57,11 +57,11 @@ struct Dispatch {
 
 // A blocking caller's wait for the wheel thread (flush, drain, shutdown).
 struct Completion {
+  // Notifies under the lock: the waiter owns this object and destroys it as
+  // soon as it sees `done`, so the notify must finish before it can look.
   void signal() {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      done = true;
-    }
+    std::lock_guard<std::mutex> lock(mutex);
+    done = true;
     cv.notify_all();
   }
   void wait() {
