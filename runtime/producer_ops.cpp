@@ -25,21 +25,26 @@ void RuntimeCore::throw_if_in_callback(const char* what) const {
 
 void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
   const std::int64_t due_ns = due.time_since_epoch().count();
-  // The wheel always accepts 2^num_bits - 1 intervals past its now (never
-  // less as it advances), up to the last representable interval. A stale
-  // wheel_now_ns_ only makes the limit smaller: conservative.
+  // Relaxed: a stale limit is smaller (the wheel only advances), so the check
+  // is conservative; the wheel accepts anything below the limit it publishes.
+  const std::int64_t limit = due_limit_ns_.load(std::memory_order_relaxed);
+  if (due_ns >= limit) [[unlikely]] {
+    throw std::out_of_range(std::string("chime::Runtime::") + what + ": due time " + std::to_string(due_ns) +
+                            " ns is beyond the wheel's range: it must be below " + std::to_string(limit) +
+                            " ns (precision and level_bits set the range)");
+  }
+}
+
+// The wheel always accepts 2^num_bits - 1 intervals past its now's interval
+// (never fewer as it advances), up to the last interval whose start is a
+// representable TimePoint.
+std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
   const __int128 p = precision_.count();
-  const __int128 now_key = (static_cast<__int128>(wheel_now_ns_.load(std::memory_order_relaxed)) - start_ns_) / p;
+  const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - start_ns_) / p;
   const __int128 k_max = (static_cast<__int128>(INT64_MAX) - start_ns_) / p;
   __int128 key = now_key + max_offset_intervals_;
   if (key > k_max) key = k_max;
-  const __int128 limit = start_ns_ + key * p;
-  if (due_ns >= limit) {
-    throw std::out_of_range(std::string("chime::Runtime::") + what + ": due time " + std::to_string(due_ns) +
-                            " ns is beyond the wheel's range: it must be below " +
-                            std::to_string(static_cast<std::int64_t>(limit)) +
-                            " ns (precision and level_bits set the range)");
-  }
+  return static_cast<std::int64_t>(start_ns_ + key * p);
 }
 
 // (P1) Post, then read the sleeper's deadline; the wheel thread publishes the

@@ -42,7 +42,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       start_ns_(clock_->now().time_since_epoch().count()),
       max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
       commands_(options_.command_queue),
-      wheel_now_ns_(start_ns_),
+      due_limit_ns_(due_limit_for(start_ns_)),
       wheel_(WheelConfig{options_.precision, options_.level_bits, 0}, TimePoint(Duration(start_ns_))) {
   command_buffer_.resize(256);
   wheel_token_ = commands_.make_token();

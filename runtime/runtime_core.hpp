@@ -117,6 +117,7 @@ class RuntimeCore {
 
   // producer_ops.cpp
   void check_due_in_range(const char* what, TimePoint due) const;
+  std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
   void post(const Command& c, ProducerQueueToken* token);
   void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void retire(TimerSlot& slot, std::uint32_t index);
@@ -152,7 +153,7 @@ class RuntimeCore {
   CommandQueue commands_;
   WakeSignal wake_;
   std::atomic<std::int64_t> sleep_deadline_ns_{INT64_MIN};  // INT64_MIN: awake; INT64_MAX: no deadline
-  std::atomic<std::int64_t> wheel_now_ns_;                  // published after each advance (relaxed)
+  std::atomic<std::int64_t> due_limit_ns_;                  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};
   std::atomic<bool> shutdown_done_{false};
   std::mutex shutdown_mutex_;

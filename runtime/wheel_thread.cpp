@@ -64,13 +64,13 @@ void RuntimeCore::wheel_main() {
   }
 }
 
+// Returns true iff it applied timer commands (not just requests).
 bool RuntimeCore::apply_commands() {
   bool any = false;
   std::vector<DrainRequest*> drains;
   for (;;) {
     const std::size_t n = commands_.pop_bulk(command_buffer_.data(), command_buffer_.size());
     if (n == 0) break;
-    any = true;
     for (std::size_t i = 0; i < n; ++i) {
       const Command& c = command_buffer_[i];
       switch (c.kind) {
@@ -84,6 +84,7 @@ bool RuntimeCore::apply_commands() {
           stop_ = static_cast<StopRequest*>(c.request);
           break;
         default:
+          any = true;  // timer traffic: keep polling while it lasts
           apply(c);
       }
     }
@@ -158,7 +159,7 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
   if (now_ns > wheel_.now().time_since_epoch().count()) {
     wheel_.advance_clock(TimePoint(Duration(now_ns)),
                          [&](TimingWheel<std::uint32_t>::Alarm a) { fired_buffer_.push_back(wheel_.value(a)); });
-    wheel_now_ns_.store(now_ns, std::memory_order_relaxed);  // only narrows producers' range check
+    due_limit_ns_.store(due_limit_for(now_ns), std::memory_order_relaxed);  // only ever grows
   }
   const std::int64_t boundary = wheel_.now_interval_num_start().time_since_epoch().count();
   for (std::uint32_t index : fired_buffer_) {
