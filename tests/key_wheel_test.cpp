@@ -257,8 +257,9 @@ TEST(KeyWheel, reused_slot_does_not_revive_stale_handles) {
     for (const Elt& s : stale) {
       ASSERT_FALSE(s == live) << "a new handle equals a stale one at iteration " << i;
     }
-    if (i % 50 == 0) { EXPECT_INVARIANTS(w); }
+    EXPECT_INVARIANTS(w);
     w.remove(live);
+    EXPECT_INVARIANTS(w);
     stale.push_back(live);
     if (stale.size() > 64) stale.erase(stale.begin());
   }
@@ -744,7 +745,10 @@ TEST(KeyWheel, values_are_destroyed_when_removed_fired_cleared_or_destroyed) {
 TEST(KeyWheel, capacity_hint_does_not_limit_size) {
   for (std::size_t capacity : {std::size_t{0}, std::size_t{1}, std::size_t{16}, std::size_t{1000}}) {
     IntWheel w(LevelBits::create({6, 6, 6, 6}), capacity);
-    for (int i = 0; i < 3000; ++i) w.add(static_cast<Key>(i), i);
+    for (int i = 0; i < 3000; ++i) {
+      w.add(static_cast<Key>(i), i);
+      if (i % 97 == 0) { EXPECT_INVARIANTS(w); }
+    }
     EXPECT_EQ(w.size(), 3000u);
     EXPECT_INVARIANTS(w);
     const auto fired = increase(w, 3000);

@@ -577,14 +577,15 @@ TEST(TimingWheel, reused_slot_does_not_revive_stale_alarms) {
   for (int i = 0; i < 3000; ++i) {
     const Alarm a = w.add(T(N(w.now()) + static_cast<std::int64_t>(rng() % 40)), i);
     for (const Alarm& s : stale) { ASSERT_FALSE(s == a) << "new handle equals a stale one at iteration " << i; }
+    EXPECT_INVARIANTS(w);
     if (i % 3 == 0) {
       w.remove(a);
       stale.push_back(a);
     } else {
       for (const Fired& f : advance(w, T(N(w.now()) + 3))) stale.push_back(f.alarm);
     }
+    EXPECT_INVARIANTS(w);
     if (stale.size() > 100) stale.erase(stale.begin(), stale.begin() + 50);
-    if (i % 100 == 0) { EXPECT_INVARIANTS(w); }
   }
   for (const Alarm& s : stale) {
     EXPECT_FALSE(w.contains(s));
@@ -1118,7 +1119,10 @@ TEST(TimingWheel, values_are_destroyed_when_removed_fired_cleared_or_destroyed) 
 TEST(TimingWheel, capacity_hint_does_not_limit_size) {
   for (std::size_t capacity : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{10000}}) {
     IntWheel w(config(1, LevelBits::default_bits(), capacity), T(0));
-    for (int i = 0; i < 5000; ++i) w.add(T(i), i);
+    for (int i = 0; i < 5000; ++i) {
+      w.add(T(i), i);
+      if (i % 97 == 0) { EXPECT_INVARIANTS(w); }
+    }
     EXPECT_EQ(w.size(), 5000u);
     EXPECT_INVARIANTS(w);
     const auto fired = advance(w, T(5000));
@@ -1163,6 +1167,78 @@ TEST(TimingWheel, start_can_be_negative_zero_or_large) {
   }
 }
 
+// A precision as large as the whole int64 range works without overflow (at most two intervals fit).
+TEST(TimingWheel, huge_precision_does_not_overflow) {
+  for (const std::int64_t p : {kI64Max, kI64Max / 2 + 1}) {
+    for (const std::int64_t start : {std::int64_t{0}, std::int64_t{-1}, std::int64_t{5}, -(kI64Max / 2)}) {
+      SCOPED_TRACE(testing::Message() << "precision " << p << " start " << start);
+      IntWheel w(config(p), T(start));
+      EXPECT_INVARIANTS(w);
+      const i128 km = k_max(start, p);
+      const TimePoint ub = w.alarm_upper_bound();
+      EXPECT_EQ(static_cast<i128>(N(ub)), start + std::min<i128>(km, i128{1} << 61) * p);
+      EXPECT_EQ(w.interval_num(TimePoint::max()), static_cast<std::int64_t>((static_cast<i128>(kI64Max) - start) / p));
+      if (km == 0) {  // not even interval 1 starts within int64: nothing can be added
+        EXPECT_EQ(ub, T(start));
+        EXPECT_THROW(w.add(T(start), 1), std::out_of_range);
+        continue;
+      }
+      const Alarm a = w.add(T(start), 1);
+      EXPECT_INVARIANTS(w);
+      const Alarm b = w.add(T(N(ub) - 1), 2);
+      EXPECT_INVARIANTS(w);
+      EXPECT_EQ(w.next_alarm_fires_at(), T(static_cast<std::int64_t>(static_cast<i128>(start) + p)));
+      const auto fired = advance(w, TimePoint::max());
+      EXPECT_INVARIANTS(w);
+      // Everything before interval_start(max) fires; an alarm in max's own interval is then a past alarm.
+      const TimePoint max_start = w.interval_start(TimePoint::max());
+      std::multiset<int> expected;
+      if (T(start) < max_start) expected.insert(1);
+      if (T(N(ub) - 1) < max_start) expected.insert(2);
+      EXPECT_EQ(value_set(fired), expected);
+      const auto past = fire_past(w);
+      EXPECT_INVARIANTS(w);
+      EXPECT_EQ(fired.size() + past.size(), 2u);
+      EXPECT_FALSE(w.contains(a));
+      EXPECT_FALSE(w.contains(b));
+    }
+  }
+}
+
+// A wheel with 61 one-bit levels (the most levels LevelBits allows) behaves like any other.
+TEST(TimingWheel, sixty_one_single_bit_levels_work) {
+  std::vector<int> ones(61, 1);
+  const LevelBits bits = LevelBits::create(std::span<const int>(ones));
+  IntWheel w(config(1, bits), T(0));
+  EXPECT_EQ(w.alarm_upper_bound(), T(std::int64_t{1} << 61));
+  std::mt19937_64 rng(61);
+  std::multiset<std::int64_t> times;
+  for (int i = 0; i < 2000; ++i) {
+    const std::int64_t at = static_cast<std::int64_t>(rng() % (std::uint64_t{1} << (rng() % 61)));
+    w.add(T(at), i);
+    times.insert(at);
+  }
+  EXPECT_INVARIANTS(w);
+  std::int64_t now = 0;
+  while (!times.empty()) {
+    now = std::min<std::int64_t>(kMaxKey, now + 1 + static_cast<std::int64_t>(rng() % (std::uint64_t{1} << (rng() % 61))));
+    const auto fired = advance(w, T(now));
+    EXPECT_INVARIANTS(w);
+    std::size_t expected = 0;
+    while (!times.empty() && *times.begin() < now) {
+      times.erase(times.begin());
+      ++expected;
+    }
+    ASSERT_EQ(fired.size(), expected) << "advance to " << now;
+    for (std::size_t i = 1; i < fired.size(); ++i) ASSERT_LE(fired[i - 1].at, fired[i].at);
+    if (now == kMaxKey) {
+      EXPECT_EQ(fire_past(w).size(), times.size());
+      times.clear();
+    }
+  }
+  EXPECT_TRUE(w.empty());
+}
+
 // ---------------------------------------------------------------------------
 // The guarantees, as inequalities (Jane Street's worked statement, chime's strict version)
 
@@ -1178,7 +1254,8 @@ TEST(TimingWheel, fires_never_early_and_at_most_one_interval_late) {
       IntWheel w(config(p, bits), T(-999));
       for (int step = 0; step < 400; ++step) {
         const std::int64_t now = N(w.now());
-        const std::int64_t room = std::min<std::int64_t>(N(w.alarm_upper_bound()) - now, 50 * p);
+        const std::int64_t room =
+            static_cast<std::int64_t>(std::min<i128>(static_cast<i128>(N(w.alarm_upper_bound())) - now, 50 * p));
         for (int i = 0; i < 3; ++i) {
           w.add(T(now + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(room))), step);
         }
