@@ -1,0 +1,236 @@
+// No heap allocation per timer (design.md "Layer 2": "No heap allocation per
+// timer in steady state"; task.hpp: a Task up to 48 bytes is stored inline).
+//
+// This file replaces the global operator new/delete for the whole
+// chime_runtime_tests binary with a version that counts allocations, on every
+// thread, but only while a CountScope is alive; otherwise it is plain malloc.
+// It is the only file of the binary that does so.
+//
+// Steady state means: after a warm-up that runs the same pattern as the
+// measured phase (same batch sizes, so slabs, free lists, wheel pools and the
+// moodycamel blocks of the calling thread's sub-queue have reached their
+// working size), schedule/cancel/reschedule/fire cycles allocate nothing.
+
+#include "runtime_test_support.hpp"
+
+#include <chime/runtime.hpp>
+#include <chime/task.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <optional>
+#include <vector>
+
+namespace {
+
+std::atomic<bool> g_counting{false};
+std::atomic<std::size_t> g_allocations{0};
+
+void* counted_malloc(std::size_t n) noexcept {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n == 0 ? 1 : n);
+}
+
+void* counted_aligned(std::size_t n, std::align_val_t al) noexcept {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const auto a = static_cast<std::size_t>(al);
+  return std::aligned_alloc(a, n == 0 ? a : (n + a - 1) / a * a);
+}
+
+// Out of line so that GCC does not pair the malloc inside operator new with this free and warn.
+[[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
+
+// Counts the allocations made on any thread during its lifetime.
+class CountScope {
+ public:
+  CountScope() {
+    g_allocations.store(0);
+    g_counting.store(true);
+  }
+  ~CountScope() { g_counting.store(false); }
+  std::size_t count() const { return g_allocations.load(); }
+};
+
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void* operator new(std::size_t n, std::align_val_t al) {
+  if (void* p = counted_aligned(n, al)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t al) {
+  if (void* p = counted_aligned(n, al)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return counted_aligned(n, al);
+}
+void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return counted_aligned(n, al);
+}
+void operator delete(void* p) noexcept { release(p); }
+void operator delete[](void* p) noexcept { release(p); }
+void operator delete(void* p, std::size_t) noexcept { release(p); }
+void operator delete[](void* p, std::size_t) noexcept { release(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+
+namespace {
+
+using namespace chime_test;
+using chime::Firing;
+using chime::ManualClock;
+using chime::Runtime;
+using chime::Task;
+using chime::TimerId;
+
+template <std::size_t N>
+struct Pad {
+  unsigned char bytes[N] = {};
+};
+
+// Constructing, moving, invoking and destroying a Task with a 48-byte callable allocates nothing.
+TEST(RuntimeAllocation, inline_task_never_allocates) {
+  int hits = 0;
+  std::size_t n = 0;
+  {
+    CountScope scope;
+    {
+      Task a([pad = Pad<40>{}, h = &hits] {
+        (void)pad;
+        ++*h;
+      });
+      Task b = std::move(a);
+      Task c;
+      c = std::move(b);
+      c(Firing{});
+    }
+    n = scope.count();
+  }
+  EXPECT_EQ(hits, 1);
+  EXPECT_EQ(n, 0u) << "a 48-byte nothrow-movable callable must be stored inline";
+}
+
+// A callable over 48 bytes is allocated once, at construction, and never again when the Task moves.
+TEST(RuntimeAllocation, large_task_allocates_once_at_construction) {
+  int hits = 0;
+  std::size_t at_construction = 0;
+  std::size_t total = 0;
+  {
+    CountScope scope;
+    {
+      Task a([pad = Pad<41>{}, h = &hits] {
+        (void)pad;
+        ++*h;
+      });  // 49 bytes or more
+      at_construction = scope.count();
+      Task b = std::move(a);
+      Task c;
+      c = std::move(b);
+      c(Firing{});
+    }
+    total = scope.count();
+  }
+  EXPECT_EQ(hits, 1);
+  EXPECT_EQ(at_construction, 1u);
+  EXPECT_EQ(total, 1u);
+}
+
+// One cycle of the steady-state pattern: 100 timers scheduled and cancelled, 100 scheduled, half of them
+// rescheduled later and a quarter earlier, then all fired by one advance.
+void cycle(Runtime& rt, chime::Producer* p, ManualClock& clock, std::atomic<int>& fired, std::vector<TimerId>& ids) {
+  const chime::TimePoint now = clock.now();
+  auto sched = [&](chime::TimePoint due) {
+    auto task = [f = &fired] { f->fetch_add(1, std::memory_order_relaxed); };
+    return p != nullptr ? p->schedule_at(due, task) : rt.schedule_at(due, task);
+  };
+  ids.clear();
+  for (int i = 0; i < 100; ++i) ids.push_back(sched(now + 5ms));
+  for (const TimerId& id : ids) {
+    if (!(p != nullptr ? p->cancel(id) : rt.cancel(id))) std::abort();
+  }
+  ids.clear();
+  for (int i = 0; i < 100; ++i) ids.push_back(sched(now + 2ms));
+  for (int i = 0; i < 50; ++i) {
+    if (!(p != nullptr ? p->reschedule_at(ids[i], now + 3ms) : rt.reschedule_at(ids[i], now + 3ms))) std::abort();
+  }
+  for (int i = 50; i < 75; ++i) {
+    if (!(p != nullptr ? p->reschedule_at(ids[i], now + 1ms) : rt.reschedule_at(ids[i], now + 1ms))) std::abort();
+  }
+  clock.set(now + 4ms);
+  rt.flush();
+}
+
+struct SteadyStateResult {
+  std::size_t allocations = 0;
+  std::size_t idle_flush_allocations = 0;
+  int fired = 0;
+};
+
+SteadyStateResult measure_steady_state(unsigned workers, bool use_producer) {
+  ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, workers)};
+  std::optional<chime::Producer> producer;
+  if (use_producer) producer.emplace(rt.producer());
+  chime::Producer* p = producer ? &*producer : nullptr;
+  std::atomic<int> fired{0};
+  std::vector<TimerId> ids;
+  ids.reserve(100);
+  for (int i = 0; i < 100; ++i) cycle(rt, p, clock, fired, ids);  // warm-up: 20,000 timers
+  SteadyStateResult r;
+  {
+    CountScope scope;
+    for (int i = 0; i < 100; ++i) cycle(rt, p, clock, fired, ids);  // measured: 20,000 timers
+    r.allocations = scope.count();
+  }
+  {
+    CountScope scope;  // diagnostic only: is it flush() itself that allocates?
+    for (int i = 0; i < 100; ++i) rt.flush();
+    r.idle_flush_allocations = scope.count();
+  }
+  r.fired = fired.load();
+  return r;
+}
+
+// Steady state allocates nothing: 10,000 schedule+cancel and 10,000 schedule(+reschedule)+fire cycles
+// through Runtime's own calls, after a warm-up of the same pattern, with 0, 1 and 2 workers.
+TEST(RuntimeAllocation, steady_state_timers_never_allocate) {
+  for (unsigned workers : {0u, 1u, 2u}) {
+    const SteadyStateResult r = measure_steady_state(workers, false);
+    EXPECT_EQ(r.fired, 2 * 100 * 100) << "workers " << workers;
+    EXPECT_EQ(r.allocations, 0u) << "workers " << workers << ": " << r.allocations
+                                 << " heap allocations for 20,000 timers and 100 flushes in steady state ("
+                                 << r.idle_flush_allocations << " for 100 idle flushes)";
+  }
+}
+
+// The same through a Producer handle (its own queue token).
+TEST(RuntimeAllocation, steady_state_producer_timers_never_allocate) {
+  for (unsigned workers : {0u, 1u, 2u}) {
+    const SteadyStateResult r = measure_steady_state(workers, true);
+    EXPECT_EQ(r.fired, 2 * 100 * 100) << "workers " << workers;
+    EXPECT_EQ(r.allocations, 0u) << "workers " << workers << ": " << r.allocations
+                                 << " heap allocations for 20,000 timers and 100 flushes in steady state ("
+                                 << r.idle_flush_allocations << " for 100 idle flushes)";
+  }
+}
+
+}  // namespace

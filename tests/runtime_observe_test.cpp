@@ -1,0 +1,176 @@
+// chime::Runtime observers (design.md "Layer 2", runtime.hpp): state() through
+// pending, running, fired, cancelled and unknown; stats() counters adding up;
+// the lateness histogram; and "idle costs nothing": no wheel-thread wake-ups
+// with nothing due (steady clock) and none at all on a manual clock unless
+// flushed.
+
+#include "runtime_test_support.hpp"
+
+#include <chime/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace chime_test;
+using chime::Duration;
+using chime::Firing;
+using chime::ManualClock;
+using chime::Runtime;
+using chime::TimerId;
+using chime::TimerState;
+
+class ObserveTest : public testing::TestWithParam<unsigned> {
+ protected:
+  ManualClock clock{kStart};
+  Recorder rec{&clock};
+  Runtime rt{manual_options(clock, GetParam())};
+};
+
+INSTANTIATE_TEST_SUITE_P(Runtime, ObserveTest, testing::Values(0u, 1u, 2u), workers_name);
+
+// A one-shot is pending from schedule on (even before the wheel applied it), running inside its callback, then fired.
+TEST_P(ObserveTest, state_goes_pending_running_fired) {
+  std::atomic<int> inside{-1};
+  const TimerId id = rt.schedule_at(at(5ms), [&](const Firing& f) { inside.store(static_cast<int>(rt.state(f.id))); });
+  EXPECT_EQ(rt.state(id), TimerState::pending);
+  rt.flush();
+  EXPECT_EQ(rt.state(id), TimerState::pending);
+  advance_to(clock, rt, at(5ms));
+  EXPECT_EQ(rt.state(id), TimerState::pending);
+  advance_to(clock, rt, at(6ms));
+  EXPECT_EQ(inside.load(), static_cast<int>(TimerState::running));
+  EXPECT_EQ(rt.state(id), TimerState::fired);
+}
+
+// A cancelled timer reports cancelled (before and after the wheel applied the cancel).
+TEST_P(ObserveTest, state_goes_pending_cancelled) {
+  const TimerId id = rt.schedule_at(at(5ms), rec.task());
+  EXPECT_TRUE(rt.cancel(id));
+  EXPECT_EQ(rt.state(id), TimerState::cancelled);
+  rt.flush();
+  EXPECT_EQ(rt.state(id), TimerState::cancelled);
+}
+
+// The default id and ids never issued are unknown.
+TEST_P(ObserveTest, state_is_unknown_for_default_and_never_issued_ids) {
+  const TimerId live = rt.schedule_at(at(5ms), rec.task());
+  EXPECT_EQ(rt.state(TimerId{}), TimerState::unknown);
+  EXPECT_EQ(rt.state(TimerId{live.slot(), live.generation() + 1}), TimerState::unknown);
+  EXPECT_EQ(rt.state(TimerId{1'000'000, 1}), TimerState::unknown);
+  EXPECT_EQ(rt.state(TimerId{0xFFFFFFFFu, 0xFFFFFFFFu}), TimerState::unknown);
+  EXPECT_FALSE(TimerId{});
+  EXPECT_TRUE(live);
+  EXPECT_TRUE(TimerId{} == TimerId{});
+}
+
+// stats(): scheduled, fired, cancelled, rescheduled and pending add up (scheduled = fired + cancelled + pending).
+TEST_P(ObserveTest, stats_counters_add_up) {
+  std::vector<TimerId> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(rt.schedule_at(at(5ms + i * 1ms), rec.task()));
+  EXPECT_TRUE(rt.cancel(ids[0]));
+  EXPECT_TRUE(rt.cancel(ids[9]));
+  EXPECT_TRUE(rt.reschedule_at(ids[1], at(50ms)));
+  EXPECT_TRUE(rt.reschedule_at(ids[2], at(1ms)));
+  // Due times now: id1 50, id2 1, id3..id8 8..13 ms. At 10 ms, due <= 9 ms has fired: id2, id3, id4.
+  advance_to(clock, rt, at(10ms));
+  chime::Stats s = rt.stats();
+  EXPECT_EQ(s.scheduled, 10u);
+  EXPECT_EQ(s.cancelled, 2u);
+  EXPECT_EQ(s.rescheduled, 2u);
+  EXPECT_EQ(s.fired, rec.count());
+  EXPECT_EQ(s.fired, 3u);
+  EXPECT_EQ(s.pending, 5u);  // id1, id5..id8
+  EXPECT_EQ(s.scheduled, s.fired + s.cancelled + s.pending);
+  EXPECT_EQ(s.callback_errors, 0u);
+  advance_to(clock, rt, at(100ms));
+  s = rt.stats();
+  EXPECT_EQ(s.fired, 8u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.scheduled, s.fired + s.cancelled + s.pending);
+}
+
+// stats() counts each periodic run as fired; the timer stays pending until cancelled.
+TEST_P(ObserveTest, stats_count_each_periodic_run) {
+  const TimerId id = rt.schedule_every(2ms, rec.task());
+  for (int k = 1; k <= 10; ++k) advance_to(clock, rt, at(k * 2ms + 1ms));
+  chime::Stats s = rt.stats();
+  EXPECT_EQ(s.fired, 10u);
+  EXPECT_EQ(s.pending, 1u);
+  EXPECT_TRUE(rt.cancel(id));
+  rt.flush();
+  s = rt.stats();
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.cancelled, 1u);
+  EXPECT_EQ(s.scheduled, 1u);
+}
+
+// The lateness histogram measures callback start minus due on the runtime clock: here all runs are 3 ms late.
+TEST_P(ObserveTest, lateness_measures_start_minus_due) {
+  for (int i = 0; i < 100; ++i) rt.schedule_at(at(10ms), rec.task());
+  advance_to(clock, rt, at(13ms));
+  const chime::LatenessStats l = rt.stats().lateness;
+  EXPECT_GE(l.p50, 2ms);
+  EXPECT_LE(l.p50, l.p99);
+  EXPECT_LE(l.p99, l.p999);
+  EXPECT_LE(l.p999, l.max);
+  EXPECT_GE(l.max, 3ms);
+  EXPECT_LE(l.max, 4ms);
+}
+
+// Wake-up count of `rt` over `d` of real time, after letting start-up wake-ups settle.
+std::uint64_t wakeups_over(Runtime& rt, chime::Duration d) {
+  std::this_thread::sleep_for(50ms);
+  const std::uint64_t before = rt.stats().wakeups;
+  std::this_thread::sleep_for(d);
+  return rt.stats().wakeups - before;
+}
+
+// Idle costs nothing: with nothing scheduled on the steady clock the wheel thread does not wake up.
+TEST(RuntimeIdle, no_wakeups_with_nothing_scheduled) {
+  Runtime rt{steady_options(2)};
+  EXPECT_EQ(wakeups_over(rt, 300ms), 0u) << "the wheel thread ticks while idle";
+}
+
+// No busy ticking: with one timer 10 s away the wheel thread sleeps until then.
+TEST(RuntimeIdle, no_wakeups_while_waiting_for_a_far_timer) {
+  Runtime rt{steady_options(2)};
+  rt.schedule_after(10s, [] {});
+  rt.flush();
+  EXPECT_EQ(wakeups_over(rt, 300ms), 0u) << "the wheel thread ticks while waiting for a timer 10 s away";
+}
+
+// After its timers fired, the wheel thread goes back to sleep without a timeout.
+TEST(RuntimeIdle, no_wakeups_after_the_last_timer_fired) {
+  Runtime rt{steady_options(1)};
+  std::atomic<int> fired{0};
+  for (int i = 0; i < 20; ++i) rt.schedule_after(i * 1ms, [&] { fired.fetch_add(1); });
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (fired.load() < 20 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(fired.load(), 20);
+  EXPECT_EQ(wakeups_over(rt, 300ms), 0u);
+}
+
+// With a ManualClock the wheel thread never wakes on its own (clock.hpp), not even once after a burst of
+// commands: time set ahead of a due timer fires nothing until flush().
+TEST(RuntimeIdle, manual_clock_never_wakes_without_flush) {
+  ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, 1)};
+  std::atomic<int> fired{0};
+  rt.schedule_at(at(1ms), [&] { fired.fetch_add(1); });
+  rt.flush();
+  const std::uint64_t before = rt.stats().wakeups;
+  clock.set(at(1s));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(rt.stats().wakeups - before, 0u) << "the wheel thread woke up on its own on a manual clock";
+  EXPECT_EQ(fired.load(), 0) << "fired without a flush on a manual clock";
+  rt.flush();
+  EXPECT_EQ(fired.load(), 1);
+}
+
+}  // namespace

@@ -1,0 +1,397 @@
+// chime::Runtime: schedule_at / schedule_after (design.md "Layer 2", runtime.hpp):
+// when a one-shot timer fires (on the first wheel advance to a time >=
+// interval_start(due) + precision, never earlier), past-due timers, the
+// Firing it is given, order within one advance, callbacks that schedule, the
+// Producer handle, and visibility of callback writes after flush().
+// Deterministic: ManualClock + flush(), with 0, 1 and 2 workers.
+
+#include "runtime_test_support.hpp"
+
+#include <chime/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace chime_test;
+using chime::Duration;
+using chime::Firing;
+using chime::ManualClock;
+using chime::Runtime;
+using chime::TimePoint;
+using chime::TimerId;
+using chime::TimerState;
+
+class ScheduleTest : public testing::TestWithParam<unsigned> {
+ protected:
+  ManualClock clock{kStart};
+  Recorder rec{&clock};
+  Runtime rt{manual_options(clock, GetParam())};
+};
+
+INSTANTIATE_TEST_SUITE_P(Runtime, ScheduleTest, testing::Values(0u, 1u, 2u), workers_name);
+
+// A timer due at d (mid-interval) has not fired with the clock exactly at d nor
+// one nanosecond before interval_start(d) + precision, and fires exactly there.
+TEST_P(ScheduleTest, fires_at_interval_start_plus_precision_not_at_due) {
+  const TimePoint due = at(10ms + 500us);
+  rt.schedule_at(due, rec.task());
+  rt.flush();
+  advance_to(clock, rt, at(10ms));
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, due);
+  EXPECT_EQ(rec.count(), 0u) << "fired with the clock exactly at its due time";
+  advance_to(clock, rt, at(11ms) - 1ns);
+  EXPECT_EQ(rec.count(), 0u) << "fired before interval_start(due) + precision";
+  advance_to(clock, rt, at(11ms));
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.due, due);
+  EXPECT_EQ(rec.runs()[0].firing.fired_at, at(11ms));
+}
+
+// A due time on an interval boundary waits for the whole interval: not at d, at d + precision.
+TEST_P(ScheduleTest, due_on_interval_boundary_fires_one_precision_later) {
+  rt.schedule_at(at(10ms), rec.task());
+  advance_to(clock, rt, at(10ms));
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, at(10ms) + 999'999ns);
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, at(11ms));
+  EXPECT_EQ(rec.count(), 1u);
+}
+
+// Intervals are counted from the clock's time when the runtime was constructed, not from epoch 0.
+TEST(RuntimeScheduleGrid, interval_grid_starts_at_construction_time) {
+  const TimePoint start = kStart + 400us;  // not a multiple of the precision
+  ManualClock clock{start};
+  Recorder rec;
+  Runtime rt{manual_options(clock, 1)};
+  rt.schedule_at(start + 5ms, rec.task());  // its interval is [start + 5 ms, start + 6 ms)
+  advance_to(clock, rt, kStart + 6ms);      // past due, but before interval_start + precision
+  EXPECT_EQ(rec.count(), 0u) << "the wheel's interval grid is not anchored at its start time";
+  advance_to(clock, rt, start + 6ms);
+  EXPECT_EQ(rec.count(), 1u);
+}
+
+// schedule_after(delay) is due at clock.now() + delay.
+TEST_P(ScheduleTest, schedule_after_is_due_at_now_plus_delay) {
+  advance_to(clock, rt, at(5ms + 300us));
+  const TimerId id = rt.schedule_after(10ms, rec.task());
+  advance_to(clock, rt, at(15ms + 300us));
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, at(16ms));
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.due, at(15ms + 300us));
+  EXPECT_EQ(rec.runs()[0].firing.id, id);
+}
+
+// A due time well in the past fires at the next flush, without the clock moving.
+TEST_P(ScheduleTest, past_due_fires_at_next_flush) {
+  advance_to(clock, rt, at(50ms));
+  const TimerId id = rt.schedule_at(at(20ms), rec.task());
+  rt.flush();
+  ASSERT_EQ(rec.count(), 1u);
+  const Firing f = rec.runs()[0].firing;
+  EXPECT_EQ(f.id, id);
+  EXPECT_EQ(f.due, at(20ms));
+  EXPECT_EQ(f.fired_at, at(50ms));
+  EXPECT_EQ(f.missed, 0u);
+  EXPECT_EQ(rt.state(id), TimerState::fired);
+}
+
+// A due time in the past fires at the next flush even if that flush is the first since construction.
+TEST_P(ScheduleTest, due_before_the_wheel_start_fires_at_next_flush) {
+  rt.schedule_at(kStart - 1s, rec.task());
+  rt.flush();
+  EXPECT_EQ(rec.count(), 1u);
+}
+
+// A past due time inside the wheel's current interval still waits for that interval's end (never early).
+TEST_P(ScheduleTest, past_due_in_current_interval_waits_for_interval_end) {
+  advance_to(clock, rt, at(50ms + 500us));
+  rt.schedule_at(at(50ms + 200us), rec.task());
+  rt.flush();
+  EXPECT_EQ(rec.count(), 0u) << "fired before interval_start(due) + precision";
+  advance_to(clock, rt, at(51ms) - 1ns);
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, at(51ms));
+  EXPECT_EQ(rec.count(), 1u);
+}
+
+// A timer due exactly now has not fired after a flush at now.
+TEST_P(ScheduleTest, due_exactly_now_does_not_fire_until_next_interval) {
+  advance_to(clock, rt, at(50ms));
+  rt.schedule_at(at(50ms), rec.task());
+  rt.flush();
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, at(51ms));
+  EXPECT_EQ(rec.count(), 1u);
+}
+
+// Firing carries the id schedule_at returned, the due time given, the clock time of the advance, missed == 0.
+TEST_P(ScheduleTest, firing_reports_id_due_fired_at_and_no_missed_runs) {
+  const TimerId a = rt.schedule_at(at(3ms + 1ns), rec.task(1));
+  const TimerId b = rt.schedule_at(at(7ms), rec.task(2));
+  EXPECT_TRUE(a);
+  EXPECT_TRUE(b);
+  EXPECT_FALSE(a == b);
+  advance_to(clock, rt, at(9ms + 123ns));
+  auto runs = rec.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  std::sort(runs.begin(), runs.end(), [](const RunRecord& x, const RunRecord& y) { return x.tag < y.tag; });
+  EXPECT_EQ(runs[0].firing.id, a);
+  EXPECT_EQ(runs[0].firing.due, at(3ms + 1ns));
+  EXPECT_EQ(runs[0].firing.fired_at, at(9ms + 123ns));
+  EXPECT_EQ(runs[0].firing.missed, 0u);
+  EXPECT_EQ(runs[1].firing.id, b);
+  EXPECT_EQ(runs[1].firing.due, at(7ms));
+  EXPECT_EQ(runs[1].firing.fired_at, at(9ms + 123ns));
+  EXPECT_EQ(runs[1].firing.missed, 0u);
+}
+
+// Each timer fires exactly once, however many flushes and clock moves follow.
+TEST_P(ScheduleTest, one_shot_fires_exactly_once) {
+  rt.schedule_at(at(2ms), rec.task());
+  for (int i = 1; i <= 20; ++i) advance_to(clock, rt, at(i * 1ms));
+  rt.flush();
+  EXPECT_EQ(rec.count(), 1u);
+}
+
+// A jump far ahead fires everything due in between, and nothing due after.
+TEST_P(ScheduleTest, jump_far_ahead_fires_exactly_the_timers_due_before) {
+  std::vector<TimerId> ids;
+  for (int i = 0; i < 300; ++i) rt.schedule_at(at(i * 7ms + 3us), rec.task(i));
+  advance_to(clock, rt, at(1000ms));
+  // due i*7ms + 3us fires iff i*7ms + 1ms <= 1000ms, i.e. i <= 142.
+  EXPECT_EQ(rec.count(), 143u);
+  for (const RunRecord& r : rec.runs()) {
+    EXPECT_LE(r.tag, 142);
+    EXPECT_LT(r.firing.due, at(1000ms));
+  }
+  advance_to(clock, rt, at(10s));
+  EXPECT_EQ(rec.count(), 300u);
+}
+
+// Commands posted with no flush in between are all applied by the next flush.
+TEST_P(ScheduleTest, commands_posted_without_flush_are_applied_by_next_flush) {
+  for (int i = 0; i < 1000; ++i) rt.schedule_at(at(5ms), rec.task(i));
+  clock.set(at(6ms));
+  rt.flush();
+  EXPECT_EQ(rec.count(), 1000u);
+  std::set<int> tags;
+  for (int t : rec.tags()) tags.insert(t);
+  EXPECT_EQ(tags.size(), 1000u);
+}
+
+// Every TimerId issued while timers are alive is distinct and valid.
+TEST_P(ScheduleTest, live_timer_ids_are_distinct_and_valid) {
+  std::vector<TimerId> ids;
+  for (int i = 0; i < 2000; ++i) ids.push_back(rt.schedule_at(at(1s), rec.task()));
+  for (const TimerId& id : ids) EXPECT_TRUE(id);
+  std::set<std::pair<std::uint32_t, std::uint32_t>> seen;
+  for (const TimerId& id : ids) seen.insert({id.slot(), id.generation()});
+  EXPECT_EQ(seen.size(), ids.size());
+}
+
+// A callback can schedule another timer (also on the wheel thread with workers = 0) and it fires later.
+TEST_P(ScheduleTest, callback_can_schedule_a_timer) {
+  std::atomic<int> second{0};
+  rt.schedule_at(at(5ms), [&](const Firing& f) {
+    rt.schedule_at(f.due + 10ms, [&] { second.fetch_add(1); });
+  });
+  advance_to(clock, rt, at(6ms));
+  EXPECT_EQ(second.load(), 0);
+  advance_to(clock, rt, at(15ms));
+  EXPECT_EQ(second.load(), 0);
+  advance_to(clock, rt, at(16ms));
+  EXPECT_EQ(second.load(), 1);
+}
+
+// Plain (non-atomic) writes made by callbacks are visible to the thread whose flush() waited for them.
+TEST_P(ScheduleTest, callback_writes_happen_before_flush_returns) {
+  std::vector<int> slots(100, 0);  // each written by exactly one callback, read after flush
+  for (int i = 0; i < 100; ++i) {
+    rt.schedule_at(at(1ms + i * 10us), [&slots, i] { slots[i] = i + 1; });
+  }
+  advance_to(clock, rt, at(3ms));
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(slots[i], i + 1);
+}
+
+// Writes made before schedule_at are visible to the callback.
+TEST_P(ScheduleTest, writes_before_schedule_happen_before_callback) {
+  int payload = 0;  // non-atomic: ordered by schedule_at -> callback
+  int seen = -1;
+  payload = 42;
+  rt.schedule_at(at(1ms), [&] { seen = payload; });
+  advance_to(clock, rt, at(2ms));
+  EXPECT_EQ(seen, 42);
+}
+
+// With workers = 0 or 1, callbacks within one advance run in nondecreasing interval order.
+TEST(RuntimeScheduleOrder, single_runner_callbacks_run_in_nondecreasing_interval_order) {
+  for (unsigned workers : {0u, 1u}) {
+    ManualClock clock{kStart};
+    Recorder rec;
+    Runtime rt{manual_options(clock, workers)};
+    std::mt19937_64 rng(12345 + workers);
+    std::uniform_int_distribution<std::int64_t> due_ns(0, 100'000'000);  // [0, 100 ms)
+    for (int i = 0; i < 2000; ++i) rt.schedule_at(at(Duration(due_ns(rng))), rec.task(i));
+    advance_to(clock, rt, at(200ms));  // everything fires in this one flush
+    const auto runs = rec.runs();
+    ASSERT_EQ(runs.size(), 2000u) << "workers " << workers;
+    for (std::size_t i = 1; i < runs.size(); ++i) {
+      const auto prev = (runs[i - 1].firing.due - kStart) / kPrecision;
+      const auto cur = (runs[i].firing.due - kStart) / kPrecision;
+      ASSERT_LE(prev, cur) << "workers " << workers << ": run " << i << " (due "
+                           << ms_since_start(runs[i].firing.due) << " ms) ran after a run due "
+                           << ms_since_start(runs[i - 1].firing.due) << " ms";
+    }
+  }
+}
+
+// With workers = 0 callbacks run on one runtime thread (the wheel thread), never on the caller.
+TEST(RuntimeScheduleThreads, zero_workers_run_callbacks_on_the_wheel_thread) {
+  ManualClock clock{kStart};
+  Recorder rec;
+  Runtime rt{manual_options(clock, 0)};
+  for (int i = 0; i < 50; ++i) rt.schedule_at(at(1ms + i * 1ms), rec.task(i));
+  for (int i = 1; i <= 60; ++i) advance_to(clock, rt, at(i * 1ms));
+  const auto runs = rec.runs();
+  ASSERT_EQ(runs.size(), 50u);
+  for (const RunRecord& r : runs) {
+    EXPECT_EQ(r.thread, runs[0].thread);
+    EXPECT_NE(r.thread, std::this_thread::get_id());
+  }
+}
+
+// With workers > 0 callbacks never run on the thread that called flush().
+TEST_P(ScheduleTest, callbacks_never_run_on_the_flushing_thread) {
+  for (int i = 0; i < 20; ++i) rt.schedule_at(at(1ms), rec.task(i));
+  advance_to(clock, rt, at(2ms));
+  for (const RunRecord& r : rec.runs()) EXPECT_NE(r.thread, std::this_thread::get_id());
+}
+
+// Runtime::clock() is the clock given in the options; precision() the precision.
+TEST(RuntimeScheduleOptions, clock_and_precision_are_the_configured_ones) {
+  ManualClock clock{kStart};
+  chime::RuntimeOptions options = manual_options(clock, 1);
+  options.precision = 250us;
+  Runtime rt{options};
+  EXPECT_EQ(&rt.clock(), &clock);
+  EXPECT_EQ(rt.precision(), Duration(250us));
+  EXPECT_EQ(rt.clock().now(), kStart);
+}
+
+// A non-default precision moves the interval grid: due 1.1 ms with 250 us precision fires at 1.25 ms.
+TEST(RuntimeScheduleOptions, precision_sets_the_interval_length) {
+  ManualClock clock{kStart};
+  chime::RuntimeOptions options = manual_options(clock, 1);
+  options.precision = 250us;
+  Recorder rec;
+  Runtime rt{options};
+  rt.schedule_at(at(1100us), rec.task());
+  advance_to(clock, rt, at(1249us));
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, at(1250us));
+  EXPECT_EQ(rec.count(), 1u);
+}
+
+// Runtime() (defaults: steady clock, 1 ms) fires a real-time timer, never before its due time by its clock.
+TEST(RuntimeScheduleSteady, default_runtime_fires_on_the_steady_clock_never_early) {
+  Runtime rt;
+  EXPECT_EQ(rt.precision(), Duration(1ms));
+  std::atomic<bool> fired{false};
+  std::atomic<std::int64_t> now_in_callback{0};
+  const TimePoint due = rt.clock().now() + 20ms;
+  rt.schedule_at(due, [&] {
+    now_in_callback.store(rt.clock().now().time_since_epoch().count());
+    fired.store(true);
+  });
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (!fired.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(fired.load()) << "a 20 ms timer did not fire within 5 s";
+  EXPECT_GE(now_in_callback.load(), due.time_since_epoch().count());
+}
+
+// A Producer handle schedules, cancels and reschedules like the Runtime.
+TEST_P(ScheduleTest, producer_has_the_same_calls) {
+  chime::Producer p = rt.producer();
+  const TimerId a = p.schedule_at(at(5ms), rec.task(1));
+  const TimerId b = p.schedule_after(5ms, rec.task(2));
+  const TimerId c = p.schedule_at(at(5ms), rec.task(3));
+  const TimerId d = p.schedule_at(at(5ms), rec.task(4));
+  const TimerId e = p.schedule_every(10ms, rec.task(5));
+  EXPECT_TRUE(p.cancel(c));
+  EXPECT_TRUE(p.reschedule_at(d, at(20ms)));
+  EXPECT_TRUE(p.reschedule_after(b, 30ms));
+  advance_to(clock, rt, at(11ms));
+  EXPECT_EQ(rec.count(1), 1u);
+  EXPECT_EQ(rec.count(2), 0u);
+  EXPECT_EQ(rec.count(3), 0u);
+  EXPECT_EQ(rec.count(4), 0u);
+  EXPECT_EQ(rec.count(5), 1u);
+  advance_to(clock, rt, at(21ms));
+  EXPECT_EQ(rec.count(4), 1u);
+  EXPECT_EQ(rec.count(5), 2u);
+  advance_to(clock, rt, at(31ms));
+  EXPECT_EQ(rec.count(2), 1u);
+  EXPECT_EQ(rec.count(4), 1u);
+  EXPECT_EQ(rec.count(5), 3u);
+  EXPECT_TRUE(p.cancel(e));
+  EXPECT_EQ(rt.state(a), TimerState::fired);
+  EXPECT_EQ(rt.state(c), TimerState::cancelled);
+}
+
+// A Producer can be moved (constructed and assigned) and keeps working.
+TEST_P(ScheduleTest, producer_is_movable) {
+  chime::Producer p = rt.producer();
+  chime::Producer q = std::move(p);
+  q.schedule_at(at(1ms), rec.task(1));
+  chime::Producer r = rt.producer();
+  r = std::move(q);
+  r.schedule_at(at(1ms), rec.task(2));
+  advance_to(clock, rt, at(2ms));
+  EXPECT_EQ(rec.count(), 2u);
+}
+
+// Commands from one Producer take effect in the order posted: later-then-earlier reschedules end at the last one.
+TEST_P(ScheduleTest, producer_commands_take_effect_in_order) {
+  chime::Producer p = rt.producer();
+  std::vector<TimerId> ids;
+  for (int i = 0; i < 200; ++i) {
+    const TimerId id = p.schedule_at(at(50ms), rec.task(i));
+    ASSERT_TRUE(p.reschedule_at(id, at(40ms)));  // earlier: through the wheel thread
+    ASSERT_TRUE(p.reschedule_at(id, at(60ms)));  // later: CAS on the state word
+    ASSERT_TRUE(p.reschedule_at(id, at(30ms)));  // earlier again: must win over both
+    ids.push_back(id);
+  }
+  advance_to(clock, rt, at(30ms));
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, at(31ms));
+  ASSERT_EQ(rec.count(), 200u);
+  for (const RunRecord& r : rec.runs()) EXPECT_EQ(r.firing.due, at(30ms));
+}
+
+// Each thread's Producer schedules independently; all timers fire.
+TEST_P(ScheduleTest, producers_on_several_threads_all_fire) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([this, t] {
+      chime::Producer p = rt.producer();
+      for (int i = 0; i < 250; ++i) p.schedule_at(at(1ms + i * 10us), rec.task(t));
+    });
+  }
+  for (auto& th : threads) th.join();
+  advance_to(clock, rt, at(10ms));
+  EXPECT_EQ(rec.count(), 1000u);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(rec.count(t), 250u);
+}
+
+}  // namespace

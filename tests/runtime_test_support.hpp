@@ -1,0 +1,121 @@
+// Helpers shared by the chime::Runtime unit tests (tests/runtime_*_test.cpp).
+//
+// Every test drives the runtime with a ManualClock and flush(), so it is
+// deterministic: time moves only when the test says so, and flush() returns
+// once the wheel has caught up with the clock and every callback it handed out
+// has returned. The clock starts at kStart (1000 s), not at 0, so that due
+// times in the past are representable; the wheel's intervals are therefore
+// [kStart + k ms, kStart + (k+1) ms).
+#pragma once
+
+#include <chime/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace chime_test {
+
+using namespace std::chrono_literals;
+
+inline constexpr chime::TimePoint kStart = chime::TimePoint{} + std::chrono::seconds(1000);
+inline constexpr chime::Duration kPrecision = std::chrono::milliseconds(1);
+
+// The time `d` after the start of the manual clock.
+inline chime::TimePoint at(chime::Duration d) { return kStart + d; }
+
+// Options for a runtime on `clock` with 1 ms precision.
+inline chime::RuntimeOptions manual_options(chime::ManualClock& clock, unsigned workers) {
+  chime::RuntimeOptions options;
+  options.precision = kPrecision;
+  options.workers = workers;
+  options.clock = &clock;
+  return options;
+}
+
+// Options for a runtime on the steady clock with 1 ms precision.
+inline chime::RuntimeOptions steady_options(unsigned workers) {
+  chime::RuntimeOptions options;
+  options.precision = kPrecision;
+  options.workers = workers;
+  return options;
+}
+
+// Moves the clock to `t` and waits for the runtime to catch up.
+inline void advance_to(chime::ManualClock& clock, chime::Runtime& rt, chime::TimePoint t) {
+  clock.set(t);
+  rt.flush();
+}
+
+// One callback run as seen from inside the callback.
+struct RunRecord {
+  chime::Firing firing;
+  int tag = 0;
+  std::thread::id thread;
+  chime::TimePoint clock_at_start;  // the runtime clock read at the start of the callback
+};
+
+// Records every run of the tasks it makes; thread-safe.
+class Recorder {
+ public:
+  explicit Recorder(const chime::Clock* clock = nullptr) : clock_(clock) {}
+
+  // A task that records its runs under `tag` (16 bytes: stored inline).
+  chime::Task task(int tag = 0) {
+    return [this, tag](const chime::Firing& f) { record(f, tag); };
+  }
+
+  void record(const chime::Firing& f, int tag) {
+    RunRecord run{f, tag, std::this_thread::get_id(), clock_ != nullptr ? clock_->now() : chime::TimePoint{}};
+    std::lock_guard<std::mutex> lock(mu_);
+    runs_.push_back(run);
+  }
+
+  std::vector<RunRecord> runs() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return runs_;
+  }
+  std::size_t count() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return runs_.size();
+  }
+  std::size_t count(int tag) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::size_t n = 0;
+    for (const RunRecord& r : runs_) n += r.tag == tag ? 1 : 0;
+    return n;
+  }
+  std::vector<int> tags() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int> out;
+    for (const RunRecord& r : runs_) out.push_back(r.tag);
+    return out;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    runs_.clear();
+  }
+
+ private:
+  const chime::Clock* clock_;
+  mutable std::mutex mu_;
+  std::vector<RunRecord> runs_;
+};
+
+// Milliseconds since kStart, for readable failure messages.
+inline double ms_since_start(chime::TimePoint t) {
+  return std::chrono::duration<double, std::milli>(t - kStart).count();
+}
+
+// "workers0", "workers1", ... for parameterized test names.
+inline std::string workers_name(const testing::TestParamInfo<unsigned>& info) {
+  return "workers" + std::to_string(info.param);
+}
+
+}  // namespace chime_test
