@@ -285,7 +285,10 @@ class TimingWheel {
              std::to_string(queue_.pool_[a.elt_.index_].key) + ", not " + std::to_string(interval_num(e.at)));
       }
       if (at < now_start) fail("alarm at " + std::to_string(at) + " ns is before now's interval");
-      if (!(at > now_ns_ - precision_ns_)) fail("alarm at " + std::to_string(at) + " ns <= now - precision");
+      // at > now - precision, in 128 bits: now - precision can be below INT64_MIN.
+      if (!(static_cast<__int128>(at) > static_cast<__int128>(now_ns_) - precision_ns_)) {
+        fail("alarm at " + std::to_string(at) + " ns <= now - precision");
+      }
       if (at >= upper_bound_ns_) fail("alarm at " + std::to_string(at) + " ns is not below alarm_upper_bound");
     });
     if (min_time_known_ && min_time_ != extreme_time(queue_.first_slot(), [](TimePoint a, TimePoint b) {
