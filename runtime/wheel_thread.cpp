@@ -339,7 +339,11 @@ void RuntimeCore::sleep(bool busy) {
         }
       }
     }
-    if (busy) wake_at = std::min(wake_at, steady_now.time_since_epoch().count() + kBusyPollNs);
+    // A manual clock never wakes the wheel on its own (clock.hpp): commands
+    // wait for a flush or for a schedule that needs the wheel earlier.
+    if (busy && clock_kind_ != ClockKind::manual) {
+      wake_at = std::min(wake_at, steady_now.time_since_epoch().count() + kBusyPollNs);
+    }
     const TimePoint until{Duration(wake_at)};
     wake_.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
     wakeups_.fetch_add(1, std::memory_order_relaxed);
