@@ -5,6 +5,7 @@
 #pragma once
 
 #include "chime/key_wheel.hpp"
+#include "chime/keyed_timers.hpp"
 #include "chime/level_bits.hpp"
 #include "chime/time.hpp"
 #include "chime/timing_wheel.hpp"
