@@ -7,7 +7,9 @@
 //   time of its last successful reschedule;
 // - periodic vs cancel: runs of one timer never overlap, the first cancel of a
 //   periodic timer wins, and after it returns at most the run already started
-//   completes.
+//   completes;
+// - shutdown vs schedule: every accepted timer is fired or counted by
+//   shutdown, and nothing runs after shutdown returns.
 // Random choices come from the printed seed (replay with --seed=N).
 
 #include "stress_seed.hpp"
@@ -357,6 +359,68 @@ TEST(RuntimeRace, periodic_cancel_never_overlaps_and_stops_runs) {
   EXPECT_EQ(overlaps, 0u) << "runs of one periodic timer overlapped";
   EXPECT_EQ(late_runs, 0u) << "a periodic run started after cancel() returned true";
   EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// 4 producers schedule timers due 0-5 ms ahead as fast as they can until shutdown() makes schedule throw
+// StoppedError: no accepted timer is lost (accepted == fired + shutdown's count of timers not fired; with
+// fire_pending that count is 0), and no callback starts after shutdown() returned.
+TEST(RuntimeRace, shutdown_races_with_producers_and_loses_no_timer) {
+  chime_stress::print_seed();
+  for (const chime::ShutdownMode mode : {chime::ShutdownMode::cancel_pending, chime::ShutdownMode::fire_pending}) {
+    const bool fire = mode == chime::ShutdownMode::fire_pending;
+    std::atomic<std::uint64_t> fired{0}, after_shutdown{0}, accepted{0}, stopped_errors{0};
+    std::atomic<bool> shutdown_returned{false};
+    std::size_t not_fired = 0;
+    {
+      Runtime rt(steady(2));
+      std::vector<std::thread> producers;
+      for (std::size_t p = 0; p < 4; ++p) {
+        producers.emplace_back([&, p] {
+          std::mt19937_64 rng(chime_stress::seed() * 43 + p + (fire ? 100 : 0));
+          chime::Producer producer = rt.producer();
+          auto task = [&] {
+            if (shutdown_returned.load(std::memory_order_acquire)) after_shutdown.fetch_add(1);
+            fired.fetch_add(1, std::memory_order_relaxed);
+          };
+          for (std::uint64_t k = 0;; ++k) {
+            const Duration delay(static_cast<std::int64_t>(rng() % 5'000'001));
+            try {
+              if (k % 2 == 0) {
+                producer.schedule_after(delay, task);
+              } else {
+                rt.schedule_after(delay, task);
+              }
+            } catch (const chime::StoppedError&) {
+              stopped_errors.fetch_add(1);
+              return;
+            }
+            accepted.fetch_add(1, std::memory_order_relaxed);
+            if (k % 32 == 31) std::this_thread::sleep_for(100us);
+          }
+        });
+      }
+      std::this_thread::sleep_for(30ms);
+      not_fired = rt.shutdown(mode);
+      shutdown_returned.store(true, std::memory_order_release);
+      for (auto& t : producers) t.join();
+      EXPECT_EQ(rt.shutdown(mode), 0u);
+      const chime::Stats s = rt.stats();
+      EXPECT_EQ(s.scheduled, accepted.load());
+      EXPECT_EQ(s.pending, 0u);
+    }
+    std::printf("[ stress   ] shutdown(%s) under load: %llu timers accepted, %llu fired, %zu not fired (shutdown's "
+                "count), %llu StoppedErrors, %llu runs after shutdown returned\n",
+                fire ? "fire_pending" : "cancel_pending", static_cast<unsigned long long>(accepted.load()),
+                static_cast<unsigned long long>(fired.load()), not_fired,
+                static_cast<unsigned long long>(stopped_errors.load()),
+                static_cast<unsigned long long>(after_shutdown.load()));
+    EXPECT_EQ(stopped_errors.load(), 4u);
+    EXPECT_EQ(accepted.load(), fired.load() + not_fired) << "accepted timers neither fired nor counted by shutdown";
+    if (fire) {
+      EXPECT_EQ(not_fired, 0u);
+    }
+    EXPECT_EQ(after_shutdown.load(), 0u) << "callbacks ran after shutdown() returned";
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -184,6 +185,36 @@ TEST_P(RescheduleTest, reschedule_from_inside_own_callback_returns_false) {
   EXPECT_EQ(result.load(), 0);
   advance_to(clock, rt, at(100ms));
   EXPECT_EQ(runs.load(), 1);
+}
+
+// Commands on different threads apply in happens-before order: another thread's reschedule or cancel of an
+// id whose schedule (posted through a Producer) has not been applied yet is never lost.
+TEST_P(RescheduleTest, other_threads_commands_on_unapplied_schedule_are_not_lost) {
+  std::vector<TimerId> ids;
+  std::thread scheduler([&] {
+    chime::Producer p = rt.producer();
+    for (int i = 0; i < 200; ++i) ids.push_back(p.schedule_at(at(50ms), rec.task(i)));
+  });
+  scheduler.join();
+  std::thread other([&] {
+    chime::Producer p = rt.producer();
+    for (int i = 0; i < 200; ++i) {
+      if (i % 2 == 0) {
+        EXPECT_TRUE(p.reschedule_at(ids[i], at(10ms)));
+      } else {
+        EXPECT_TRUE(rt.cancel(ids[i]));
+      }
+    }
+  });
+  other.join();
+  advance_to(clock, rt, at(11ms));
+  EXPECT_EQ(rec.count(), 100u);
+  for (const RunRecord& r : rec.runs()) {
+    EXPECT_EQ(r.tag % 2, 0);
+    EXPECT_EQ(r.firing.due, at(10ms));
+  }
+  advance_to(clock, rt, at(100ms));
+  EXPECT_EQ(rec.count(), 100u);
 }
 
 // A due time beyond the wheel's range throws std::out_of_range and leaves the timer as it was.
