@@ -102,16 +102,19 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   // pair with shutdown's `stopped_` store: either we see stopped_ below, or
   // shutdown's sweep sees this Pending word.
   slot.word.store(pending, std::memory_order_seq_cst);
-  scheduled_.add();
   if (stopped_.load(std::memory_order_seq_cst)) {
     std::uint64_t expected = pending;
     if (slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelled),
-                                          std::memory_order_acq_rel)) {  // (X1): we took it back
-      retire(slot, index);
+                                          std::memory_order_acq_rel)) {  // (X1): we took it back, not accepted
+      slot.task.reset();
+      if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+      slab_.release(index);
       throw StoppedError("chime::Runtime: schedule after shutdown");
     }
-    return TimerId(index, g);  // shutdown's sweep took it and counts it as not fired
+    scheduled_.add();  // shutdown's sweep took it: accepted, and counted by shutdown as not fired
+    return TimerId(index, g);
   }
+  scheduled_.add();
   post_and_wake(Command{CommandKind::add, index, g, nullptr}, token, due_ns);
   return TimerId(index, g);
 }
