@@ -34,8 +34,15 @@
 
 namespace chime::detail {
 
+// Test seam: the generation a fresh slot starts from. A test build sets
+// CHIME_INITIAL_GENERATION near 2^32 so that generations wrap (skipping 0)
+// within a short run; production builds start at 0 (first timer: 1).
+#ifndef CHIME_INITIAL_GENERATION
+#define CHIME_INITIAL_GENERATION 0u
+#endif
+
 struct TimerSlot {
-  std::atomic<std::uint64_t> word{0};   // timer_state.hpp
+  std::atomic<std::uint64_t> word{StateWord::make(CHIME_INITIAL_GENERATION, 0, SlotState::free)};  // timer_state.hpp
   std::atomic<std::int64_t> due_ns{0};  // ownership: timer_state.hpp
   std::int64_t period_ns = 0;           // 0: one-shot
   Missed on_missed = Missed::skip;
