@@ -62,7 +62,7 @@ void RuntimeCore::flush() {
   commands_.push(Command{CommandKind::flush, 0, 0, &request}, nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
-  request.completion.wait();
+  request.completion.wait(wheel_exited_);
 }
 
 std::size_t RuntimeCore::drain() {
@@ -72,7 +72,7 @@ std::size_t RuntimeCore::drain() {
   commands_.push(Command{CommandKind::drain, 0, 0, &request}, nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
-  request.completion.wait();
+  request.completion.wait(wheel_exited_);
   return request.count;
 }
 

@@ -64,9 +64,14 @@ struct Completion {
     done = true;
     cv.notify_all();
   }
-  void wait() {
+  // Waits until signalled, or until the wheel thread has exited (a request
+  // posted just as shutdown stopped it is never served; polling the flag
+  // every 10 ms covers that race without another handshake).
+  void wait(const std::atomic<bool>& wheel_exited) {
     std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, [&] { return done; });
+    while (!done && !wheel_exited.load(std::memory_order_acquire)) {
+      cv.wait_for(lock, std::chrono::milliseconds(10));
+    }
   }
   std::mutex mutex;
   std::condition_variable cv;
@@ -156,6 +161,7 @@ class RuntimeCore {
   std::atomic<std::int64_t> due_limit_ns_;                  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};
   std::atomic<bool> shutdown_done_{false};
+  std::atomic<bool> wheel_exited_{false};  // set by the wheel thread as it returns
   std::mutex shutdown_mutex_;
 
   // Counters (runtime_stats.hpp).

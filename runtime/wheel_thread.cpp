@@ -39,6 +39,10 @@ constexpr std::int64_t kBusyPollNs = 1'000'000;
 }  // namespace
 
 void RuntimeCore::wheel_main() {
+  struct ExitFlag {
+    ~ExitFlag() { flag.store(true, std::memory_order_release); }
+    std::atomic<bool>& flag;
+  } exit_flag{wheel_exited_};
   // Timer slack: let futex timeouts expire on time (default slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   while (running_) {
