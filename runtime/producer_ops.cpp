@@ -12,9 +12,21 @@ namespace chime::detail {
 namespace {
 // The callback this thread is running, if any (worker_pool.cpp sets it).
 thread_local const RuntimeCore* tls_running_callback_of = nullptr;
+// The free-list token of the runtime thread (wheel or worker) this is, if any.
+thread_local const RuntimeCore* tls_return_token_owner = nullptr;
+thread_local moodycamel::ProducerToken* tls_return_token = nullptr;
 }  // namespace
 
 void set_running_callback(const RuntimeCore* core) noexcept { tls_running_callback_of = core; }
+
+ReturnTokenScope::ReturnTokenScope(const RuntimeCore* core, moodycamel::ProducerToken* token) noexcept {
+  tls_return_token_owner = core;
+  tls_return_token = token;
+}
+ReturnTokenScope::~ReturnTokenScope() {
+  tls_return_token_owner = nullptr;
+  tls_return_token = nullptr;
+}
 
 void RuntimeCore::throw_if_in_callback(const char* what) const {
   if (tls_running_callback_of == this) {
@@ -65,7 +77,7 @@ void RuntimeCore::retire(TimerSlot& slot, std::uint32_t index) {
   slot.task.reset();
   retired_.add();
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
-  slab_.release(index);
+  slab_.release(index, tls_return_token_owner == this ? tls_return_token : nullptr);
 }
 
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
@@ -83,7 +95,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   }
   std::uint32_t index;
   try {
-    index = slab_.allocate();
+    index = slab_.allocate();  // token-less: measured cheaper here than a ConsumerToken
   } catch (...) {
     if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
     throw;

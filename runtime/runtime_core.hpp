@@ -93,6 +93,17 @@ struct StopRequest {
   Completion completion;
 };
 
+class RuntimeCore;
+
+// Lets retire() on this thread (the wheel thread, a worker) return slots to
+// the free list through `token` while the scope lives.
+struct ReturnTokenScope {
+  ReturnTokenScope(const RuntimeCore* core, moodycamel::ProducerToken* token) noexcept;
+  ~ReturnTokenScope();
+  ReturnTokenScope(const ReturnTokenScope&) = delete;
+  ReturnTokenScope& operator=(const ReturnTokenScope&) = delete;
+};
+
 class RuntimeCore {
  public:
   explicit RuntimeCore(RuntimeOptions options);

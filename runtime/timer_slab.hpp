@@ -78,6 +78,10 @@ class TimerSlab {
     return chunks_[i >> chunk_shift].load(std::memory_order_acquire)[i & (chunk_size - 1)];  // (A)
   }
 
+  // The wheel thread and each worker return slots with their own producer
+  // token (cheaper than moodycamel's implicit per-thread lookup).
+  moodycamel::ProducerToken make_return_token() { return moodycamel::ProducerToken(free_); }
+
   // Takes a free slot. Throws CapacityError when 2^28 slots are in use. May
   // allocate (one chunk, when no slot is free). Any thread.
   std::uint32_t allocate() {
@@ -93,7 +97,13 @@ class TimerSlab {
 
   // Returns a slot whose task has been reset. Any thread. May allocate (a
   // moodycamel block, until the free list has grown to its working size).
-  void release(std::uint32_t i) { free_.enqueue(i); }
+  void release(std::uint32_t i, moodycamel::ProducerToken* token = nullptr) {
+    if (token != nullptr) {
+      free_.enqueue(*token, i);
+    } else {
+      free_.enqueue(i);
+    }
+  }
 
  private:
   void ensure_chunk(std::uint32_t c) {

@@ -43,6 +43,8 @@ void RuntimeCore::wheel_main() {
     ~ExitFlag() { flag.store(true, std::memory_order_release); }
     std::atomic<bool>& flag;
   } exit_flag{wheel_exited_};
+  moodycamel::ProducerToken return_token = slab_.make_return_token();
+  const ReturnTokenScope return_scope(this, &return_token);
   // Timer slack: let futex timeouts expire on time (default slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   while (running_) {

@@ -32,6 +32,8 @@ void set_running_callback(const RuntimeCore* core) noexcept;  // producer_ops.cp
 
 void RuntimeCore::worker_main() {
   moodycamel::ConsumerToken token(handoff_);
+  moodycamel::ProducerToken return_token = slab_.make_return_token();
+  const ReturnTokenScope return_scope(this, &return_token);
   for (;;) {
     Dispatch d;
     handoff_.wait_dequeue(token, d);
