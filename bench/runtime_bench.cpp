@@ -1,0 +1,780 @@
+// runtime_bench: chime::Runtime beside the timer services a user would
+// otherwise pick, in one binary and one run.
+//
+// Services (each named by the parameters it is built with; see name()):
+//   chime,queue=moodycamel,...      chime::Runtime, default command queue
+//   chime,queue=boost_lockfree,...  chime::Runtime, Boost.Lockfree command queue
+//   mutex_heap,workers=2            runtime_peers/mutex_heap_service.hpp: one mutex,
+//                                   indexed binary heap, condvar timer thread, a
+//                                   mutex+condvar worker pool
+//   asio_steady_timer,...           runtime_peers/asio_timer_service.hpp: steady_timer
+//                                   per timer, one strand per producer, io_context
+//                                   run by 2 threads
+// Every service runs callbacks on 2 threads (chime: workers = 2, mutex_heap: 2
+// pool workers, Asio: 2 io_context threads) and, before its first benchmark,
+// gets `pending` background timers due 1 h .. 1 h 10 min out (fixed
+// pseudo-random spread) that stay pending for the whole run (one instance per
+// service, built on first use, kept until exit). A background timer that
+// fires aborts the binary.
+//
+// Scenarios (P = producers, threads started by the benchmark; each benchmark
+// is one Google Benchmark with manual time = wall time measured here):
+//   BM_RuntimeScheduleCancel  P threads each schedule a timer due now+10s and
+//       cancel it, over and over for `round` of wall time; the iteration ends
+//       when the service has applied everything (chime: flush(); Asio: sync()
+//       on its strands). A round this long amortizes the fixed costs of an
+//       iteration (starting threads, one flush) to well under 1%. items =
+//       pairs; caller_items_per_second = pairs / time until the producer
+//       threads were done (what callers see; chime and Asio apply commands
+//       asynchronously, so it can be higher than items_per_second).
+//   BM_RuntimeScheduleToFire  P threads schedule `timers` timers due
+//       now + 0..1000us; the iteration ends when the last callback has run.
+//       items = timers fired.
+//   BM_RuntimeLateness  P threads, paced on a 1 ms tick for `run`, schedule
+//       `fire_rate` timers/s in total (due now+1ms..2ms) and, per fired timer,
+//       `churn` schedule+cancel pairs (10 s out). Each callback records
+//       steady_clock::now() - due; counters p50_us, p99_us, p999_us, max_us
+//       (nearest rank over every fired timer of the run).
+//   BM_RuntimeTouch  `touch_set` pending timers (split among producers, each
+//       owns its share); P threads push them later (reschedule_after(600s)),
+//       round robin, for `round`; ends when applied. items = touches;
+//       caller_items_per_second as above.
+//   BM_RuntimeAllocs  `pairs` schedule+cancel pairs split among the P
+//       threads, after one warm-up round of the same: every
+//       malloc/calloc/realloc/aligned_alloc/posix_memalign in the process
+//       while the round runs (all threads; operator new included), divided by
+//       the pairs: counter allocs_per_timer.
+//   BM_RuntimeIdleWakeups  nothing but the background timers for `idle`;
+//       counter wakeups = growth of the service's wake-up count (chime:
+//       stats().wakeups; mutex_heap: returns from its condvar waits). Asio has
+//       no such counter and is not listed.
+//
+// CHIME_BENCH_RUNTIME=smoke shrinks every size (the names say which) so the
+// ctest bench_runtime_smoke runs each benchmark once in seconds.
+#include <benchmark/benchmark.h>
+
+#include <chime/runtime.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "runtime_peers/asio_timer_service.hpp"
+#include "runtime_peers/mutex_heap_service.hpp"
+
+// ---------------------------------------------------------------------------
+// Allocation counting. chime_bench is linked with --wrap for the allocation
+// functions (bench/CMakeLists.txt), so every call to them from the binary's
+// own code, including the replacement operator new of alloc_counter.cpp that
+// every operator new in the process resolves to, comes through here. Off by
+// default: one relaxed load per allocation.
+namespace chime_bench::runtime_alloc {
+std::atomic<bool> counting{false};
+std::atomic<std::uint64_t> allocations{0};
+inline void note() noexcept {
+  // Relaxed: a count read after the counted threads have been joined or
+  // synchronized with (flush/sync), which orders it.
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace chime_bench::runtime_alloc
+
+extern "C" {
+void* __real_malloc(std::size_t n);
+void* __real_calloc(std::size_t n, std::size_t size);
+void* __real_realloc(void* p, std::size_t n);
+void* __real_aligned_alloc(std::size_t alignment, std::size_t n);
+int __real_posix_memalign(void** p, std::size_t alignment, std::size_t n);
+
+void* __wrap_malloc(std::size_t n) {
+  chime_bench::runtime_alloc::note();
+  return __real_malloc(n);
+}
+void* __wrap_calloc(std::size_t n, std::size_t size) {
+  chime_bench::runtime_alloc::note();
+  return __real_calloc(n, size);
+}
+void* __wrap_realloc(void* p, std::size_t n) {
+  chime_bench::runtime_alloc::note();
+  return __real_realloc(p, n);
+}
+void* __wrap_aligned_alloc(std::size_t alignment, std::size_t n) {
+  chime_bench::runtime_alloc::note();
+  return __real_aligned_alloc(alignment, n);
+}
+int __wrap_posix_memalign(void** p, std::size_t alignment, std::size_t n) {
+  chime_bench::runtime_alloc::note();
+  return __real_posix_memalign(p, alignment, n);
+}
+}
+
+namespace chime_bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------
+// Parameters. Every benchmark name is built from these.
+
+constexpr unsigned kWorkers = 2;              // callback threads of every service
+constexpr unsigned kMaxProducers = 4;         // producers are 1, 2 or 4
+constexpr unsigned kBackgroundProducer = kMaxProducers;  // Asio: the background timers' strand
+constexpr std::chrono::nanoseconds kPrecision = 1ms;     // chime
+constexpr std::chrono::nanoseconds kBackgroundDue = 1h;  // background timers: 1 h ..
+constexpr std::chrono::nanoseconds kBackgroundSpread = 10min;  // .. 1 h 10 min out
+constexpr std::chrono::nanoseconds kCancelDelay = 10s;   // schedule+cancel timers
+constexpr std::chrono::nanoseconds kFireSpread = 1ms;    // schedule-to-fire: due now + [0, 1ms]
+constexpr std::chrono::nanoseconds kLatenessDelay = 1ms; // lateness: due now + [1ms, 2ms)
+constexpr std::chrono::nanoseconds kTouchDelay = 600s;   // touch: due pushed to now + 600 s
+
+struct Sizes {
+  const char* label;
+  std::size_t pending;             // background timers
+  std::chrono::milliseconds round; // schedule+cancel and touch: wall time per iteration
+  std::size_t pairs;               // allocations: schedule+cancel pairs per iteration, all producers
+  std::size_t fire_timers;         // schedule-to-fire timers per iteration
+  std::chrono::milliseconds run;   // lateness run
+  std::size_t fire_rate;           // lateness: timers fired per second, all producers
+  std::size_t churn;               // lateness: schedule+cancel pairs per fired timer
+  std::size_t touch_set;           // touch: pending timers touched
+  std::chrono::milliseconds idle;  // idle wake-ups: observation time
+};
+
+const Sizes& sizes() {
+  static const Sizes s = [] {
+    const char* env = std::getenv("CHIME_BENCH_RUNTIME");
+    if (env != nullptr && std::string(env) == "smoke") {
+      return Sizes{"smoke", 1'000, 5ms, 4'000, 4'000, 100ms, 20'000, 4, 4'000, 200ms};
+    }
+    return Sizes{"full", 1'000'000, 200ms, 100'000, 200'000, 2'000ms, 20'000, 4, 100'000, 5'000ms};
+  }();
+  return s;
+}
+
+[[noreturn]] [[gnu::cold]] void fail(const std::string& bench, const char* what, std::uint64_t a, std::uint64_t b) {
+  std::fprintf(stderr, "\n%s: CHECK FAILED: %s (%" PRIu64 " vs %" PRIu64 ")\n", bench.c_str(), what, a, b);
+  std::abort();
+}
+
+std::string fmt(std::chrono::nanoseconds d) {
+  const std::int64_t ns = d.count();
+  if (ns != 0 && ns % 3'600'000'000'000 == 0) return std::to_string(ns / 3'600'000'000'000) + "h";
+  if (ns != 0 && ns % 60'000'000'000 == 0 && ns < 3'600'000'000'000) return std::to_string(ns / 60'000'000'000) + "min";
+  if (ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
+  if (ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";
+  if (ns % 1'000 == 0) return std::to_string(ns / 1'000) + "us";
+  return std::to_string(ns) + "ns";
+}
+
+std::int64_t ns_of(TimePoint t) { return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count(); }
+
+// A pseudo-random, fixed spread (splitmix64 of the index).
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// ---------------------------------------------------------------------------
+// Callbacks: all <= 16 trivially copyable bytes, so std::function (libstdc++)
+// and chime::Task both store them without allocating.
+
+std::atomic<std::uint64_t> g_background_fired{0};
+
+struct BackgroundCallback {
+  void operator()() const { g_background_fired.fetch_add(1, std::memory_order_relaxed); }
+};
+
+// Counts runs; for timers that must never fire.
+struct CountCallback {
+  std::atomic<std::uint64_t>* count;
+  void operator()() const { count->fetch_add(1, std::memory_order_relaxed); }
+};
+
+// Counts runs; the one that reaches `target` wakes the waiting benchmark.
+// acq_rel: every callback's effects happen-before the waiter's final load
+// (a release sequence of read-modify-writes).
+struct FireCallback {
+  std::atomic<std::uint64_t>* fired;
+  std::uint64_t target;
+  void operator()() const {
+    if (fired->fetch_add(1, std::memory_order_acq_rel) + 1 == target) fired->notify_all();
+  }
+};
+
+void wait_for_count(std::atomic<std::uint64_t>& fired, std::uint64_t target) {
+  for (std::uint64_t v = fired.load(std::memory_order_acquire); v < target; v = fired.load(std::memory_order_acquire)) {
+    fired.wait(v, std::memory_order_acquire);
+  }
+}
+
+// Lateness record: due times written by producers, lateness by callbacks.
+struct LatenessRecord {
+  explicit LatenessRecord(std::size_t n) : due_ns(n), late_ns(n) {}
+  std::vector<std::int64_t> due_ns;
+  std::vector<std::int64_t> late_ns;
+  std::atomic<std::uint64_t> fired{0};
+  std::uint64_t target = 0;
+};
+
+struct LatenessCallback {
+  LatenessRecord* record;
+  std::size_t index;
+  void operator()() const {
+    const std::int64_t now = ns_of(Clock::now());  // first thing the callback does
+    record->late_ns[index] = now - record->due_ns[index];
+    if (record->fired.fetch_add(1, std::memory_order_acq_rel) + 1 == record->target) record->fired.notify_all();
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The services behind one interface:
+//   static std::string name();          built from the parameters it runs with
+//   S();                                 starts it
+//   Producer producer(unsigned index);  a handle for one producer thread
+//     Id schedule_at(TimePoint, F), schedule_after(duration, F)
+//     bool cancel(Id), reschedule_after(Id, duration)
+//   void sync();                         returns once what was posted before has been applied
+//   std::optional<std::uint64_t> wakeups(), pending()
+//   static constexpr bool kAnswers;      cancel/reschedule report whether they won
+
+const char* queue_name(chime::CommandQueueBackend q) {
+  switch (q) {
+    case chime::CommandQueueBackend::moodycamel: return "moodycamel";
+    case chime::CommandQueueBackend::boost_lockfree: return "boost_lockfree";
+  }
+  return "?";
+}
+
+template <chime::CommandQueueBackend Queue>
+class ChimeService {
+ public:
+  using Id = chime::TimerId;
+  static constexpr bool kAnswers = true;
+
+  static chime::RuntimeOptions options() {
+    chime::RuntimeOptions o;
+    o.precision = kPrecision;
+    o.workers = kWorkers;
+    o.command_queue = Queue;
+    return o;
+  }
+  static std::string name() {
+    const chime::RuntimeOptions o = options();
+    return std::string("chime,queue=") + queue_name(o.command_queue) + ",precision=" + fmt(o.precision) +
+           ",workers=" + std::to_string(o.workers);
+  }
+
+  ChimeService() : rt_(options()) {
+    if (rt_.precision() != kPrecision) fail(name(), "precision", rt_.precision().count(), kPrecision.count());
+  }
+
+  class Producer {
+   public:
+    explicit Producer(chime::Producer p) : p_(std::move(p)) {}
+    template <class F>
+    Id schedule_at(TimePoint due, F f) {
+      return p_.schedule_at(due, chime::Task(f));
+    }
+    template <class F>
+    Id schedule_after(std::chrono::nanoseconds delay, F f) {
+      return p_.schedule_after(delay, chime::Task(f));
+    }
+    bool cancel(Id id) { return p_.cancel(id); }
+    bool reschedule_after(Id id, std::chrono::nanoseconds delay) { return p_.reschedule_after(id, delay); }
+
+   private:
+    chime::Producer p_;
+  };
+
+  Producer producer(unsigned /*index*/) { return Producer(rt_.producer()); }
+  void sync() { rt_.flush(); }
+  std::optional<std::uint64_t> wakeups() const { return rt_.stats().wakeups; }
+  std::optional<std::uint64_t> pending() const { return rt_.stats().pending; }
+
+ private:
+  chime::Runtime rt_;
+};
+
+class MutexHeap {
+ public:
+  using Id = MutexHeapService::Id;
+  static constexpr bool kAnswers = true;
+  static std::string name() { return "mutex_heap,workers=" + std::to_string(kWorkers); }
+
+  MutexHeap() : svc_(kWorkers) {
+    if (svc_.workers() != kWorkers) fail(name(), "workers", svc_.workers(), kWorkers);
+  }
+
+  class Producer {
+   public:
+    explicit Producer(MutexHeapService* svc) : svc_(svc) {}
+    template <class F>
+    Id schedule_at(TimePoint due, F f) {
+      return svc_->schedule_at(due, MutexHeapService::Callback(f));
+    }
+    template <class F>
+    Id schedule_after(std::chrono::nanoseconds delay, F f) {
+      return svc_->schedule_after(delay, MutexHeapService::Callback(f));
+    }
+    bool cancel(Id id) { return svc_->cancel(id); }
+    bool reschedule_after(Id id, std::chrono::nanoseconds delay) { return svc_->reschedule_after(id, delay); }
+
+   private:
+    MutexHeapService* svc_;
+  };
+
+  Producer producer(unsigned /*index*/) { return Producer(&svc_); }
+  void sync() {}  // every call is applied under the mutex before it returns
+  std::optional<std::uint64_t> wakeups() const { return svc_.wakeups(); }
+  std::optional<std::uint64_t> pending() const { return svc_.pending(); }
+
+ private:
+  MutexHeapService svc_;
+};
+
+class Asio {
+ public:
+  using Id = AsioTimerService::Id;
+  static constexpr bool kAnswers = false;
+  static std::string name() { return "asio_steady_timer,threads=" + std::to_string(kWorkers) + ",strand=per_producer"; }
+
+  Asio() : svc_(kWorkers, kMaxProducers + 1) {}
+
+  class Producer {
+   public:
+    explicit Producer(AsioTimerService::Producer p) : p_(std::move(p)) {}
+    template <class F>
+    Id schedule_at(TimePoint due, F f) {
+      return p_.schedule_at(due, AsioTimerService::Callback(f));
+    }
+    template <class F>
+    Id schedule_after(std::chrono::nanoseconds delay, F f) {
+      return p_.schedule_after(delay, AsioTimerService::Callback(f));
+    }
+    bool cancel(const Id& id) { return p_.cancel(id); }
+    bool reschedule_after(const Id& id, std::chrono::nanoseconds delay) { return p_.reschedule_after(id, delay); }
+
+   private:
+    AsioTimerService::Producer p_;
+  };
+
+  Producer producer(unsigned index) { return Producer(svc_.producer(index)); }
+  void sync() { svc_.sync(); }
+  std::optional<std::uint64_t> wakeups() const { return std::nullopt; }
+  std::optional<std::uint64_t> pending() const { return std::nullopt; }
+
+ private:
+  AsioTimerService svc_;
+};
+
+using ChimeMoodycamel = ChimeService<chime::CommandQueueBackend::moodycamel>;
+using ChimeBoostLockfree = ChimeService<chime::CommandQueueBackend::boost_lockfree>;
+
+// One instance per service, with the background timers, built on first use
+// (outside any timed region) and destroyed at exit.
+template <class S>
+S& service() {
+  static const std::unique_ptr<S> instance = [] {
+    auto s = std::make_unique<S>();
+    auto p = s->producer(kBackgroundProducer);
+    const TimePoint base = Clock::now() + kBackgroundDue;
+    const auto spread = static_cast<std::uint64_t>(kBackgroundSpread.count());
+    for (std::size_t i = 0; i < sizes().pending; ++i) {
+      p.schedule_at(base + std::chrono::nanoseconds(mix(i) % spread), BackgroundCallback{});
+    }
+    s->sync();
+    if (auto n = s->pending(); n && *n != sizes().pending) fail(S::name(), "background pending", *n, sizes().pending);
+    return s;
+  }();
+  return *instance;
+}
+
+template <class S>
+std::vector<typename S::Producer> producers(S& s, unsigned n) {
+  std::vector<typename S::Producer> v;
+  v.reserve(n);
+  for (unsigned i = 0; i < n; ++i) v.push_back(s.producer(i));
+  return v;
+}
+
+// Starts P threads that wait at a gate, calls before_open(), records the time,
+// opens the gate, joins them, and returns the recorded time. body(p) runs on
+// thread p.
+template <class Body, class BeforeOpen>
+TimePoint run_producers(unsigned P, Body&& body, BeforeOpen&& before_open) {
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  threads.reserve(P);
+  for (unsigned p = 0; p < P; ++p) {
+    threads.emplace_back([&go, &body, p] {
+      go.wait(false, std::memory_order_acquire);  // pairs with the release store below
+      body(p);
+    });
+  }
+  before_open();
+  const TimePoint t0 = Clock::now();
+  go.store(true, std::memory_order_release);
+  go.notify_all();
+  for (std::thread& t : threads) t.join();
+  return t0;
+}
+
+template <class Body>
+TimePoint run_producers(unsigned P, Body&& body) {
+  return run_producers(P, std::forward<Body>(body), [] {});
+}
+
+double seconds_since(TimePoint t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void check_background(const std::string& bench) {
+  const std::uint64_t n = g_background_fired.load(std::memory_order_relaxed);
+  if (n != 0) fail(bench, "background timers fired", n, 0);
+}
+
+// ---------------------------------------------------------------------------
+// (a) schedule + cancel
+
+// Runs one schedule+cancel round: each producer does `per` pairs, or, with
+// per == 0, pairs until `deadline`. Returns the pairs done; *callers gets the
+// seconds until the producers were done, *seconds the seconds until the
+// service had applied everything.
+constexpr std::size_t kClockCheckEvery = 64;  // operations between deadline checks
+
+template <class S>
+std::uint64_t schedule_cancel_round(S& s, std::vector<typename S::Producer>& hs, unsigned P, std::size_t per,
+                                    TimePoint deadline, std::atomic<std::uint64_t>& fired, const std::string& bench,
+                                    bool count_allocs, double* callers, double* seconds) {
+  std::vector<std::uint64_t> done(P, 0);
+  const TimePoint t0 = run_producers(
+      P,
+      [&](unsigned p) {
+        auto& h = hs[p];
+        std::uint64_t k = 0;
+        for (;;) {
+          for (std::size_t b = 0; b < kClockCheckEvery; ++b, ++k) {
+            auto id = h.schedule_after(kCancelDelay, CountCallback{&fired});
+            if (!h.cancel(id) && S::kAnswers) fail(bench, "cancel of a timer 10 s out lost", k, p);
+          }
+          if (per != 0 ? k >= per : Clock::now() >= deadline) break;
+        }
+        done[p] = k;
+      },
+      [&] {
+        if (count_allocs) runtime_alloc::counting.store(true, std::memory_order_relaxed);
+      });
+  if (callers != nullptr) *callers = seconds_since(t0);
+  s.sync();
+  if (count_allocs) runtime_alloc::counting.store(false, std::memory_order_relaxed);
+  if (seconds != nullptr) *seconds = seconds_since(t0);
+  std::uint64_t total = 0;
+  for (std::uint64_t d : done) total += d;
+  return total;
+}
+
+template <class S>
+void BM_ScheduleCancel(benchmark::State& state, std::string bench, unsigned P) {
+  S& s = service<S>();
+  auto hs = producers(s, P);
+  std::atomic<std::uint64_t> fired{0};
+  double caller_secs = 0;
+  std::uint64_t items = 0;
+  for (auto _ : state) {
+    double callers = 0, secs = 0;
+    items += schedule_cancel_round(s, hs, P, 0, Clock::now() + sizes().round, fired, bench, false, &callers, &secs);
+    caller_secs += callers;
+    state.SetIterationTime(secs);
+  }
+  if (fired.load() != 0) fail(bench, "cancelled timers fired", fired.load(), 0);
+  check_background(bench);
+  state.SetItemsProcessed(static_cast<std::int64_t>(items));
+  state.counters["caller_items_per_second"] = static_cast<double>(items) / caller_secs;
+}
+
+// (e) allocations per timer over schedule + cancel, steady state
+template <class S>
+void BM_Allocs(benchmark::State& state, std::string bench, unsigned P) {
+  S& s = service<S>();
+  auto hs = producers(s, P);
+  const std::size_t per = sizes().pairs / P;
+  std::atomic<std::uint64_t> fired{0};
+  // Warm-up: reach steady state (slabs, queues and free lists at their working size).
+  schedule_cancel_round(s, hs, P, per, TimePoint{}, fired, bench, false, nullptr, nullptr);
+  std::uint64_t allocations = 0;
+  std::uint64_t items = 0;
+  for (auto _ : state) {
+    runtime_alloc::allocations.store(0, std::memory_order_relaxed);
+    double secs = 0;
+    items += schedule_cancel_round(s, hs, P, per, TimePoint{}, fired, bench, true, nullptr, &secs);
+    allocations += runtime_alloc::allocations.load(std::memory_order_relaxed);
+    state.SetIterationTime(secs);
+  }
+  if (fired.load() != 0) fail(bench, "cancelled timers fired", fired.load(), 0);
+  check_background(bench);
+  const double timers = static_cast<double>(items);
+  state.SetItemsProcessed(static_cast<std::int64_t>(items));
+  state.counters["allocs_per_timer"] = benchmark::Counter(static_cast<double>(allocations) / timers);
+}
+
+// (b) schedule-to-fire throughput
+template <class S>
+void BM_ScheduleToFire(benchmark::State& state, std::string bench, unsigned P) {
+  S& s = service<S>();
+  auto hs = producers(s, P);
+  const std::size_t per = sizes().fire_timers / P;
+  const std::uint64_t target = per * P;
+  const auto spread_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(kFireSpread).count());
+  std::atomic<std::uint64_t> fired{0};
+  for (auto _ : state) {
+    fired.store(0, std::memory_order_relaxed);
+    const TimePoint t0 = run_producers(P, [&](unsigned p) {
+      auto& h = hs[p];
+      for (std::size_t k = 0; k < per; ++k) {
+        const auto offset = std::chrono::microseconds(mix(p * per + k) % (spread_us + 1));  // 0..1000 us
+        h.schedule_after(offset, FireCallback{&fired, target});
+      }
+    });
+    wait_for_count(fired, target);
+    state.SetIterationTime(seconds_since(t0));
+    s.sync();
+    if (fired.load() != target) fail(bench, "timers fired", fired.load(), target);
+  }
+  check_background(bench);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * target));
+}
+
+// (c) fire lateness under producer load
+double percentile_us(const std::vector<std::int64_t>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  std::size_t rank = static_cast<std::size_t>(q * static_cast<double>(sorted.size()) + 0.999999);
+  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+  return static_cast<double>(sorted[rank - 1]) / 1e3;
+}
+
+template <class S>
+void BM_Lateness(benchmark::State& state, std::string bench, unsigned P) {
+  S& s = service<S>();
+  auto hs = producers(s, P);
+  const Sizes& z = sizes();
+  const std::size_t ticks = static_cast<std::size_t>(z.run / 1ms);
+  const std::size_t batch = z.fire_rate / 1000 / P;  // per producer per 1 ms tick
+  const std::size_t per = ticks * batch;
+  const auto delay_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(kLatenessDelay).count());
+  LatenessRecord record(per * P);
+  record.target = per * P;
+  std::atomic<std::uint64_t> churn_fired{0};
+  std::vector<std::int64_t> sorted;
+  for (auto _ : state) {
+    record.fired.store(0, std::memory_order_relaxed);
+    const TimePoint t0 = run_producers(P, [&](unsigned p) {
+      auto& h = hs[p];
+      std::size_t index = p * per;
+      const TimePoint start = Clock::now();
+      for (std::size_t t = 0; t < ticks; ++t) {
+        std::this_thread::sleep_until(start + std::chrono::milliseconds(static_cast<std::int64_t>(t)));
+        for (std::size_t b = 0; b < batch; ++b, ++index) {
+          const TimePoint due = Clock::now() + kLatenessDelay + std::chrono::microseconds(mix(index) % delay_us);
+          record.due_ns[index] = ns_of(due);
+          h.schedule_at(due, LatenessCallback{&record, index});
+          for (std::size_t c = 0; c < z.churn; ++c) {
+            auto id = h.schedule_after(kCancelDelay, CountCallback{&churn_fired});
+            if (!h.cancel(id) && S::kAnswers) fail(bench, "cancel of a timer 10 s out lost", c, p);
+          }
+        }
+      }
+    });
+    wait_for_count(record.fired, record.target);
+    state.SetIterationTime(seconds_since(t0));
+    s.sync();
+    sorted = record.late_ns;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted.front() < 0) fail(bench, "a callback ran before its due time (ns early)", -sorted.front(), 0);
+  }
+  if (churn_fired.load() != 0) fail(bench, "cancelled timers fired", churn_fired.load(), 0);
+  check_background(bench);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * record.target));
+  state.counters["p50_us"] = percentile_us(sorted, 0.50);
+  state.counters["p99_us"] = percentile_us(sorted, 0.99);
+  state.counters["p999_us"] = percentile_us(sorted, 0.999);
+  state.counters["max_us"] = sorted.empty() ? 0 : static_cast<double>(sorted.back()) / 1e3;
+}
+
+// (d) touch: push pending timers later
+template <class S>
+void BM_Touch(benchmark::State& state, std::string bench, unsigned P) {
+  S& s = service<S>();
+  auto hs = producers(s, P);
+  const std::size_t set_per = sizes().touch_set / P;
+  std::atomic<std::uint64_t> fired{0};
+  std::vector<std::vector<typename S::Id>> ids(P);
+  for (unsigned p = 0; p < P; ++p) {
+    ids[p].reserve(set_per);
+    for (std::size_t k = 0; k < set_per; ++k) ids[p].push_back(hs[p].schedule_after(kTouchDelay, CountCallback{&fired}));
+  }
+  s.sync();
+  std::vector<std::size_t> cursor(P, 0);
+  std::vector<std::uint64_t> done(P, 0);
+  double caller_secs = 0;
+  std::uint64_t items = 0;
+  for (auto _ : state) {
+    const TimePoint deadline = Clock::now() + sizes().round;
+    const TimePoint t0 = run_producers(P, [&](unsigned p) {
+      auto& h = hs[p];
+      auto& mine = ids[p];
+      std::size_t j = cursor[p];
+      std::uint64_t k = 0;
+      do {
+        for (std::size_t b = 0; b < kClockCheckEvery; ++b, ++k) {
+          if (!h.reschedule_after(mine[j], kTouchDelay) && S::kAnswers) fail(bench, "touch of a pending timer lost", k, p);
+          if (++j == mine.size()) j = 0;
+        }
+      } while (Clock::now() < deadline);
+      cursor[p] = j;
+      done[p] = k;
+    });
+    for (std::uint64_t d : done) items += d;
+    caller_secs += seconds_since(t0);
+    s.sync();
+    state.SetIterationTime(seconds_since(t0));
+  }
+  for (unsigned p = 0; p < P; ++p) {
+    for (auto& id : ids[p]) {
+      if (!hs[p].cancel(id) && S::kAnswers) fail(bench, "cancel of a touched timer lost", 0, p);
+    }
+  }
+  s.sync();
+  if (fired.load() != 0) fail(bench, "touched timers fired", fired.load(), 0);
+  check_background(bench);
+  state.SetItemsProcessed(static_cast<std::int64_t>(items));
+  state.counters["caller_items_per_second"] = static_cast<double>(items) / caller_secs;
+}
+
+// (f) wake-ups while idle
+template <class S>
+void BM_IdleWakeups(benchmark::State& state, std::string bench) {
+  S& s = service<S>();
+  s.sync();
+  std::this_thread::sleep_for(20ms);  // let the wake-up that sync() caused finish
+  std::uint64_t woke = 0;
+  for (auto _ : state) {
+    const std::uint64_t before = s.wakeups().value();
+    const TimePoint t0 = Clock::now();
+    std::this_thread::sleep_for(sizes().idle);
+    woke += s.wakeups().value() - before;
+    state.SetIterationTime(seconds_since(t0));
+  }
+  check_background(bench);
+  state.counters["wakeups"] = static_cast<double>(woke);
+  state.counters["pending"] = static_cast<double>(s.pending().value_or(0));
+}
+
+// ---------------------------------------------------------------------------
+// Registration: scenario, then producers, then service, so peers sit side by
+// side in the output.
+
+template <class S, class Fn>
+void add(const std::string& scenario, const std::string& params, Fn fn, unsigned P, int iterations) {
+  const std::string name = "BM_Runtime" + scenario + "<" + S::name() + ">/" + params;
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), fn, name, P);
+  b->UseManualTime()->Unit(benchmark::kMillisecond);
+  if (iterations > 0) b->Iterations(iterations);
+}
+
+template <class Fn4>
+void for_services(Fn4&& fn) {
+  fn(static_cast<ChimeMoodycamel*>(nullptr));
+  fn(static_cast<ChimeBoostLockfree*>(nullptr));
+  fn(static_cast<MutexHeap*>(nullptr));
+  fn(static_cast<Asio*>(nullptr));
+}
+
+void register_all() {
+  const Sizes& z = sizes();
+  const std::string pending = "pending:" + std::to_string(z.pending);
+  for (unsigned P : {1u, 2u, 4u}) {
+    const std::string prod = "/producers:" + std::to_string(P);
+    for_services([&](auto* tag) {
+      using S = std::remove_pointer_t<decltype(tag)>;
+      add<S>("ScheduleCancel", pending + "/delay:" + fmt(kCancelDelay) + "/round:" + fmt(z.round) + prod,
+             BM_ScheduleCancel<S>, P, 0);
+    });
+  }
+  for (unsigned P : {1u, 2u, 4u}) {
+    const std::string prod = "/producers:" + std::to_string(P);
+    for_services([&](auto* tag) {
+      using S = std::remove_pointer_t<decltype(tag)>;
+      add<S>("ScheduleToFire",
+             pending + "/due:0.." + fmt(kFireSpread) + "/timers:" + std::to_string(z.fire_timers) + prod,
+             BM_ScheduleToFire<S>, P, 0);
+    });
+  }
+  for (unsigned P : {1u, 2u, 4u}) {
+    const std::string prod = "/producers:" + std::to_string(P);
+    for_services([&](auto* tag) {
+      using S = std::remove_pointer_t<decltype(tag)>;
+      add<S>("Lateness",
+             pending + "/due:" + fmt(kLatenessDelay) + ".." + fmt(2 * kLatenessDelay) + "/fire_rate:" +
+                 std::to_string(z.fire_rate) + "/churn:" + std::to_string(z.churn) + "/run:" + fmt(z.run) + prod,
+             BM_Lateness<S>, P, 1);
+    });
+  }
+  for (unsigned P : {1u, 2u, 4u}) {
+    const std::string prod = "/producers:" + std::to_string(P);
+    for_services([&](auto* tag) {
+      using S = std::remove_pointer_t<decltype(tag)>;
+      add<S>("Touch",
+             pending + "/touch_set:" + std::to_string(z.touch_set) + "/to:" + fmt(kTouchDelay) + "/round:" +
+                 fmt(z.round) + prod,
+             BM_Touch<S>, P, 0);
+    });
+  }
+  for (unsigned P : {1u, 2u, 4u}) {
+    const std::string prod = "/producers:" + std::to_string(P);
+    for_services([&](auto* tag) {
+      using S = std::remove_pointer_t<decltype(tag)>;
+      add<S>("Allocs", pending + "/delay:" + fmt(kCancelDelay) + "/pairs:" + std::to_string(z.pairs) + prod,
+             BM_Allocs<S>, P, 2);
+    });
+  }
+  auto idle = [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    const std::string name = "BM_RuntimeIdleWakeups<" + S::name() + ">/" + pending + "/idle:" + fmt(z.idle);
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_IdleWakeups<S>, name);
+    b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+  };
+  idle(static_cast<ChimeMoodycamel*>(nullptr));
+  idle(static_cast<ChimeBoostLockfree*>(nullptr));
+  idle(static_cast<MutexHeap*>(nullptr));
+
+  benchmark::AddCustomContext("runtime_sizes", z.label);
+  benchmark::AddCustomContext(
+      "runtime_services",
+      "every service runs callbacks on 2 threads and holds `pending` background timers due 1h..1h10min out; "
+      "mutex_heap = std::mutex + indexed binary heap + condvar timer thread + mutex/condvar pool of 2; "
+      "asio = steady_timer per timer (make_shared), every operation posted to the producer's strand, io_context "
+      "run by 2 threads");
+  benchmark::AddCustomContext(
+      "runtime_timing",
+      "manual time = wall time from opening the producers' start gate until the service has applied everything "
+      "(chime flush(), Asio two marker rounds on every strand) or the last callback ran; items = pairs, timers "
+      "or touches");
+}
+
+const bool registered = (register_all(), true);
+
+}  // namespace
+}  // namespace chime_bench
