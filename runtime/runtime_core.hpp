@@ -141,7 +141,7 @@ class RuntimeCore {
 
   // wheel_thread.cpp
   void wheel_main();
-  bool apply_commands();
+  bool apply_commands(bool& exhausted);
   void apply(const Command& c);
   void file(std::uint32_t index, TimerSlot& slot);
   void advance_and_dispatch(std::int64_t now_ns);
@@ -190,6 +190,7 @@ class RuntimeCore {
   std::vector<std::uint32_t> fired_buffer_;
   std::vector<Command> command_buffer_;
   std::vector<FlushRequest*> flushes_;
+  std::vector<DrainRequest*> drains_;
   std::unique_ptr<ProducerQueueToken> wheel_token_;
   StopRequest* stop_ = nullptr;
   std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched in this pass

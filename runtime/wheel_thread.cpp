@@ -3,14 +3,16 @@
 // filed_generation) and the pending flush/drain/stop requests.
 //
 // One pass:
-//   1. snapshot completed_ (for flush), then drain the command queue until it
-//      is empty, applying each command (file, un-file, re-file, requests);
+//   1. snapshot completed_ (for flush), then apply queued commands (file,
+//      un-file, re-file, requests) until the queue is empty or a batch limit;
 //   2. read the clock and advance: the overdue list first, then what the
 //      wheel fires, in nondecreasing interval order; for each timer decide
 //      (consider): claim and dispatch it (W1), re-file it (its due moved
 //      later, or a reschedule is in flight), or free it (cancelled);
-//   3. serve drain/stop requests, settle flushes;
+//   3. if the queue was emptied: serve drain/stop requests, settle flushes,
+//      and
 //   4. sleep until the next alarm is due, or until a producer wakes us.
+//      Otherwise start the next pass at once.
 //
 // Race: enqueue vs the wheel going to sleep.
 //
@@ -36,6 +38,10 @@ constexpr std::size_t kCommandBatch = 256;
 // apply them, so the queue holds at most about this much traffic. With no
 // commands it sleeps until the next alarm (or forever): no idle ticking.
 constexpr std::int64_t kBusyPollNs = 1'000'000;
+// At most this many commands per pass, so that under a flood of commands the
+// wheel still advances and dispatches between batches (about every 1 ms at
+// ~100 ns per command) instead of starving the timers.
+constexpr std::size_t kMaxCommandsPerPass = 8192;
 }  // namespace
 
 void RuntimeCore::wheel_main() {
@@ -50,11 +56,13 @@ void RuntimeCore::wheel_main() {
   while (running_) {
     const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
     pass_min_due_ns_ = INT64_MAX;
-    const bool busy = apply_commands();
+    bool exhausted = false;
+    const bool busy = apply_commands(exhausted);
     std::int64_t now = clock_->now().time_since_epoch().count();
     const std::int64_t wheel_now = wheel_.now().time_since_epoch().count();
     if (now < wheel_now) now = wheel_now;  // a clock must not go backwards; never move the wheel back
     advance_and_dispatch(now);
+    if (!exhausted) continue;  // more commands queued: apply them before anything else waits or sleeps
     if (stop_ != nullptr) {
       if (stop_->mode == ShutdownMode::fire_pending) {
         std::size_t count = 0;
@@ -70,13 +78,22 @@ void RuntimeCore::wheel_main() {
   }
 }
 
-// Returns true iff it applied timer commands (not just requests).
-bool RuntimeCore::apply_commands() {
+// Applies up to kMaxCommandsPerPass commands. Returns true iff it applied
+// timer commands (not just requests); sets `exhausted` iff it emptied the
+// queue. Requests (drain, stop, and settling flushes) act only in a pass that
+// emptied the queue: then every command posted before them, by any thread,
+// has been applied.
+bool RuntimeCore::apply_commands(bool& exhausted) {
   bool any = false;
-  std::vector<DrainRequest*> drains;
-  for (;;) {
+  exhausted = false;
+  std::size_t applied = 0;
+  while (applied < kMaxCommandsPerPass) {
     const std::size_t n = commands_.pop_bulk(command_buffer_.data(), command_buffer_.size());
-    if (n == 0) break;
+    if (n == 0) {
+      exhausted = true;
+      break;
+    }
+    applied += n;
     for (std::size_t i = 0; i < n; ++i) {
       const Command& c = command_buffer_[i];
       switch (c.kind) {
@@ -84,7 +101,7 @@ bool RuntimeCore::apply_commands() {
           flushes_.push_back(static_cast<FlushRequest*>(c.request));
           break;
         case CommandKind::drain:
-          drains.push_back(static_cast<DrainRequest*>(c.request));
+          drains_.push_back(static_cast<DrainRequest*>(c.request));
           break;
         case CommandKind::stop:
           stop_ = static_cast<StopRequest*>(c.request);
@@ -95,11 +112,12 @@ bool RuntimeCore::apply_commands() {
       }
     }
   }
-  // Requests act after the whole queue is applied: every command posted
-  // before them (by any thread) is in by now.
-  for (DrainRequest* d : drains) {
-    drain_all(Dispatch::drained, d->count);
-    d->completion.signal();
+  if (exhausted) {
+    for (DrainRequest* d : drains_) {
+      drain_all(Dispatch::drained, d->count);
+      d->completion.signal();
+    }
+    drains_.clear();
   }
   return any;
 }
