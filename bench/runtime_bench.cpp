@@ -129,27 +129,27 @@ using namespace std::chrono_literals;
 // ---------------------------------------------------------------------------
 // Parameters. Every benchmark name is built from these.
 
-constexpr unsigned kWorkers = 2;              // callback threads of every service
-constexpr unsigned kMaxProducers = 4;         // producers are 1, 2 or 4
+constexpr unsigned kWorkers = 2;                         // callback threads of every service
+constexpr unsigned kMaxProducers = 4;                    // producers are 1, 2 or 4
 constexpr unsigned kBackgroundProducer = kMaxProducers;  // Asio: the background timers' strand
 constexpr std::chrono::nanoseconds kPrecision = 1ms;     // chime
 constexpr std::chrono::nanoseconds kBackgroundDue = 1h;  // background timers: 1 h ..
 constexpr std::chrono::nanoseconds kBackgroundSpread = 10min;  // .. 1 h 10 min out
-constexpr std::chrono::nanoseconds kCancelDelay = 10s;   // schedule+cancel timers
-constexpr std::chrono::nanoseconds kFireSpread = 1ms;    // schedule-to-fire: due now + [0, 1ms]
-constexpr std::chrono::nanoseconds kLatenessDelay = 1ms; // lateness: due now + [1ms, 2ms)
-constexpr std::chrono::nanoseconds kTouchDelay = 600s;   // touch: due pushed to now + 600 s
+constexpr std::chrono::nanoseconds kCancelDelay = 10s;         // schedule+cancel timers
+constexpr std::chrono::nanoseconds kFireSpread = 1ms;     // schedule-to-fire: due now + [0, 1ms]
+constexpr std::chrono::nanoseconds kLatenessDelay = 1ms;  // lateness: due now + [1ms, 2ms)
+constexpr std::chrono::nanoseconds kTouchDelay = 600s;    // touch: due pushed to now + 600 s
 
 struct Sizes {
   const char* label;
-  std::size_t pending;             // background timers
-  std::chrono::milliseconds round; // schedule+cancel and touch: wall time per iteration
-  std::size_t pairs;               // allocations: schedule+cancel pairs per iteration, all producers
-  std::size_t fire_timers;         // schedule-to-fire timers per iteration
-  std::chrono::milliseconds run;   // lateness run
-  std::size_t fire_rate;           // lateness: timers fired per second, all producers
-  std::size_t churn;               // lateness: schedule+cancel pairs per fired timer
-  std::size_t touch_set;           // touch: pending timers touched
+  std::size_t pending;              // background timers
+  std::chrono::milliseconds round;  // schedule+cancel and touch: wall time per iteration
+  std::size_t pairs;              // allocations: schedule+cancel pairs per iteration, all producers
+  std::size_t fire_timers;        // schedule-to-fire timers per iteration
+  std::chrono::milliseconds run;  // lateness run
+  std::size_t fire_rate;          // lateness: timers fired per second, all producers
+  std::size_t churn;              // lateness: schedule+cancel pairs per fired timer
+  std::size_t touch_set;          // touch: pending timers touched
   std::chrono::milliseconds idle;  // idle wake-ups: observation time
 };
 
@@ -164,22 +164,27 @@ const Sizes& sizes() {
   return s;
 }
 
-[[noreturn]] [[gnu::cold]] void fail(const std::string& bench, const char* what, std::uint64_t a, std::uint64_t b) {
-  std::fprintf(stderr, "\n%s: CHECK FAILED: %s (%" PRIu64 " vs %" PRIu64 ")\n", bench.c_str(), what, a, b);
+[[noreturn]] [[gnu::cold]] void fail(const std::string& bench, const char* what, std::uint64_t a,
+                                     std::uint64_t b) {
+  std::fprintf(stderr, "\n%s: CHECK FAILED: %s (%" PRIu64 " vs %" PRIu64 ")\n", bench.c_str(), what,
+               a, b);
   std::abort();
 }
 
 std::string fmt(std::chrono::nanoseconds d) {
   const std::int64_t ns = d.count();
   if (ns != 0 && ns % 3'600'000'000'000 == 0) return std::to_string(ns / 3'600'000'000'000) + "h";
-  if (ns != 0 && ns % 60'000'000'000 == 0 && ns < 3'600'000'000'000) return std::to_string(ns / 60'000'000'000) + "min";
+  if (ns != 0 && ns % 60'000'000'000 == 0 && ns < 3'600'000'000'000)
+    return std::to_string(ns / 60'000'000'000) + "min";
   if (ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
   if (ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";
   if (ns % 1'000 == 0) return std::to_string(ns / 1'000) + "us";
   return std::to_string(ns) + "ns";
 }
 
-std::int64_t ns_of(TimePoint t) { return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count(); }
+std::int64_t ns_of(TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 // A pseudo-random, fixed spread (splitmix64 of the index).
 std::uint64_t mix(std::uint64_t x) {
@@ -217,7 +222,8 @@ struct FireCallback {
 };
 
 void wait_for_count(std::atomic<std::uint64_t>& fired, std::uint64_t target) {
-  for (std::uint64_t v = fired.load(std::memory_order_acquire); v < target; v = fired.load(std::memory_order_acquire)) {
+  for (std::uint64_t v = fired.load(std::memory_order_acquire); v < target;
+       v = fired.load(std::memory_order_acquire)) {
     fired.wait(v, std::memory_order_acquire);
   }
 }
@@ -237,7 +243,8 @@ struct LatenessCallback {
   void operator()() const {
     const std::int64_t now = ns_of(Clock::now());  // first thing the callback does
     record->late_ns[index] = now - record->due_ns[index];
-    if (record->fired.fetch_add(1, std::memory_order_acq_rel) + 1 == record->target) record->fired.notify_all();
+    if (record->fired.fetch_add(1, std::memory_order_acq_rel) + 1 == record->target)
+      record->fired.notify_all();
   }
 };
 
@@ -254,8 +261,10 @@ struct LatenessCallback {
 
 const char* queue_name(chime::CommandQueueBackend q) {
   switch (q) {
-    case chime::CommandQueueBackend::moodycamel: return "moodycamel";
-    case chime::CommandQueueBackend::boost_lockfree: return "boost_lockfree";
+    case chime::CommandQueueBackend::moodycamel:
+      return "moodycamel";
+    case chime::CommandQueueBackend::boost_lockfree:
+      return "boost_lockfree";
   }
   return "?";
 }
@@ -275,12 +284,13 @@ class ChimeService {
   }
   static std::string name() {
     const chime::RuntimeOptions o = options();
-    return std::string("chime,queue=") + queue_name(o.command_queue) + ",precision=" + fmt(o.precision) +
-           ",workers=" + std::to_string(o.workers);
+    return std::string("chime,queue=") + queue_name(o.command_queue) +
+           ",precision=" + fmt(o.precision) + ",workers=" + std::to_string(o.workers);
   }
 
   ChimeService() : rt_(options()) {
-    if (rt_.precision() != kPrecision) fail(name(), "precision", rt_.precision().count(), kPrecision.count());
+    if (rt_.precision() != kPrecision)
+      fail(name(), "precision", rt_.precision().count(), kPrecision.count());
   }
 
   class Producer {
@@ -295,7 +305,9 @@ class ChimeService {
       return p_.schedule_after(delay, chime::Task(f));
     }
     bool cancel(Id id) { return p_.cancel(id); }
-    bool reschedule_after(Id id, std::chrono::nanoseconds delay) { return p_.reschedule_after(id, delay); }
+    bool reschedule_after(Id id, std::chrono::nanoseconds delay) {
+      return p_.reschedule_after(id, delay);
+    }
 
    private:
     chime::Producer p_;
@@ -332,7 +344,9 @@ class MutexHeap {
       return svc_->schedule_after(delay, MutexHeapService::Callback(f));
     }
     bool cancel(Id id) { return svc_->cancel(id); }
-    bool reschedule_after(Id id, std::chrono::nanoseconds delay) { return svc_->reschedule_after(id, delay); }
+    bool reschedule_after(Id id, std::chrono::nanoseconds delay) {
+      return svc_->reschedule_after(id, delay);
+    }
 
    private:
     MutexHeapService* svc_;
@@ -351,7 +365,9 @@ class Asio {
  public:
   using Id = AsioTimerService::Id;
   static constexpr bool kAnswers = false;
-  static std::string name() { return "asio_steady_timer,threads=" + std::to_string(kWorkers) + ",strand=per_producer"; }
+  static std::string name() {
+    return "asio_steady_timer,threads=" + std::to_string(kWorkers) + ",strand=per_producer";
+  }
 
   Asio() : svc_(kWorkers, kMaxProducers + 1) {}
 
@@ -367,7 +383,9 @@ class Asio {
       return p_.schedule_after(delay, AsioTimerService::Callback(f));
     }
     bool cancel(const Id& id) { return p_.cancel(id); }
-    bool reschedule_after(const Id& id, std::chrono::nanoseconds delay) { return p_.reschedule_after(id, delay); }
+    bool reschedule_after(const Id& id, std::chrono::nanoseconds delay) {
+      return p_.reschedule_after(id, delay);
+    }
 
    private:
     AsioTimerService::Producer p_;
@@ -398,7 +416,8 @@ S& service() {
       p.schedule_at(base + std::chrono::nanoseconds(mix(i) % spread), BackgroundCallback{});
     }
     s->sync();
-    if (auto n = s->pending(); n && *n != sizes().pending) fail(S::name(), "background pending", *n, sizes().pending);
+    if (auto n = s->pending(); n && *n != sizes().pending)
+      fail(S::name(), "background pending", *n, sizes().pending);
     return s;
   }();
   return *instance;
@@ -439,7 +458,9 @@ TimePoint run_producers(unsigned P, Body&& body) {
   return run_producers(P, std::forward<Body>(body), [] {});
 }
 
-double seconds_since(TimePoint t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(TimePoint t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 void check_background(const std::string& bench) {
   const std::uint64_t n = g_background_fired.load(std::memory_order_relaxed);
@@ -456,8 +477,9 @@ void check_background(const std::string& bench) {
 constexpr std::size_t kClockCheckEvery = 64;  // operations between deadline checks
 
 template <class S>
-std::uint64_t schedule_cancel_round(S& s, std::vector<typename S::Producer>& hs, unsigned P, std::size_t per,
-                                    TimePoint deadline, std::atomic<std::uint64_t>& fired, const std::string& bench,
+std::uint64_t schedule_cancel_round(S& s, std::vector<typename S::Producer>& hs, unsigned P,
+                                    std::size_t per, TimePoint deadline,
+                                    std::atomic<std::uint64_t>& fired, const std::string& bench,
                                     bool count_allocs, double* callers, double* seconds) {
   std::vector<std::uint64_t> done(P, 0);
   const TimePoint t0 = run_producers(
@@ -495,7 +517,8 @@ void BM_ScheduleCancel(benchmark::State& state, std::string bench, unsigned P) {
   std::uint64_t items = 0;
   for (auto _ : state) {
     double callers = 0, secs = 0;
-    items += schedule_cancel_round(s, hs, P, 0, Clock::now() + sizes().round, fired, bench, false, &callers, &secs);
+    items += schedule_cancel_round(s, hs, P, 0, Clock::now() + sizes().round, fired, bench, false,
+                                   &callers, &secs);
     caller_secs += callers;
     state.SetIterationTime(secs);
   }
@@ -527,7 +550,8 @@ void BM_Allocs(benchmark::State& state, std::string bench, unsigned P) {
   check_background(bench);
   const double timers = static_cast<double>(items);
   state.SetItemsProcessed(static_cast<std::int64_t>(items));
-  state.counters["allocs_per_timer"] = benchmark::Counter(static_cast<double>(allocations) / timers);
+  state.counters["allocs_per_timer"] =
+      benchmark::Counter(static_cast<double>(allocations) / timers);
 }
 
 // (b) schedule-to-fire throughput
@@ -537,14 +561,16 @@ void BM_ScheduleToFire(benchmark::State& state, std::string bench, unsigned P) {
   auto hs = producers(s, P);
   const std::size_t per = sizes().fire_timers / P;
   const std::uint64_t target = per * P;
-  const auto spread_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(kFireSpread).count());
+  const auto spread_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(kFireSpread).count());
   std::atomic<std::uint64_t> fired{0};
   for (auto _ : state) {
     fired.store(0, std::memory_order_relaxed);
     const TimePoint t0 = run_producers(P, [&](unsigned p) {
       auto& h = hs[p];
       for (std::size_t k = 0; k < per; ++k) {
-        const auto offset = std::chrono::microseconds(mix(p * per + k) % (spread_us + 1));  // 0..1000 us
+        const auto offset =
+            std::chrono::microseconds(mix(p * per + k) % (spread_us + 1));  // 0..1000 us
         h.schedule_after(offset, FireCallback{&fired, target});
       }
     });
@@ -573,7 +599,8 @@ void BM_Lateness(benchmark::State& state, std::string bench, unsigned P) {
   const std::size_t ticks = static_cast<std::size_t>(z.run / 1ms);
   const std::size_t batch = z.fire_rate / 1000 / P;  // per producer per 1 ms tick
   const std::size_t per = ticks * batch;
-  const auto delay_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(kLatenessDelay).count());
+  const auto delay_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(kLatenessDelay).count());
   LatenessRecord record(per * P);
   record.target = per * P;
   std::atomic<std::uint64_t> churn_fired{0};
@@ -585,9 +612,11 @@ void BM_Lateness(benchmark::State& state, std::string bench, unsigned P) {
       std::size_t index = p * per;
       const TimePoint start = Clock::now();
       for (std::size_t t = 0; t < ticks; ++t) {
-        std::this_thread::sleep_until(start + std::chrono::milliseconds(static_cast<std::int64_t>(t)));
+        std::this_thread::sleep_until(start +
+                                      std::chrono::milliseconds(static_cast<std::int64_t>(t)));
         for (std::size_t b = 0; b < batch; ++b, ++index) {
-          const TimePoint due = Clock::now() + kLatenessDelay + std::chrono::microseconds(mix(index) % delay_us);
+          const TimePoint due =
+              Clock::now() + kLatenessDelay + std::chrono::microseconds(mix(index) % delay_us);
           record.due_ns[index] = ns_of(due);
           h.schedule_at(due, LatenessCallback{&record, index});
           for (std::size_t c = 0; c < z.churn; ++c) {
@@ -602,7 +631,8 @@ void BM_Lateness(benchmark::State& state, std::string bench, unsigned P) {
     s.sync();
     sorted = record.late_ns;
     std::sort(sorted.begin(), sorted.end());
-    if (sorted.front() < 0) fail(bench, "a callback ran before its due time (ns early)", -sorted.front(), 0);
+    if (sorted.front() < 0)
+      fail(bench, "a callback ran before its due time (ns early)", -sorted.front(), 0);
   }
   if (churn_fired.load() != 0) fail(bench, "cancelled timers fired", churn_fired.load(), 0);
   check_background(bench);
@@ -623,7 +653,8 @@ void BM_Touch(benchmark::State& state, std::string bench, unsigned P) {
   std::vector<std::vector<typename S::Id>> ids(P);
   for (unsigned p = 0; p < P; ++p) {
     ids[p].reserve(set_per);
-    for (std::size_t k = 0; k < set_per; ++k) ids[p].push_back(hs[p].schedule_after(kTouchDelay, CountCallback{&fired}));
+    for (std::size_t k = 0; k < set_per; ++k)
+      ids[p].push_back(hs[p].schedule_after(kTouchDelay, CountCallback{&fired}));
   }
   s.sync();
   std::vector<std::size_t> cursor(P, 0);
@@ -639,7 +670,8 @@ void BM_Touch(benchmark::State& state, std::string bench, unsigned P) {
       std::uint64_t k = 0;
       do {
         for (std::size_t b = 0; b < kClockCheckEvery; ++b, ++k) {
-          if (!h.reschedule_after(mine[j], kTouchDelay) && S::kAnswers) fail(bench, "touch of a pending timer lost", k, p);
+          if (!h.reschedule_after(mine[j], kTouchDelay) && S::kAnswers)
+            fail(bench, "touch of a pending timer lost", k, p);
           if (++j == mine.size()) j = 0;
         }
       } while (Clock::now() < deadline);
@@ -687,7 +719,8 @@ void BM_IdleWakeups(benchmark::State& state, std::string bench) {
 // side in the output.
 
 template <class S, class Fn>
-void add(const std::string& scenario, const std::string& params, Fn fn, unsigned P, int iterations) {
+void add(const std::string& scenario, const std::string& params, Fn fn, unsigned P,
+         int iterations) {
   const std::string name = "BM_Runtime" + scenario + "<" + S::name() + ">/" + params;
   auto* b = benchmark::RegisterBenchmark(name.c_str(), fn, name, P);
   b->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -709,7 +742,8 @@ void register_all() {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
-      add<S>("ScheduleCancel", pending + "/delay:" + fmt(kCancelDelay) + "/round:" + fmt(z.round) + prod,
+      add<S>("ScheduleCancel",
+             pending + "/delay:" + fmt(kCancelDelay) + "/round:" + fmt(z.round) + prod,
              BM_ScheduleCancel<S>, P, 0);
     });
   }
@@ -718,7 +752,8 @@ void register_all() {
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
       add<S>("ScheduleToFire",
-             pending + "/due:0.." + fmt(kFireSpread) + "/timers:" + std::to_string(z.fire_timers) + prod,
+             pending + "/due:0.." + fmt(kFireSpread) + "/timers:" + std::to_string(z.fire_timers) +
+                 prod,
              BM_ScheduleToFire<S>, P, 0);
     });
   }
@@ -727,8 +762,9 @@ void register_all() {
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
       add<S>("Lateness",
-             pending + "/due:" + fmt(kLatenessDelay) + ".." + fmt(2 * kLatenessDelay) + "/fire_rate:" +
-                 std::to_string(z.fire_rate) + "/churn:" + std::to_string(z.churn) + "/run:" + fmt(z.run) + prod,
+             pending + "/due:" + fmt(kLatenessDelay) + ".." + fmt(2 * kLatenessDelay) +
+                 "/fire_rate:" + std::to_string(z.fire_rate) + "/churn:" + std::to_string(z.churn) +
+                 "/run:" + fmt(z.run) + prod,
              BM_Lateness<S>, P, 1);
     });
   }
@@ -737,8 +773,8 @@ void register_all() {
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
       add<S>("Touch",
-             pending + "/touch_set:" + std::to_string(z.touch_set) + "/to:" + fmt(kTouchDelay) + "/round:" +
-                 fmt(z.round) + prod,
+             pending + "/touch_set:" + std::to_string(z.touch_set) + "/to:" + fmt(kTouchDelay) +
+                 "/round:" + fmt(z.round) + prod,
              BM_Touch<S>, P, 0);
     });
   }
@@ -746,13 +782,15 @@ void register_all() {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
-      add<S>("Allocs", pending + "/delay:" + fmt(kCancelDelay) + "/pairs:" + std::to_string(z.pairs) + prod,
+      add<S>("Allocs",
+             pending + "/delay:" + fmt(kCancelDelay) + "/pairs:" + std::to_string(z.pairs) + prod,
              BM_Allocs<S>, P, 2);
     });
   }
   auto idle = [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    const std::string name = "BM_RuntimeIdleWakeups<" + S::name() + ">/" + pending + "/idle:" + fmt(z.idle);
+    const std::string name =
+        "BM_RuntimeIdleWakeups<" + S::name() + ">/" + pending + "/idle:" + fmt(z.idle);
     auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_IdleWakeups<S>, name);
     b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
   };
@@ -761,17 +799,20 @@ void register_all() {
   idle(static_cast<MutexHeap*>(nullptr));
 
   benchmark::AddCustomContext("runtime_sizes", z.label);
-  benchmark::AddCustomContext(
-      "runtime_services",
-      "every service runs callbacks on 2 threads and holds `pending` background timers due 1h..1h10min out; "
-      "mutex_heap = std::mutex + indexed binary heap + condvar timer thread + mutex/condvar pool of 2; "
-      "asio = steady_timer per timer (make_shared), every operation posted to the producer's strand, io_context "
-      "run by 2 threads");
-  benchmark::AddCustomContext(
-      "runtime_timing",
-      "manual time = wall time from opening the producers' start gate until the service has applied everything "
-      "(chime flush(), Asio two marker rounds on every strand) or the last callback ran; items = pairs, timers "
-      "or touches");
+  benchmark::AddCustomContext("runtime_services",
+                              "every service runs callbacks on 2 threads and holds `pending` "
+                              "background timers due 1h..1h10min out; "
+                              "mutex_heap = std::mutex + indexed binary heap + condvar timer "
+                              "thread + mutex/condvar pool of 2; "
+                              "asio = steady_timer per timer (make_shared), every operation posted "
+                              "to the producer's strand, io_context "
+                              "run by 2 threads");
+  benchmark::AddCustomContext("runtime_timing",
+                              "manual time = wall time from opening the producers' start gate "
+                              "until the service has applied everything "
+                              "(chime flush(), Asio two marker rounds on every strand) or the last "
+                              "callback ran; items = pairs, timers "
+                              "or touches");
 }
 
 const bool registered = (register_all(), true);

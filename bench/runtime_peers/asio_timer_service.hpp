@@ -98,11 +98,17 @@ class AsioTimerService {
       });
       return e;
     }
-    Id schedule_after(Clock::duration delay, Callback cb) { return schedule_at(Clock::now() + delay, std::move(cb)); }
+    Id schedule_after(Clock::duration delay, Callback cb) {
+      return schedule_at(Clock::now() + delay, std::move(cb));
+    }
     // True: the cancel was posted (Asio cannot answer synchronously).
     bool cancel(const Id& e) { return AsioTimerService::cancel(e); }
-    bool reschedule_at(const Id& e, TimePoint due) { return AsioTimerService::reschedule_at(e, due); }
-    bool reschedule_after(const Id& e, Clock::duration delay) { return reschedule_at(e, Clock::now() + delay); }
+    bool reschedule_at(const Id& e, TimePoint due) {
+      return AsioTimerService::reschedule_at(e, due);
+    }
+    bool reschedule_after(const Id& e, Clock::duration delay) {
+      return reschedule_at(e, Clock::now() + delay);
+    }
 
    private:
     friend class AsioTimerService;

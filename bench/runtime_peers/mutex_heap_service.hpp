@@ -99,7 +99,9 @@ class MutexHeapService {
     return id;
   }
 
-  Id schedule_after(Clock::duration delay, Callback cb) { return schedule_at(Clock::now() + delay, std::move(cb)); }
+  Id schedule_after(Clock::duration delay, Callback cb) {
+    return schedule_at(Clock::now() + delay, std::move(cb));
+  }
 
   // Returns true iff the timer was pending; its callback will not run. Any
   // thread. May block. Never allocates.
@@ -135,7 +137,9 @@ class MutexHeapService {
     return true;
   }
 
-  bool reschedule_after(Id id, Clock::duration delay) { return reschedule_at(id, Clock::now() + delay); }
+  bool reschedule_after(Id id, Clock::duration delay) {
+    return reschedule_at(id, Clock::now() + delay);
+  }
 
   // Pending timers. Any thread. May block.
   std::size_t pending() const {
@@ -175,7 +179,8 @@ class MutexHeapService {
       free_head_ = slots_[s].next_free;
       return s;
     }
-    if (slots_.size() >= kNoSlot) throw std::length_error("MutexHeapService: more than 2^32-1 timers");
+    if (slots_.size() >= kNoSlot)
+      throw std::length_error("MutexHeapService: more than 2^32-1 timers");
     slots_.emplace_back();
     return static_cast<std::uint32_t>(slots_.size() - 1);
   }
@@ -188,7 +193,9 @@ class MutexHeapService {
     free_head_ = s;
   }
 
-  bool less(std::uint32_t a, std::uint32_t b) const { return slots_[heap_[a]].due < slots_[heap_[b]].due; }
+  bool less(std::uint32_t a, std::uint32_t b) const {
+    return slots_[heap_[a]].due < slots_[heap_[b]].due;
+  }
 
   void place(std::uint32_t i, std::uint32_t s) {
     heap_[i] = s;
