@@ -61,7 +61,14 @@ struct ProducerQueueToken {
 
 class CommandQueue {
  public:
-  explicit CommandQueue(CommandQueueBackend backend) : backend_(backend) {
+  // moodycamel starts with a pool of blocks for kInitialCapacity commands
+  // (24 bytes each), so bursts in steady state reuse blocks instead of
+  // allocating new ones.
+  static constexpr std::size_t kInitialCapacity = 64 * 1024;
+
+  explicit CommandQueue(CommandQueueBackend backend)
+      : backend_(backend),
+        moodycamel_(backend == CommandQueueBackend::moodycamel ? kInitialCapacity : 0) {
     if (backend_ == CommandQueueBackend::boost_lockfree) boost_.emplace(1024);
   }
 

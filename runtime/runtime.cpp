@@ -45,7 +45,6 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       due_limit_ns_(due_limit_for(start_ns_)),
       wheel_(WheelConfig{options_.precision, options_.level_bits, 0}, TimePoint(Duration(start_ns_))) {
   command_buffer_.resize(256);
-  wheel_token_ = commands_.make_token();
   handoff_token_ = std::make_unique<moodycamel::ProducerToken>(handoff_);
   workers_.reserve(options_.workers);
   for (unsigned i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_main(); });

@@ -93,17 +93,6 @@ struct StopRequest {
   Completion completion;
 };
 
-class RuntimeCore;
-
-// Lets retire() on this thread (the wheel thread, a worker) return slots to
-// the free list through `token` while the scope lives.
-struct ReturnTokenScope {
-  ReturnTokenScope(const RuntimeCore* core, moodycamel::ProducerToken* token) noexcept;
-  ~ReturnTokenScope();
-  ReturnTokenScope(const ReturnTokenScope&) = delete;
-  ReturnTokenScope& operator=(const ReturnTokenScope&) = delete;
-};
-
 class RuntimeCore {
  public:
   explicit RuntimeCore(RuntimeOptions options);
@@ -188,10 +177,10 @@ class RuntimeCore {
   TimingWheel<std::uint32_t> wheel_;
   std::vector<std::uint32_t> overdue_;  // filed timers due before the wheel's current interval
   std::vector<std::uint32_t> fired_buffer_;
+  std::vector<std::uint32_t> drain_buffer_;
   std::vector<Command> command_buffer_;
   std::vector<FlushRequest*> flushes_;
   std::vector<DrainRequest*> drains_;
-  std::unique_ptr<ProducerQueueToken> wheel_token_;
   StopRequest* stop_ = nullptr;
   std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched in this pass
   bool running_ = true;

@@ -57,8 +57,10 @@ class TimerSlab {
   static constexpr unsigned chunk_shift = 12;
   static constexpr std::uint32_t chunk_size = 1u << chunk_shift;
   static constexpr std::uint32_t max_chunks = 1u << 16;  // 2^28 slots
+  // Blocks moodycamel pre-allocates for the free list (4 bytes per index).
+  static constexpr std::size_t kFreeListInitialCapacity = 64 * 1024;
 
-  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(max_chunks)) {}
+  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(max_chunks)), free_(kFreeListInitialCapacity) {}
   TimerSlab(const TimerSlab&) = delete;
   TimerSlab& operator=(const TimerSlab&) = delete;
   ~TimerSlab() {
@@ -78,10 +80,6 @@ class TimerSlab {
     return chunks_[i >> chunk_shift].load(std::memory_order_acquire)[i & (chunk_size - 1)];  // (A)
   }
 
-  // The wheel thread and each worker return slots with their own producer
-  // token (cheaper than moodycamel's implicit per-thread lookup).
-  moodycamel::ProducerToken make_return_token() { return moodycamel::ProducerToken(free_); }
-
   // Takes a free slot. Throws CapacityError when 2^28 slots are in use. May
   // allocate (one chunk, when no slot is free). Any thread.
   std::uint32_t allocate() {
@@ -97,13 +95,7 @@ class TimerSlab {
 
   // Returns a slot whose task has been reset. Any thread. May allocate (a
   // moodycamel block, until the free list has grown to its working size).
-  void release(std::uint32_t i, moodycamel::ProducerToken* token = nullptr) {
-    if (token != nullptr) {
-      free_.enqueue(*token, i);
-    } else {
-      free_.enqueue(i);
-    }
-  }
+  void release(std::uint32_t i) { free_.enqueue(i); }
 
  private:
   void ensure_chunk(std::uint32_t c) {

@@ -49,8 +49,6 @@ void RuntimeCore::wheel_main() {
     ~ExitFlag() { flag.store(true, std::memory_order_release); }
     std::atomic<bool>& flag;
   } exit_flag{wheel_exited_};
-  moodycamel::ProducerToken return_token = slab_.make_return_token();
-  const ReturnTokenScope return_scope(this, &return_token);
   // Timer slack: let futex timeouts expire on time (default slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   while (running_) {
@@ -178,8 +176,11 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot) {
 }
 
 void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
-  fired_buffer_.clear();
-  fired_buffer_.swap(overdue_);  // due before the wheel's interval: they go first
+  // Overdue timers (due before the wheel's interval) go first. Copied, not
+  // swapped: a swap would hand each buffer's capacity to the other every pass,
+  // and the smaller one would allocate again in steady state.
+  fired_buffer_.assign(overdue_.begin(), overdue_.end());
+  overdue_.clear();
   if (now_ns > wheel_.now().time_since_epoch().count()) {
     wheel_.advance_clock(TimePoint(Duration(now_ns)),
                          [&](TimingWheel<std::uint32_t>::Alarm a) { fired_buffer_.push_back(wheel_.value(a)); });
@@ -260,8 +261,9 @@ void RuntimeCore::dispatch(const Dispatch& d) {
 // Claims and dispatches every filed timer now, before its due time
 // (drain(), shutdown(fire_pending)). Counts the runs dispatched.
 void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
-  std::vector<std::uint32_t> all;
-  all.swap(overdue_);
+  std::vector<std::uint32_t>& all = drain_buffer_;
+  all.assign(overdue_.begin(), overdue_.end());
+  overdue_.clear();
   wheel_.for_each([&](TimingWheel<std::uint32_t>::Alarm a) { all.push_back(wheel_.value(a)); });
   wheel_.clear();
   const std::int64_t now = wheel_.now().time_since_epoch().count();

@@ -32,8 +32,6 @@ void set_running_callback(const RuntimeCore* core) noexcept;  // producer_ops.cp
 
 void RuntimeCore::worker_main() {
   moodycamel::ConsumerToken token(handoff_);
-  moodycamel::ProducerToken return_token = slab_.make_return_token();
-  const ReturnTokenScope return_scope(this, &return_token);
   for (;;) {
     Dispatch d;
     handoff_.wait_dequeue(token, d);
@@ -90,11 +88,16 @@ void RuntimeCore::run(const Dispatch& d) {
       }
     }
     if (rearmed) {
-      const Command c{CommandKind::add, d.slot, d.generation, nullptr};
       if (workers_.empty()) {
-        commands_.push(c, wheel_token_.get());  // inline: the wheel thread applies it next pass
+        // Inline, on the wheel thread, outside any wheel iteration: file it
+        // now (a re-arm that is already due lands on the overdue list and
+        // runs next pass), instead of a command that would keep the queue
+        // from ever emptying under sustained periodic load.
+        slot.filed_generation = d.generation;
+        file(d.slot, slot);
       } else {
-        post_and_wake(c, nullptr, slot.due_ns.load(std::memory_order_relaxed));
+        post_and_wake(Command{CommandKind::add, d.slot, d.generation, nullptr}, nullptr,
+                      slot.due_ns.load(std::memory_order_relaxed));
       }
     } else {
       retire(slot, d.slot);  // cancelled while running (C3)
