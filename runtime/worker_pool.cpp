@@ -8,7 +8,8 @@
 // After the callback returns (or throws: caught, counted, passed to
 // on_error), the worker finishes the timer (timer_state.hpp):
 // - one-shot: Running -> Fired (F1), free the slot;
-// - periodic: store the next due, Running -> Pending (F2) and post an ADD so
+// - periodic: store the next due, Running -> Pending (F2) and post an ADD (or,
+//   inline on the wheel thread, file it directly) so
 //   the wheel files it again (so runs never overlap: the next run is filed
 //   only after this one returned); if a cancel won meanwhile (C3), free it;
 // - a periodic's final run (shutdown(fire_pending)): Running -> Fired (F3).
