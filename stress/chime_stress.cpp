@@ -52,6 +52,7 @@
 // - the runtime's stats() agree with the harness's own counts at the end.
 // Exits 0 if all hold, 1 on any violation or error, 2 on bad arguments.
 
+#include "stress_support.hpp"
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,11 +86,9 @@ using chime::TimerId;
 using chime_stress::HarnessOptions;
 using SteadyTime = std::chrono::steady_clock::time_point;
 
-std::int64_t ns(TimePoint t) { return t.time_since_epoch().count(); }
-std::uint64_t pack(TimerId id) { return (std::uint64_t{id.slot()} << 32) | id.generation(); }
-TimerId unpack(std::uint64_t v) {
-  return TimerId{static_cast<std::uint32_t>(v >> 32), static_cast<std::uint32_t>(v & 0xFFFFFFFFu)};
-}
+using stress_support::ns;
+using stress_support::pack;
+using stress_support::unpack;
 double seconds_between(SteadyTime a, SteadyTime b) { return std::chrono::duration<double>(b - a).count(); }
 
 // ---- formatting ----

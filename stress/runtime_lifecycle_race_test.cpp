@@ -34,6 +34,7 @@
 // Bounded by iteration counts and a wall-time budget; the seed is printed
 // (replay with --seed=N).
 
+#include "stress_support.hpp"
 #include "stress_seed.hpp"
 
 #include <chime/runtime.hpp>
@@ -64,11 +65,9 @@ using chime::Runtime;
 using chime::TimePoint;
 using chime::TimerId;
 
-std::uint64_t pack(TimerId id) { return (std::uint64_t{id.slot()} << 32) | id.generation(); }
-TimerId unpack(std::uint64_t v) {
-  return TimerId{static_cast<std::uint32_t>(v >> 32), static_cast<std::uint32_t>(v & 0xFFFFFFFFu)};
-}
-std::int64_t ns(TimePoint t) { return t.time_since_epoch().count(); }
+using stress_support::ns;
+using stress_support::pack;
+using stress_support::unpack;
 unsigned long long ull(std::uint64_t v) { return static_cast<unsigned long long>(v); }
 
 // Aborts the process if the test has not finished (destroyed the watchdog) within `limit`: a deadlock in

@@ -18,6 +18,7 @@
 // Bounded by an iteration count and a wall-time budget each; the seed is
 // printed (replay with --seed=N).
 
+#include "stress_support.hpp"
 #include "stress_seed.hpp"
 
 #include <chime/runtime.hpp>
@@ -54,11 +55,9 @@ using chime::TimePoint;
 using chime::TimerId;
 using chime::TimerState;
 
-std::uint64_t pack(TimerId id) { return (std::uint64_t{id.slot()} << 32) | id.generation(); }
-TimerId unpack(std::uint64_t v) {
-  return TimerId{static_cast<std::uint32_t>(v >> 32), static_cast<std::uint32_t>(v & 0xFFFFFFFFu)};
-}
-std::int64_t ns(TimePoint t) { return t.time_since_epoch().count(); }
+using stress_support::ns;
+using stress_support::pack;
+using stress_support::unpack;
 
 chime::RuntimeOptions steady(unsigned workers, chime::CommandQueueBackend backend = chime::CommandQueueBackend::moodycamel) {
   chime::RuntimeOptions options;

@@ -12,6 +12,7 @@
 //   shutdown, and nothing runs after shutdown returns.
 // Random choices come from the printed seed (replay with --seed=N).
 
+#include "stress_support.hpp"
 #include "stress_seed.hpp"
 
 #include <chime/runtime.hpp>
@@ -37,11 +38,9 @@ using chime::Runtime;
 using chime::TimePoint;
 using chime::TimerId;
 
-std::uint64_t pack(TimerId id) { return (std::uint64_t{id.slot()} << 32) | id.generation(); }
-TimerId unpack(std::uint64_t v) {
-  return TimerId{static_cast<std::uint32_t>(v >> 32), static_cast<std::uint32_t>(v & 0xFFFFFFFFu)};
-}
-std::int64_t ns(TimePoint t) { return t.time_since_epoch().count(); }
+using stress_support::ns;
+using stress_support::pack;
+using stress_support::unpack;
 
 chime::RuntimeOptions steady(unsigned workers) {
   chime::RuntimeOptions options;
