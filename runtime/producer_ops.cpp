@@ -45,6 +45,8 @@ std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcep
   const __int128 k_max = (static_cast<__int128>(INT64_MAX) - start_ns_) / p;
   __int128 key = now_key + max_offset_intervals_;
   if (key > k_max) key = k_max;
+  const __int128 max_key = (__int128{1} << LevelBits::max_num_bits) - 1;  // the wheel's max_representable_key
+  if (key > max_key) key = max_key;
   return static_cast<std::int64_t>(start_ns_ + key * p);
 }
 

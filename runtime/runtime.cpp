@@ -15,12 +15,32 @@
 // Race: shutdown vs a running callback: shutdown joins the workers after the
 // wheel thread has stopped dispatching; a run in progress finishes; a
 // periodic timer it re-arms is counted by the sweep.
+#include <algorithm>
 #include <string>
 
 #include "runtime_core.hpp"
 
 namespace chime {
 namespace detail {
+
+namespace {
+// Start of the last interval the wheel can number: min(2^61 - 1, K_max).
+std::int64_t last_interval_start(std::int64_t start_ns, std::int64_t precision_ns) {
+  const __int128 k_max = (static_cast<__int128>(INT64_MAX) - start_ns) / precision_ns;
+  const __int128 k = std::min<__int128>(k_max, (__int128{1} << LevelBits::max_num_bits) - 1);
+  return static_cast<std::int64_t>(start_ns + k * precision_ns);
+}
+
+}  // namespace
+
+// now + delay, saturating at the ends of time (the range check then rejects it).
+TimePoint saturating_after(TimePoint now, Duration delay) {
+  const std::int64_t n = now.time_since_epoch().count();
+  const std::int64_t d = delay.count();
+  if (d > 0 && n > INT64_MAX - d) return TimePoint::max();
+  if (d < 0 && n < INT64_MIN - d) return TimePoint::min();
+  return now + delay;
+}
 
 namespace {
 RuntimeOptions validated(RuntimeOptions o) {
@@ -41,6 +61,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       precision_(options_.precision),
       start_ns_(clock_->now().time_since_epoch().count()),
       max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
+      max_wheel_now_ns_(last_interval_start(start_ns_, precision_.count())),
       commands_(options_.command_queue),
       due_limit_ns_(due_limit_for(start_ns_)),
       wheel_(WheelConfig{options_.precision, options_.level_bits, 0}, TimePoint(Duration(start_ns_))) {
@@ -152,7 +173,7 @@ TimerId Producer::schedule_at(TimePoint due, Task task) {
   return core_->schedule(due, 0, Missed::skip, std::move(task), token_.get());
 }
 TimerId Producer::schedule_after(Duration delay, Task task) {
-  return core_->schedule(core_->now() + delay, 0, Missed::skip, std::move(task), token_.get());
+  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), token_.get());
 }
 
 namespace {
@@ -162,7 +183,7 @@ TimerId schedule_periodic(detail::RuntimeCore& core, Duration period, Task&& tas
     throw std::invalid_argument("chime: schedule_every needs a positive period, got " +
                                 std::to_string(period.count()) + " ns");
   }
-  const TimePoint first = options.first_due ? *options.first_due : core.now() + period;
+  const TimePoint first = options.first_due ? *options.first_due : detail::saturating_after(core.now(), period);
   return core.schedule(first, period.count(), options.on_missed, std::move(task), token);
 }
 }  // namespace
@@ -173,7 +194,7 @@ TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions opt
 bool Producer::cancel(TimerId id) { return core_->cancel(id, token_.get()); }
 bool Producer::reschedule_at(TimerId id, TimePoint due) { return core_->reschedule(id, due, token_.get()); }
 bool Producer::reschedule_after(TimerId id, Duration delay) {
-  return core_->reschedule(id, core_->now() + delay, token_.get());
+  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), token_.get());
 }
 
 // ---- chime::Runtime ----
@@ -186,7 +207,7 @@ TimerId Runtime::schedule_at(TimePoint due, Task task) {
   return core_->schedule(due, 0, Missed::skip, std::move(task), nullptr);
 }
 TimerId Runtime::schedule_after(Duration delay, Task task) {
-  return core_->schedule(core_->now() + delay, 0, Missed::skip, std::move(task), nullptr);
+  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), nullptr);
 }
 TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions options) {
   return schedule_periodic(*core_, period, std::move(task), options, nullptr);
@@ -194,7 +215,7 @@ TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions opti
 bool Runtime::cancel(TimerId id) { return core_->cancel(id, nullptr); }
 bool Runtime::reschedule_at(TimerId id, TimePoint due) { return core_->reschedule(id, due, nullptr); }
 bool Runtime::reschedule_after(TimerId id, Duration delay) {
-  return core_->reschedule(id, core_->now() + delay, nullptr);
+  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), nullptr);
 }
 TimerState Runtime::state(TimerId id) const noexcept { return core_->state(id); }
 void Runtime::flush() { core_->flush(); }

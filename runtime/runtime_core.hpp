@@ -152,6 +152,7 @@ class RuntimeCore {
   Duration precision_;
   std::int64_t start_ns_;
   std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
+  std::int64_t max_wheel_now_ns_;     // the latest time the wheel can advance to (its last interval)
 
   // Shared.
   TimerSlab slab_;

@@ -59,6 +59,7 @@ void RuntimeCore::wheel_main() {
     std::int64_t now = clock_->now().time_since_epoch().count();
     const std::int64_t wheel_now = wheel_.now().time_since_epoch().count();
     if (now < wheel_now) now = wheel_now;  // a clock must not go backwards; never move the wheel back
+    if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;  // the wheel cannot represent time beyond this
     advance_and_dispatch(now);
     if (!exhausted) continue;  // more commands queued: apply them before anything else waits or sleeps
     if (stop_ != nullptr) {
@@ -165,7 +166,14 @@ void RuntimeCore::apply(const Command& c) {
 void RuntimeCore::file(std::uint32_t index, TimerSlot& slot) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
   const TimePoint now = wheel_.now();
-  if (due >= now.time_since_epoch().count()) {
+  const std::int64_t bound = wheel_.alarm_upper_bound().time_since_epoch().count();
+  if (due >= bound) {
+    // Beyond what the wheel can hold now (a periodic timer's next run far
+    // out): park it at the last time the wheel accepts. When that alarm
+    // fires, consider() sees the due is still ahead and files it again, as
+    // for any due pushed later; it never runs early.
+    slot.alarm = wheel_.add(TimePoint(Duration(bound - 1)), index);
+  } else if (due >= now.time_since_epoch().count()) {
     slot.alarm = wheel_.add(TimePoint(Duration(due)), index);
   } else if (due >= wheel_.now_interval_num_start().time_since_epoch().count()) {
     slot.alarm = wheel_.add(now, index);  // same interval as `due`: fires exactly when `due` would

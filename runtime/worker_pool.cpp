@@ -46,7 +46,9 @@ void RuntimeCore::run(const Dispatch& d) {
   const TimerId id(d.slot, d.generation);
   const Firing firing{id, TimePoint(Duration(d.due_ns)), TimePoint(Duration(d.fired_at_ns)), d.missed};
   if (!(d.flags & Dispatch::drained)) {
-    lateness_.record(clock_->now().time_since_epoch().count() - d.due_ns);
+    // In 128 bits: a due time far in the past could overflow the difference.
+    const __int128 late = static_cast<__int128>(clock_->now().time_since_epoch().count()) - d.due_ns;
+    lateness_.record(late > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(late));
   }
   set_running_callback(this);
   try {
@@ -71,9 +73,11 @@ void RuntimeCore::run(const Dispatch& d) {
     slot.word.store(StateWord::with_state(w, SlotState::fired), std::memory_order_release);
     retire(slot, d.slot);
   } else if (d.flags & Dispatch::final) {
-    // (F3) A cancel (C3) may have won: then the state stays Cancelled.
-    slot.word.compare_exchange_strong(w, StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel,
-                                      std::memory_order_acquire);
+    // (F3) Only from Running: if a cancel (C3) won, the state stays Cancelled.
+    while (StateWord::state(w) == SlotState::running &&
+           !slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+    }
     retire(slot, d.slot);
   } else {
     // We own `due` while Running.
