@@ -154,7 +154,11 @@ struct OneShotLog {
 };
 
 struct PeriodicLog {
-  TimerId id;
+  // Packed TimerId, stored after schedule_every returns: the first run can
+  // start before that, so runs compare against it only once it is known, and
+  // the first id any run saw is checked against it at the end.
+  std::atomic<std::uint64_t> id{0};
+  std::atomic<std::uint64_t> first_seen{0};
   std::atomic<bool> in_flight{false};
   std::atomic<int> overlaps{0};
   std::atomic<std::uint64_t> runs{0};
@@ -241,13 +245,17 @@ Result run_race(const Config& cfg) {
     po.first_due = due_from(rng, rt.clock().now(), false);
     po.on_missed = chime::Missed::skip;
     PeriodicLog& log = periodic[i];
-    log.id = rt.schedule_every(kPrecision * static_cast<int>(2 + i % 3), [&rt, &log](const Firing& f) {
+    const TimerId id = rt.schedule_every(kPrecision * static_cast<int>(2 + i % 3), [&rt, &log](const Firing& f) {
       if (log.in_flight.exchange(true, std::memory_order_acq_rel)) log.overlaps.fetch_add(1);
       if (rt.clock().now() < f.due) log.early_runs.fetch_add(1, std::memory_order_relaxed);
-      if (!(f.id == log.id)) log.wrong_id.fetch_add(1, std::memory_order_relaxed);
+      const std::uint64_t known = log.id.load(std::memory_order_acquire);
+      if (known != 0 && pack(f.id) != known) log.wrong_id.fetch_add(1, std::memory_order_relaxed);
+      std::uint64_t none = 0;
+      log.first_seen.compare_exchange_strong(none, pack(f.id), std::memory_order_relaxed);
       log.runs.fetch_add(1, std::memory_order_relaxed);
       log.in_flight.store(false, std::memory_order_release);
     }, po);
+    log.id.store(pack(id), std::memory_order_release);
   }
 
   std::atomic<std::size_t> producers_left{cfg.producers};
@@ -357,7 +365,7 @@ Result run_race(const Config& cfg) {
   // Wind down: cancel the periodic timers (each cancel must win), let every near timer fire, then drain the
   // far ones (their runs are early: counted with the other drained runs).
   for (PeriodicLog& log : periodic) {
-    if (rt.cancel(log.id)) ++r.periodic_cancels_won;
+    if (rt.cancel(unpack(log.id.load()))) ++r.periodic_cancels_won;
   }
   if (manual) {
     manual_clock.advance(20 * kPrecision);
@@ -397,6 +405,7 @@ Result run_race(const Config& cfg) {
     r.periodic_early += log.early_runs.load();
     r.periodic_overlaps += static_cast<std::uint64_t>(log.overlaps.load());
     r.periodic_wrong_id += log.wrong_id.load();
+    if (log.first_seen.load() != 0 && log.first_seen.load() != log.id.load()) ++r.periodic_wrong_id;
   }
   r.drains = drains.load();
   r.drained = drained.load();
