@@ -66,6 +66,14 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       due_limit_ns_(due_limit_for(start_ns_)),
       wheel_(WheelConfig{options_.precision, options_.level_bits, 0}, TimePoint(Duration(start_ns_))) {
   command_buffer_.resize(256);
+  // The wheel thread's scratch lists keep their capacity between passes;
+  // reserving up front means a burst of overdue or fired timers within this
+  // size never allocates, however the passes happen to fall.
+  fired_buffer_.reserve(kScratchCapacity);
+  overdue_.reserve(kScratchCapacity);
+  drain_buffer_.reserve(kScratchCapacity);
+  flushes_.reserve(64);
+  drains_.reserve(64);
   handoff_token_ = std::make_unique<moodycamel::ProducerToken>(handoff_);
   workers_.reserve(options_.workers);
   for (unsigned i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_main(); });

@@ -177,6 +177,7 @@ class RuntimeCore {
   // Wheel thread only.
   TimingWheel<std::uint32_t> wheel_;
   std::vector<std::uint32_t> overdue_;  // filed timers due before the wheel's current interval
+  static constexpr std::size_t kScratchCapacity = 4096;
   std::vector<std::uint32_t> fired_buffer_;
   std::vector<std::uint32_t> drain_buffer_;
   std::vector<Command> command_buffer_;
