@@ -34,11 +34,9 @@
 // forged TimerIds, and at the end shutdown()'s count of pending timers and
 // the behaviour after shutdown.
 //
-// Known bugs are guarded (see kGuards): inputs that would hit them are
-// skipped or clamped, so the fuzzer keeps looking for new ones. Set
-// CHIME_FUZZ_UNGUARDED=all (or a comma-separated list of guard names) to
-// drop the guards; the crashing inputs in fuzz/crashes/runtime/ reproduce
-// that way. Each input is bounded: kMaxOps operations, kMaxRuns callback runs.
+// No input is skipped for a known bug: the nine findings so far are fixed
+// and their inputs replay as fuzz/corpus/runtime/regression-*. Each input is
+// bounded: kMaxOps operations, kMaxRuns callback runs.
 #include <chime/runtime.hpp>
 
 #include <algorithm>
@@ -100,53 +98,6 @@ const char* state_name(TimerState s) {
 }
 unsigned bit(TimerState s) { return 1u << static_cast<unsigned>(s); }
 
-// ---------------------------------------------------------------------------
-// Guards for known bugs, found by this target (reproducers in
-// fuzz/crashes/runtime/, described in docs/fuzzing.md). Each is on unless
-// CHIME_FUZZ_UNGUARDED names it (or is "all"). Six earlier findings were
-// fixed in 8870ce4; their guards are gone and their inputs are in the corpus.
-enum Guard : unsigned {
-  // A Missed::skip periodic timer due more than 2^63 ns before the wheel's
-  // interval: consider() in wheel_thread.cpp coalesces with
-  // (boundary - 1 - due), a signed overflow (UB). Guarded at 2^62 ns, both
-  // when the due is given and when the clock advances.
-  kGuardSkipFarInPast = 1u << 0,
-  // A periodic timer whose next due (due + period) passes TimePoint::max():
-  // the re-arm in worker_pool.cpp computes due + period in int64, a signed
-  // overflow (UB). Guarded by refusing such periods and capping the clock.
-  kGuardPeriodOverflow = 1u << 1,
-  // Once the wheel has reached its last interval K_max (the end of
-  // representable time, when K_max <= 2^61 - 1), alarm_upper_bound() is that
-  // interval's start, so file() in wheel_thread.cpp parks a periodic timer's
-  // next run at bound - 1 < now and TimingWheel::add throws
-  // std::out_of_range on the wheel thread (std::terminate). Introduced by the
-  // parking of 8870ce4. Guarded by keeping the clock below the last interval
-  // while a periodic timer is pending, and no periodic timer once there.
-  kGuardParkBeforeNow = 1u << 2,
-};
-struct GuardName {
-  const char* name;
-  unsigned bit;
-};
-constexpr GuardName kGuards[] = {{"skip_far_in_past", kGuardSkipFarInPast},
-                                 {"period_overflow", kGuardPeriodOverflow},
-                                 {"park_before_now", kGuardParkBeforeNow}};
-
-unsigned active_guards() {
-  static const unsigned guards = [] {
-    unsigned g = ~0u;
-    const char* e = std::getenv("CHIME_FUZZ_UNGUARDED");
-    if (e == nullptr) return g;
-    const std::string s = e;
-    if (s == "all") return 0u;
-    for (const GuardName& n : kGuards) {
-      if (s.find(n.name) != std::string::npos) g &= ~n.bit;
-    }
-    return g;
-  }();
-  return guards;
-}
-bool guarded(unsigned g) { return (active_guards() & g) != 0; }
 
 const std::vector<std::vector<int>>& bit_sets() {
   static const std::vector<std::vector<int>> sets = {{1}, {2, 1, 3}, {4, 4}, {8, 8, 8}, {11, 10, 10, 10, 10, 10}, {3, 1}};
@@ -237,6 +188,18 @@ class RuntimeFuzz {
     };
     o.command_queue = boost_queue ? chime::CommandQueueBackend::boost_lockfree : chime::CommandQueueBackend::moodycamel;
     max_pending_ = max_pending;
+    if (k_max_ < 2) {
+      // Fewer than two intervals before TimePoint::max(): the runtime refuses the clock, naming its time.
+      bool refused = false;
+      try {
+        rt_.emplace(o);
+      } catch (const std::invalid_argument& e) {
+        refused = std::string(e.what()).find(std::to_string(start_)) != std::string::npos;
+      }
+      FUZZ_CHECK(refused, "a clock at " << start_ << " (" << static_cast<std::int64_t>(k_max_)
+                                        << " intervals before the end of time) was not refused by name");
+      return;
+    }
     rt_.emplace(o);
     producer_.emplace(rt_->producer());
     FUZZ_CHECK(rt_->precision() == Duration{p_} && N(rt_->clock().now()) == start_, "precision()/clock()");
@@ -248,6 +211,7 @@ class RuntimeFuzz {
   }
 
   void run() {
+    if (!rt_) return;  // refused at construction (checked there)
     for (int op = 0; op < kMaxOps && !in_.exhausted(); ++op) step(in_.u8());
     if (!stopped_) op_shutdown(in_.flag() ? chime::ShutdownMode::fire_pending : chime::ShutdownMode::cancel_pending);
     after_shutdown_checks();
@@ -327,37 +291,18 @@ class RuntimeFuzz {
   i128 interval_start(i128 t) const { return start_ + key(t) * p_; }
   // The least clock time at which a run due at d may start.
   i128 ripe_at(i128 d) const { return interval_start(d) + p_; }
-  // The wheel stops at the start of its last interval, min(2^61 - 1, K_max) (runtime.cpp), whatever the clock.
-  i128 max_wheel_now() const { return start_ + std::min<i128>(kMaxRepresentableKey, k_max_) * p_; }
+  // The horizon: the wheel advances into interval H = min(K_max, 2^61 - 1) - 1 and no further, whatever
+  // the clock (runtime.cpp, horizon_key); runs due from start(H) on never happen.
+  i128 horizon_key() const { return std::min<i128>(kMaxRepresentableKey, k_max_) - 1; }
+  i128 max_wheel_now() const { return start_ + horizon_key() * p_; }
   i128 wheel_at(i128 c) const { return std::min(c, max_wheel_now()); }
   // Ripe: due to run by the wheel's time (the clock's, clamped as above; frozen by shutdown).
   bool ripe(std::int64_t d) const { return ripe_at(d) <= wheel_now_; }
   // Due times below this are accepted, at or above it refused with std::out_of_range: 2^num_bits - 1
-  // intervals past the wheel's, at most interval min(K_max, 2^61 - 1) (producer_ops.cpp, due_limit_for).
+  // intervals past the wheel's, at most the horizon's start (producer_ops.cpp, due_limit_for).
   i128 limit() const {
-    i128 k = key(wheel_now_) + ((i128{1} << num_bits_) - 1);
-    k = std::min<i128>({k, k_max_, kMaxRepresentableKey});
+    const i128 k = std::min<i128>(key(wheel_now_) + ((i128{1} << num_bits_) - 1), horizon_key());
     return start_ + k * p_;
-  }
-  // The latest clock time the guards allow.
-  i128 clock_cap() const {
-    i128 cap = kI64Max;
-    for (const MTimer& t : timers_) {
-      if (t.st != MTimer::St::pending || !t.periodic) continue;
-      // Every run the clock makes due is before it, and re-arms at run + period.
-      if (guarded(kGuardPeriodOverflow)) cap = std::min<i128>(cap, kI64Max - t.period);
-      // The clock must not get 2^62 ns ahead of a skip timer's due either.
-      if (guarded(kGuardSkipFarInPast) && t.on_missed == Missed::skip) cap = std::min<i128>(cap, t.due + kFarPast);
-      if (guarded(kGuardParkBeforeNow) && k_max_ <= kMaxRepresentableKey) cap = std::min<i128>(cap, start_ + k_max_ * p_ - 1);
-    }
-    return cap;
-  }
-  // Guards on a periodic timer's (next) due and period.
-  bool periodic_guarded(i128 due, i128 period, Missed on_missed) const {
-    if (guarded(kGuardSkipFarInPast) && on_missed == Missed::skip && due < c_ - kFarPast) return true;
-    if (guarded(kGuardPeriodOverflow) && period > 0 && std::max<i128>(due, c_) + period > kI64Max) return true;
-    if (guarded(kGuardParkBeforeNow) && k_max_ <= kMaxRepresentableKey && key(wheel_now_) >= k_max_) return true;
-    return false;
   }
 
   // Catch-up runs a periodic timer due at `due` makes when the clock reaches c.
@@ -635,7 +580,6 @@ class RuntimeFuzz {
     const bool period_invalid = per <= 0;
     const i128 due = has_first ? i128{f} : clamp64(c_ + i128{per});  // saturating, as schedule_after
     if (!period_invalid) {
-      if (periodic_guarded(due, per, on_missed)) return;
       // Bound the work: the runs it makes now (it is flushed at once if ripe) must fit in the budget.
       const i128 now_runs = on_missed == Missed::catch_up ? catch_up_runs(due, per, c_) : (due < interval_start(wheel_now_));
       if (runs_seen_ + runs_at(c_) + now_runs > kMaxRuns) return;
@@ -740,7 +684,6 @@ class RuntimeFuzz {
     }
     const Via via = in_.flag() ? Via::producer : Via::runtime;
     const bool periodic = tg.index && timers_[*tg.index].periodic;
-    if (periodic && periodic_guarded(due, timers_[*tg.index].period, timers_[*tg.index].on_missed)) return;
     const bool pending = tg.index && timers_[*tg.index].st == MTimer::St::pending && !stopped_;
     if (periodic && pending && due < interval_start(wheel_now_)) {
       const MTimer& t = timers_[*tg.index];
@@ -826,7 +769,6 @@ class RuntimeFuzz {
 
   void op_advance_and_flush() {
     i128 to = std::max<i128>(pick_clock(), c_);
-    to = std::min<i128>(to, std::max<i128>(clock_cap(), c_));
     // Bound the work: the runs this flush makes must fit in the budget, or the clock stays.
     if (runs_seen_ + runs_at(to) > kMaxRuns) to = c_;
     FUZZ_TRACE("advance clock " << c_ << " -> " << static_cast<std::int64_t>(to) << " (+"

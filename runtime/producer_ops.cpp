@@ -37,16 +37,13 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
 }
 
 // The wheel always accepts 2^num_bits - 1 intervals past its now's interval
-// (never fewer as it advances), up to the last interval whose start is a
-// representable TimePoint.
+// (never fewer as it advances); producers get that much, up to the start of
+// the horizon interval (runtime.cpp): every due accepted is below it, so the
+// wheel, which advances into the horizon interval and no further, fires it.
 std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
   const __int128 p = precision_.count();
   const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - start_ns_) / p;
-  const __int128 k_max = (static_cast<__int128>(INT64_MAX) - start_ns_) / p;
-  __int128 key = now_key + max_offset_intervals_;
-  if (key > k_max) key = k_max;
-  const __int128 max_key = (__int128{1} << LevelBits::max_num_bits) - 1;  // the wheel's max_representable_key
-  if (key > max_key) key = max_key;
+  const __int128 key = std::min<__int128>(now_key + max_offset_intervals_, horizon_key_);
   return static_cast<std::int64_t>(start_ns_ + key * p);
 }
 

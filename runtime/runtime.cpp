@@ -24,11 +24,22 @@ namespace chime {
 namespace detail {
 
 namespace {
-// Start of the last interval the wheel can number: min(2^61 - 1, K_max).
-std::int64_t last_interval_start(std::int64_t start_ns, std::int64_t precision_ns) {
+// The horizon: the last interval the wheel advances into, H = min(K_max,
+// 2^61 - 1) - 1, where K_max is the last interval whose start is a
+// representable TimePoint. At H the wheel still accepts alarms up to the
+// start of H + 1 (at K_max it would accept none), so a timer is always
+// filable; runs due at or after start(H) never happen, and producers are
+// refused due times from start(H) on (due_limit_for). Throws if the clock
+// leaves fewer than two intervals before the end of representable time.
+std::int64_t horizon_key(std::int64_t start_ns, std::int64_t precision_ns) {
   const __int128 k_max = (static_cast<__int128>(INT64_MAX) - start_ns) / precision_ns;
-  const __int128 k = std::min<__int128>(k_max, (__int128{1} << LevelBits::max_num_bits) - 1);
-  return static_cast<std::int64_t>(start_ns + k * precision_ns);
+  if (k_max < 2) {
+    throw std::invalid_argument("chime::Runtime: the clock reads " + std::to_string(start_ns) +
+                                " ns at construction; with precision " + std::to_string(precision_ns) +
+                                " ns the wheel needs at least two intervals before TimePoint::max() (" +
+                                std::to_string(INT64_MAX) + " ns)");
+  }
+  return static_cast<std::int64_t>(std::min<__int128>(k_max, (__int128{1} << LevelBits::max_num_bits) - 1) - 1);
 }
 
 }  // namespace
@@ -61,7 +72,8 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       precision_(options_.precision),
       start_ns_(clock_->now().time_since_epoch().count()),
       max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
-      max_wheel_now_ns_(last_interval_start(start_ns_, precision_.count())),
+      horizon_key_(horizon_key(start_ns_, precision_.count())),
+      max_wheel_now_ns_(static_cast<std::int64_t>(start_ns_ + static_cast<__int128>(horizon_key_) * precision_.count())),
       commands_(options_.command_queue),
       due_limit_ns_(due_limit_for(start_ns_)),
       wheel_(WheelConfig{options_.precision, options_.level_bits, 0}, TimePoint(Duration(start_ns_))) {

@@ -152,7 +152,8 @@ class RuntimeCore {
   Duration precision_;
   std::int64_t start_ns_;
   std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
-  std::int64_t max_wheel_now_ns_;     // the latest time the wheel can advance to (its last interval)
+  std::int64_t horizon_key_;          // the last interval the wheel advances into (runtime.cpp, horizon_key)
+  std::int64_t max_wheel_now_ns_;     // its start: the wheel's time never passes it
 
   // Shared.
   TimerSlab slab_;

@@ -59,7 +59,7 @@ void RuntimeCore::wheel_main() {
     std::int64_t now = clock_->now().time_since_epoch().count();
     const std::int64_t wheel_now = wheel_.now().time_since_epoch().count();
     if (now < wheel_now) now = wheel_now;  // a clock must not go backwards; never move the wheel back
-    if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;  // the wheel cannot represent time beyond this
+    if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;  // the horizon (runtime.cpp, horizon_key)
     advance_and_dispatch(now);
     if (!exhausted) continue;  // more commands queued: apply them before anything else waits or sleeps
     if (stop_ != nullptr) {
@@ -171,7 +171,9 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot) {
     // Beyond what the wheel can hold now (a periodic timer's next run far
     // out): park it at the last time the wheel accepts. When that alarm
     // fires, consider() sees the due is still ahead and files it again, as
-    // for any due pushed later; it never runs early.
+    // for any due pushed later; it never runs early. bound - 1 >= now: the
+    // wheel never advances past the horizon interval, where the bound is
+    // still the next interval's start (runtime.cpp, horizon_key).
     slot.alarm = wheel_.add(TimePoint(Duration(bound - 1)), index);
   } else if (due >= now.time_since_epoch().count()) {
     slot.alarm = wheel_.add(TimePoint(Duration(due)), index);
@@ -225,8 +227,10 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         d.fired_at_ns = fired_at;
         if (StateWord::periodic(w) && slot.on_missed == Missed::skip) {
           // Coalesce every run due before the boundary into the latest one.
-          const std::int64_t k = (boundary - 1 - due) / slot.period_ns;
-          d.due_ns = due + k * slot.period_ns;
+          // In 128 bits: boundary - due spans up to 2^64 ns; the result,
+          // at most boundary - 1, fits.
+          const __int128 k = (static_cast<__int128>(boundary) - 1 - due) / slot.period_ns;
+          d.due_ns = static_cast<std::int64_t>(due + k * slot.period_ns);
           d.missed = static_cast<std::uint64_t>(k);
         }
         // (W1) acq_rel: acquire so the task is visible to the run; release so
@@ -242,8 +246,14 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
       case SlotState::writing:
       case SlotState::writing_cancelled:
         // A reschedule is in flight (it moves the due, or a cancel won and it
-        // will send REMOVE): look again at the next interval.
-        slot.alarm = wheel_.add(wheel_.now(), index);
+        // will send REMOVE): look again at the next interval; at the horizon,
+        // where no next interval comes, in the next pass.
+        if (wheel_.now().time_since_epoch().count() >= max_wheel_now_ns_) {
+          slot.alarm = {};
+          overdue_.push_back(index);
+        } else {
+          slot.alarm = wheel_.add(wheel_.now(), index);
+        }
         return;
       case SlotState::cancelled:  // C1 won; its REMOVE finds it gone and does nothing
         slot.filed_generation = 0;
@@ -345,7 +355,10 @@ void RuntimeCore::sleep(bool busy) {
   // whether to wake us; we set it, fence, then re-read completed_.
   wheel_waits_for_workers_.store(waiting_for_runs, std::memory_order_relaxed);
   std::int64_t deadline = INT64_MAX;  // in the runtime clock's domain
-  if (const auto next = wheel_.next_alarm_fires_at()) deadline = next->time_since_epoch().count();
+  // At the horizon nothing in the wheel ever fires (it never advances on).
+  if (const auto next = wheel_.next_alarm_fires_at(); next && wheel_.now().time_since_epoch().count() < max_wheel_now_ns_) {
+    deadline = next->time_since_epoch().count();
+  }
 
   const std::uint32_t seen = wake_.prepare();
   sleep_deadline_ns_.store(deadline, std::memory_order_relaxed);

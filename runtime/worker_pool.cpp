@@ -80,9 +80,12 @@ void RuntimeCore::run(const Dispatch& d) {
     }
     retire(slot, d.slot);
   } else {
-    // We own `due` while Running.
-    slot.due_ns.store((d.flags & Dispatch::keep_due) ? d.due_ns : d.due_ns + slot.period_ns,
-                      std::memory_order_relaxed);
+    // We own `due` while Running. A next run past TimePoint::max() saturates
+    // there: beyond the horizon, it is parked and never runs.
+    const std::int64_t next = (d.flags & Dispatch::keep_due)               ? d.due_ns
+                              : d.due_ns > INT64_MAX - slot.period_ns ? INT64_MAX
+                                                                        : d.due_ns + slot.period_ns;
+    slot.due_ns.store(next, std::memory_order_relaxed);
     bool rearmed = false;
     while (StateWord::state(w) == SlotState::running) {
       // (F2) acq_rel: release publishes the new due with the new version.

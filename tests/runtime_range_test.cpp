@@ -1,0 +1,196 @@
+// chime::Runtime at the ends of representable time (runtime.hpp "Error
+// model", docs/guarantees.md "Range"): the horizon (the wheel advances into
+// interval H = min(K_max, 2^61 - 1) - 1 and no further; due times from its
+// start on are refused), a clock too close to TimePoint::max() refused at
+// construction, and the periodic arithmetic that used to overflow: a
+// Missed::skip timer first due at TimePoint::min(), a next run past
+// TimePoint::max(). Each of these was a fuzzer finding (docs/fuzzing.md,
+// "Findings"); under ASan+UBSan the tests also check there is no signed
+// overflow on the way.
+#include "runtime_test_support.hpp"
+
+#include <chime/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace {
+
+using namespace chime_test;
+using chime::Duration;
+using chime::ManualClock;
+using chime::Missed;
+using chime::PeriodicOptions;
+using chime::Runtime;
+using chime::TimePoint;
+using chime::TimerId;
+using chime::TimerState;
+
+constexpr std::int64_t kMaxNs = INT64_MAX;
+
+// The start of the horizon interval for a runtime started at `start` with
+// 1 ms precision and the default 61 level bits (K_max < 2^61 - 1 here).
+TimePoint horizon_start(TimePoint start) {
+  const std::int64_t s = start.time_since_epoch().count();
+  const std::int64_t p = kPrecision.count();
+  const std::int64_t k_max = (kMaxNs - s) / p;
+  return TimePoint(Duration(s + (k_max - 1) * p));
+}
+
+class RangeTest : public testing::TestWithParam<unsigned> {
+ protected:
+  ManualClock clock{kStart};
+  Recorder rec{&clock};
+  Runtime rt{manual_options(clock, GetParam())};
+};
+
+INSTANTIATE_TEST_SUITE_P(Runtime, RangeTest, testing::Values(0u, 1u, 2u), workers_name);
+
+PeriodicOptions first_at(TimePoint t, Missed missed) {
+  PeriodicOptions o;
+  o.first_due = t;
+  o.on_missed = missed;
+  return o;
+}
+
+// A clock with fewer than two intervals left before TimePoint::max() is
+// refused with std::invalid_argument naming its time; two intervals are enough.
+TEST(RuntimeRange, clock_too_close_to_end_of_time_is_refused_by_name) {
+  ManualClock late{TimePoint::max() - 2 * kPrecision + Duration(1)};
+  try {
+    Runtime refused(manual_options(late, 0));
+    FAIL() << "a clock one interval and a bit before TimePoint::max() was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(late.now().time_since_epoch().count())), std::string::npos)
+        << e.what();
+  }
+  ManualClock enough{TimePoint::max() - 2 * kPrecision};
+  Runtime accepted(manual_options(enough, 0));
+  accepted.flush();
+}
+
+// The horizon's start is the last due time refused and the time before it
+// the last accepted, from the first moment (default bits reach that far).
+TEST_P(RangeTest, due_limit_is_the_horizon_start) {
+  const TimePoint h = horizon_start(kStart);
+  try {
+    rt.schedule_at(h, rec.task());
+    FAIL() << "a due time at the horizon's start was accepted";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(h.time_since_epoch().count())), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(rt.schedule_at(TimePoint::max(), rec.task()), std::out_of_range);
+  const TimerId id = rt.schedule_at(h - Duration(1), rec.task());
+  EXPECT_EQ(rt.state(id), TimerState::pending);
+  EXPECT_EQ(rt.stats().scheduled, 1u);
+}
+
+// A one-shot due just before the horizon fires once the clock reaches the
+// end of time (the wheel stops at the horizon, which is past its due), with
+// its due reported exactly.
+TEST_P(RangeTest, one_shot_due_just_before_horizon_fires_at_end_of_time) {
+  const TimePoint due = horizon_start(kStart) - Duration(1);
+  rt.schedule_at(due, rec.task());
+  advance_to(clock, rt, at(1s));
+  EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, TimePoint::max());
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.due, due);
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// A periodic timer whose runs go on to the end of time keeps the wheel
+// thread alive (it once terminated the process: the re-arm was parked before
+// the wheel's now): one coalesced run up to the horizon, none beyond; it
+// stays cancellable, and the runtime keeps serving.
+TEST_P(RangeTest, periodic_timer_survives_clock_reaching_end_of_time) {
+  const TimerId id = rt.schedule_every(1ms, rec.task(), first_at(at(1ms), Missed::skip));
+  advance_to(clock, rt, TimePoint::max());
+  ASSERT_EQ(rec.count(), 1u);
+  const chime::Firing f = rec.runs()[0].firing;
+  const TimePoint h = horizon_start(kStart);
+  EXPECT_LT(f.due, h);
+  EXPECT_GE(f.due, h - kPrecision);  // the latest run due before the horizon
+  EXPECT_EQ(f.missed, static_cast<std::uint64_t>((f.due - at(1ms)) / 1ms));
+  advance_to(clock, rt, TimePoint::max());
+  EXPECT_EQ(rec.count(), 1u) << "a run due at or after the horizon ran";
+  EXPECT_EQ(rt.state(id), TimerState::pending);
+  EXPECT_TRUE(rt.cancel(id));
+  // Still serving: a due before the horizon (in the past now) runs at the next flush.
+  rt.schedule_at(h - Duration(1), rec.task(7));
+  rt.flush();
+  EXPECT_EQ(rec.count(7), 1u);
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// A Missed::skip periodic timer first due at TimePoint::min() coalesces the
+// 2^63-odd nanoseconds of missed runs into one run, due at the latest grid
+// point before the wheel's interval, without overflow.
+TEST_P(RangeTest, skip_periodic_due_at_time_min_coalesces_without_overflow) {
+  const TimerId id = rt.schedule_every(1ms, rec.task(), first_at(TimePoint::min(), Missed::skip));
+  rt.flush();
+  ASSERT_EQ(rec.count(), 1u);
+  const chime::Firing f = rec.runs()[0].firing;
+  // The boundary is the wheel's interval start, kStart; runs due before it coalesce.
+  const __int128 k = (static_cast<__int128>(kStart.time_since_epoch().count()) - 1 - INT64_MIN) / kPrecision.count();
+  EXPECT_EQ(f.missed, static_cast<std::uint64_t>(k));
+  EXPECT_EQ(f.due.time_since_epoch().count(), static_cast<std::int64_t>(INT64_MIN + k * kPrecision.count()));
+  EXPECT_LT(f.due, kStart);
+  EXPECT_GE(f.due, kStart - kPrecision);
+  // The rate goes on from there: the next run is one period later.
+  advance_to(clock, rt, f.due + 2 * kPrecision);
+  ASSERT_EQ(rec.count(), 2u);
+  EXPECT_EQ(rec.runs()[1].firing.due, f.due + kPrecision);
+  EXPECT_TRUE(rt.cancel(id));
+}
+
+// A periodic timer whose next run would be past TimePoint::max() runs once
+// and never again (the next due saturates; it is parked beyond the horizon),
+// and stays cancellable.
+TEST_P(RangeTest, periodic_next_run_past_end_of_time_never_runs) {
+  const TimerId id = rt.schedule_every(Duration::max(), rec.task(), first_at(at(1ms), Missed::catch_up));
+  advance_to(clock, rt, at(2ms));
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.due, at(1ms));
+  advance_to(clock, rt, TimePoint::max());
+  EXPECT_EQ(rec.count(), 1u) << "a run due past TimePoint::max() ran";
+  EXPECT_EQ(rt.state(id), TimerState::pending);
+  EXPECT_TRUE(rt.cancel(id));
+  rt.flush();
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// A clock of another kind (neither steady nor manual) frozen past the
+// horizon: the wheel thread, holding a parked alarm it can never fire, sleeps
+// instead of waking for it again and again.
+TEST(RuntimeRange, wheel_thread_sleeps_at_the_horizon) {
+  struct FrozenClock final : chime::Clock {
+    std::atomic<std::int64_t> t{kStart.time_since_epoch().count()};
+    TimePoint now() const noexcept override { return TimePoint(Duration(t.load())); }
+  } frozen;
+  chime::RuntimeOptions o;
+  o.precision = kPrecision;
+  o.workers = 0;
+  o.clock = &frozen;
+  Runtime rt(o);
+  std::atomic<int> runs{0};
+  const TimerId id = rt.schedule_every(1ms, [&](const chime::Firing&) { runs.fetch_add(1); },
+                                       first_at(at(1ms), Missed::skip));
+  frozen.t.store(kMaxNs);
+  rt.flush();
+  EXPECT_EQ(runs.load(), 1);
+  const std::uint64_t before = rt.stats().wakeups;
+  std::this_thread::sleep_for(50ms);
+  const std::uint64_t woke = rt.stats().wakeups - before;
+  EXPECT_LE(woke, 2u) << "the wheel thread woke " << woke << " times in 50 ms at the horizon";
+  EXPECT_TRUE(rt.cancel(id));
+}
+
+}  // namespace
