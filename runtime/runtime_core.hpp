@@ -186,6 +186,7 @@ class RuntimeCore {
   std::vector<DrainRequest*> drains_;
   StopRequest* stop_ = nullptr;
   std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched in this pass
+  bool awaiting_writer_ = false;              // this pass put a mid-reschedule timer on overdue_
   bool running_ = true;
 
   // Workers.

@@ -191,6 +191,7 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
   // and the smaller one would allocate again in steady state.
   fired_buffer_.assign(overdue_.begin(), overdue_.end());
   overdue_.clear();
+  awaiting_writer_ = false;
   if (now_ns > wheel_.now().time_since_epoch().count()) {
     wheel_.advance_clock(TimePoint(Duration(now_ns)),
                          [&](TimingWheel<std::uint32_t>::Alarm a) { fired_buffer_.push_back(wheel_.value(a)); });
@@ -246,14 +247,12 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
       case SlotState::writing:
       case SlotState::writing_cancelled:
         // A reschedule is in flight (it moves the due, or a cancel won and it
-        // will send REMOVE): look again at the next interval; at the horizon,
-        // where no next interval comes, in the next pass.
-        if (wheel_.now().time_since_epoch().count() >= max_wheel_now_ns_) {
-          slot.alarm = {};
-          overdue_.push_back(index);
-        } else {
-          slot.alarm = wheel_.add(wheel_.now(), index);
-        }
+        // will send REMOVE): look again in the next pass, which comes at once
+        // (sleep() yields first). Not "at the next interval": its new due
+        // may be passed already, and the clock may not move on.
+        slot.alarm = {};
+        overdue_.push_back(index);
+        awaiting_writer_ = true;
         return;
       case SlotState::cancelled:  // C1 won; its REMOVE finds it gone and does nothing
         slot.filed_generation = 0;
@@ -349,7 +348,11 @@ void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
 }
 
 void RuntimeCore::sleep(bool busy) {
-  if (!overdue_.empty()) return;  // due now: next pass
+  if (!overdue_.empty()) {  // due now: next pass
+    // Only a reschedule's two stores to wait for: let its thread run first.
+    if (awaiting_writer_) std::this_thread::yield();
+    return;
+  }
   const bool waiting_for_runs = !flushes_.empty();
   // (F-W) Workers bump completed_, fence, then read this flag to decide
   // whether to wake us; we set it, fence, then re-read completed_.
