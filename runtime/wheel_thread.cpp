@@ -33,7 +33,6 @@
 namespace chime::detail {
 
 namespace {
-constexpr std::size_t kCommandBatch = 256;
 // While commands keep arriving, the wheel thread wakes at least this often to
 // apply them, so the queue holds at most about this much traffic. With no
 // commands it sleeps until the next alarm (or forever): no idle ticking.
