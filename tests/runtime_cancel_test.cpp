@@ -26,12 +26,8 @@ using chime::Runtime;
 using chime::TimerId;
 using chime::TimerState;
 
-class CancelTest : public testing::TestWithParam<unsigned> {
+class CancelTest : public ManualRuntimeTest {
  protected:
-  ManualClock clock{kStart};
-  Recorder rec{&clock};
-  Runtime rt{manual_options(clock, GetParam())};
-
   // Schedules and cancels timers (one alive at a time) until one reuses the slot of `old`; returns it.
   TimerId schedule_until_slot_reused(TimerId old, chime::Task (*make)(Recorder&), chime::TimePoint due) {
     for (int i = 0; i < 10'000; ++i) {

@@ -25,12 +25,7 @@ using chime::Runtime;
 using chime::TimerId;
 using chime::TimerState;
 
-class ObserveTest : public testing::TestWithParam<unsigned> {
- protected:
-  ManualClock clock{kStart};
-  Recorder rec{&clock};
-  Runtime rt{manual_options(clock, GetParam())};
-};
+class ObserveTest : public ManualRuntimeTest {};
 
 INSTANTIATE_TEST_SUITE_P(Runtime, ObserveTest, testing::Values(0u, 1u, 2u), workers_name);
 

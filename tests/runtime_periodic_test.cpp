@@ -33,21 +33,9 @@ using chime::TimePoint;
 using chime::TimerId;
 using chime::TimerState;
 
-class PeriodicTest : public testing::TestWithParam<unsigned> {
- protected:
-  ManualClock clock{kStart};
-  Recorder rec{&clock};
-  Runtime rt{manual_options(clock, GetParam())};
-};
+class PeriodicTest : public ManualRuntimeTest {};
 
 INSTANTIATE_TEST_SUITE_P(Runtime, PeriodicTest, testing::Values(0u, 1u, 2u), workers_name);
-
-PeriodicOptions first_at(TimePoint t, Missed missed = Missed::skip) {
-  PeriodicOptions o;
-  o.first_due = t;
-  o.on_missed = missed;
-  return o;
-}
 
 // interval_start(t) for the manual runtimes (grid anchored at kStart, 1 ms).
 TimePoint interval_start(TimePoint t) { return kStart + (t - kStart) / kPrecision * kPrecision; }

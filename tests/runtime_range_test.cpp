@@ -43,21 +43,9 @@ TimePoint horizon_start(TimePoint start) {
   return TimePoint(Duration(s + (k_max - 1) * p));
 }
 
-class RangeTest : public testing::TestWithParam<unsigned> {
- protected:
-  ManualClock clock{kStart};
-  Recorder rec{&clock};
-  Runtime rt{manual_options(clock, GetParam())};
-};
+class RangeTest : public ManualRuntimeTest {};
 
 INSTANTIATE_TEST_SUITE_P(Runtime, RangeTest, testing::Values(0u, 1u, 2u), workers_name);
-
-PeriodicOptions first_at(TimePoint t, Missed missed) {
-  PeriodicOptions o;
-  o.first_due = t;
-  o.on_missed = missed;
-  return o;
-}
 
 // A clock with fewer than two intervals left before TimePoint::max() is
 // refused with std::invalid_argument naming its time; two intervals are enough.

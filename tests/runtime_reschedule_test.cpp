@@ -25,12 +25,7 @@ using chime::Runtime;
 using chime::TimerId;
 using chime::TimerState;
 
-class RescheduleTest : public testing::TestWithParam<unsigned> {
- protected:
-  ManualClock clock{kStart};
-  Recorder rec{&clock};
-  Runtime rt{manual_options(clock, GetParam())};
-};
+class RescheduleTest : public ManualRuntimeTest {};
 
 INSTANTIATE_TEST_SUITE_P(Runtime, RescheduleTest, testing::Values(0u, 1u, 2u), workers_name);
 

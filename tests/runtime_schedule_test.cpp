@@ -29,12 +29,7 @@ using chime::TimePoint;
 using chime::TimerId;
 using chime::TimerState;
 
-class ScheduleTest : public testing::TestWithParam<unsigned> {
- protected:
-  ManualClock clock{kStart};
-  Recorder rec{&clock};
-  Runtime rt{manual_options(clock, GetParam())};
-};
+class ScheduleTest : public ManualRuntimeTest {};
 
 INSTANTIATE_TEST_SUITE_P(Runtime, ScheduleTest, testing::Values(0u, 1u, 2u), workers_name);
 

@@ -113,6 +113,23 @@ inline double ms_since_start(chime::TimePoint t) {
   return std::chrono::duration<double, std::milli>(t - kStart).count();
 }
 
+// A runtime on a ManualClock at kStart (1 ms precision) with a Recorder;
+// parameterized by the number of workers (see workers_name).
+class ManualRuntimeTest : public testing::TestWithParam<unsigned> {
+ protected:
+  chime::ManualClock clock{kStart};
+  Recorder rec{&clock};
+  chime::Runtime rt{manual_options(clock, GetParam())};  // after clock and rec: destroyed (joined) first
+};
+
+// Periodic options with the first run at `t`.
+inline chime::PeriodicOptions first_at(chime::TimePoint t, chime::Missed missed = chime::Missed::skip) {
+  chime::PeriodicOptions o;
+  o.first_due = t;
+  o.on_missed = missed;
+  return o;
+}
+
 // "workers0", "workers1", ... for parameterized test names.
 inline std::string workers_name(const testing::TestParamInfo<unsigned>& info) {
   return "workers" + std::to_string(info.param);
