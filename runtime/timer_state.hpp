@@ -5,7 +5,8 @@
 // the pure helpers that build and read it. Who may touch the word: anyone
 // holding a TimerId (producers: cancel, reschedule, state), the wheel thread
 // (claim for a run, re-file), the workers (finish a run). The transitions are
-// made only by the functions named in the table, all in runtime_core.cpp.
+// made only by the functions named in the table (producer_ops.cpp,
+// wheel_thread.cpp, worker_pool.cpp, and runtime.cpp for X1).
 //
 // Word layout:   [ generation : 32 ][ version : 24 ][ periodic : 1 ][ state : 7 ]
 // - generation: which use of the slot this is. Bumped when a producer takes
@@ -23,7 +24,7 @@
 //  from              to                 who                      atomic op (order)
 //  ----------------  -----------------  -----------------------  -------------------------------
 //  (free, g-1)       {g,0,Pending}      producer: schedule_*     store (seq_cst)            (S1)
-//  {g,v,Pending}     {g,v,Writing}      producer: reschedule     CAS (acq_rel)              (R1)
+//  {g,v,Pending}     {g,v,Writing}      producer: reschedule     CAS (acquire)              (R1)
 //  {g,v,Writing}     {g,v+1,Pending}    the same reschedule      CAS (release)              (R2)
 //  {g,v,Writing}     {g,v,WritingCancelled} producer: cancel     CAS (acq_rel)  -> true     (C2)
 //  {g,v,WritingCancelled} {g,v,Cancelled} the reschedule (owner) store (release) -> false   (R3)

@@ -8,7 +8,8 @@
 //   2. read the clock and advance: the overdue list first, then what the
 //      wheel fires, in nondecreasing interval order; for each timer decide
 //      (consider): claim and dispatch it (W1), re-file it (its due moved
-//      later, or a reschedule is in flight), or free it (cancelled);
+//      later), look again next pass (a reschedule is in flight), or free it
+//      (cancelled);
 //   3. if the queue was emptied: serve drain/stop requests, settle flushes,
 //      and
 //   4. sleep until the next alarm is due, or until a producer wakes us.
@@ -382,8 +383,10 @@ void RuntimeCore::sleep(bool busy) {
         case ClockKind::manual:  // manual time moves only when told; flush() wakes us
           break;
         case ClockKind::other: {
-          const std::int64_t remaining = deadline - clock_->now().time_since_epoch().count();
-          wake_at = steady_now.time_since_epoch().count() + std::max<std::int64_t>(remaining, 0);
+          // In 128 bits, saturating: the two clocks' times may be at opposite ends of int64.
+          const __int128 remaining = static_cast<__int128>(deadline) - clock_->now().time_since_epoch().count();
+          const __int128 at = steady_now.time_since_epoch().count() + std::max<__int128>(remaining, 0);
+          wake_at = at >= INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(at);
           break;
         }
       }

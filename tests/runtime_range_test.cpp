@@ -155,19 +155,28 @@ TEST_P(RangeTest, periodic_next_run_past_end_of_time_never_runs) {
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
+// A clock of another kind than SteadyClock and ManualClock: the wheel thread
+// converts its deadlines to the steady clock by the difference of the two.
+struct FrozenClock final : chime::Clock {
+  explicit FrozenClock(TimePoint start) : t(start.time_since_epoch().count()) {}
+  std::atomic<std::int64_t> t;
+  TimePoint now() const noexcept override { return TimePoint(Duration(t.load())); }
+};
+
+chime::RuntimeOptions frozen_options(FrozenClock& clock) {
+  chime::RuntimeOptions o;
+  o.precision = kPrecision;
+  o.workers = 0;
+  o.clock = &clock;
+  return o;
+}
+
 // A clock of another kind (neither steady nor manual) frozen past the
 // horizon: the wheel thread, holding a parked alarm it can never fire, sleeps
 // instead of waking for it again and again.
 TEST(RuntimeRange, wheel_thread_sleeps_at_the_horizon) {
-  struct FrozenClock final : chime::Clock {
-    std::atomic<std::int64_t> t{kStart.time_since_epoch().count()};
-    TimePoint now() const noexcept override { return TimePoint(Duration(t.load())); }
-  } frozen;
-  chime::RuntimeOptions o;
-  o.precision = kPrecision;
-  o.workers = 0;
-  o.clock = &frozen;
-  Runtime rt(o);
+  FrozenClock frozen{kStart};
+  Runtime rt(frozen_options(frozen));
   std::atomic<int> runs{0};
   const TimerId id = rt.schedule_every(1ms, [&](const chime::Firing&) { runs.fetch_add(1); },
                                        first_at(at(1ms), Missed::skip));
@@ -178,6 +187,24 @@ TEST(RuntimeRange, wheel_thread_sleeps_at_the_horizon) {
   std::this_thread::sleep_for(50ms);
   const std::uint64_t woke = rt.stats().wakeups - before;
   EXPECT_LE(woke, 2u) << "the wheel thread woke " << woke << " times in 50 ms at the horizon";
+  EXPECT_TRUE(rt.cancel(id));
+}
+
+// A deadline near the end of time on such a clock, while the steady clock
+// reads its own (unrelated) time: the conversion saturates instead of
+// overflowing (UBSan) into a negative futex timeout, which would make the
+// wheel thread spin.
+TEST(RuntimeRange, far_deadline_on_another_clock_neither_overflows_nor_spins) {
+  FrozenClock frozen{TimePoint{}};
+  Runtime rt(frozen_options(frozen));
+  std::atomic<int> runs{0};
+  const TimerId id = rt.schedule_at(horizon_start(TimePoint{}) - Duration(1), [&](const chime::Firing&) { runs.fetch_add(1); });
+  rt.flush();
+  const std::uint64_t before = rt.stats().wakeups;
+  std::this_thread::sleep_for(50ms);
+  const std::uint64_t woke = rt.stats().wakeups - before;
+  EXPECT_LE(woke, 2u) << "the wheel thread woke " << woke << " times in 50 ms for a deadline ~292 years away";
+  EXPECT_EQ(runs.load(), 0);
   EXPECT_TRUE(rt.cancel(id));
 }
 

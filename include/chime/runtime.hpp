@@ -43,17 +43,19 @@
 // calls after shutdown throw chime::StoppedError; over max_pending,
 // chime::CapacityError; flush/drain/shutdown from inside a callback,
 // std::logic_error. Racing outcomes are return values (cancel returns false
-// when it lost).
+// when it lost). A callback's exception is caught on its worker, counted, and
+// passed to on_error; the runtime keeps running.
 //
 // Range: due times are accepted up to 2^num_bits - 1 intervals past the
 // wheel's time, and never from the horizon on: the start of interval
 // min(K_max, 2^61 - 1) - 1, K_max being the last interval whose start is a
-// representable TimePoint (about 292 years past the start at 1 ms). The wheel
-// never advances past the horizon, so every accepted one-shot fires once the
-// clock reaches it; a periodic run due beyond it never runs. The constructor
-// throws std::invalid_argument for a clock with fewer than two intervals
-// before TimePoint::max(). A callback's exception is caught on its worker, counted, and
-// passed to on_error; the runtime keeps running.
+// representable TimePoint (at 1 ms precision, about 292 years past
+// TimePoint zero). The wheel never advances past the horizon, so every
+// accepted one-shot fires once the clock reaches it; a periodic run due
+// beyond it never fires on its own (drain() and shutdown(fire_pending) still
+// run it once, like any pending timer). The constructor throws
+// std::invalid_argument for a clock with fewer than two intervals before
+// TimePoint::max().
 //
 // Memory ordering: everything a thread did before schedule_* happens-before
 // the callback runs; everything a callback did happens-before a flush() that
