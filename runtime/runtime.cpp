@@ -12,6 +12,10 @@
 // exactly one X1 CAS wins: every accepted timer is fired, cancelled, or
 // counted by shutdown as not fired.
 //
+// Race: shutdown vs cancel: a cancel that wins after the wheel thread's last
+// pass leaves a REMOVE nobody applies; the sweep frees that timer (Cancelled
+// and still filed) itself (docs/state-machine.md, "Shutdown vs cancel").
+//
 // Race: shutdown vs a running callback: shutdown joins the workers after the
 // wheel thread has stopped dispatching; a run in progress finishes; a
 // periodic timer it re-arms is counted by the sweep.
@@ -135,7 +139,9 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     handoff_.enqueue(*handoff_token_, stop);
   }
   for (auto& t : workers_) t.join();
-  // Sweep: every timer still pending is cancelled and counted (X1).
+  // Sweep: every timer still pending is cancelled and counted (X1). The
+  // wheel thread has exited (joined), so its fields (filed_generation) are
+  // ours now.
   std::size_t not_fired = 0;
   const std::uint32_t extent = slab_.extent();
   for (std::uint32_t i = 0; i < extent; ++i) {
@@ -143,10 +149,19 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     std::uint64_t w = slot.word.load(std::memory_order_acquire);
     for (;;) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::writing) {  // a reschedule racing shutdown: two stores from done
+      if (s == SlotState::writing || s == SlotState::writing_cancelled) {
+        // A reschedule racing shutdown: two stores from done (R2, or R3 after a cancel won).
         std::this_thread::yield();
         w = slot.word.load(std::memory_order_acquire);
         continue;
+      }
+      if (s == SlotState::cancelled && slot.filed_generation == StateWord::generation(w)) {
+        // Cancelled while filed, but its REMOVE came after the wheel thread
+        // stopped (a cancel racing shutdown): only the wheel thread would
+        // have freed it. Free it here, so its task does not outlive shutdown.
+        slot.filed_generation = 0;
+        retire(slot, i);
+        break;
       }
       if (s != SlotState::pending) break;
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),

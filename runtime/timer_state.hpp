@@ -43,7 +43,8 @@
 // - a periodic cancelled while running (C3): the worker, when its F2 fails;
 // - a cancelled timer the wheel still files (C1, R3): the wheel thread, when
 //   the REMOVE command or the due alarm reaches it, whichever is first; one
-//   that is not filed yet: the wheel thread, when the ADD command arrives.
+//   that is not filed yet: the wheel thread, when the ADD command arrives;
+//   one still filed when the wheel thread stopped: the shutdown sweep.
 //
 // Who may write which field:
 // - `due`: the producer before S1; the owner of Writing (R1..R2); the worker
