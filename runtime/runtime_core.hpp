@@ -185,7 +185,7 @@ class RuntimeCore {
   std::vector<FlushRequest*> flushes_;
   std::vector<DrainRequest*> drains_;
   StopRequest* stop_ = nullptr;
-  std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched in this pass
+  std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched since the last settle_flushes
   bool awaiting_writer_ = false;              // this pass put a mid-reschedule timer on overdue_
   bool running_ = true;
 

@@ -53,7 +53,6 @@ void RuntimeCore::wheel_main() {
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   while (running_) {
     const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
-    pass_min_due_ns_ = INT64_MAX;
     bool exhausted = false;
     const bool busy = apply_commands(exhausted);
     std::int64_t now = clock_->now().time_since_epoch().count();
@@ -73,6 +72,9 @@ void RuntimeCore::wheel_main() {
       break;
     }
     settle_flushes(completed_snapshot);
+    // Runs dispatched by passes that did not empty the queue count towards
+    // the next settle: reset only after one.
+    pass_min_due_ns_ = INT64_MAX;
     sleep(busy);
   }
 }
@@ -226,6 +228,9 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         d.generation = StateWord::generation(w);
         d.due_ns = due;
         d.fired_at_ns = fired_at;
+        // A flush waits for this run if any run it covers was due by its
+        // target: the earliest one, before skip coalescing moves d.due_ns.
+        pass_min_due_ns_ = std::min(pass_min_due_ns_, due);
         if (StateWord::periodic(w) && slot.on_missed == Missed::skip) {
           // Coalesce every run due before the boundary into the latest one.
           // In 128 bits: boundary - due spans up to 2^64 ns; the result,
