@@ -59,12 +59,20 @@ void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std
 
 void RuntimeCore::post(const Command& c, ProducerQueueToken* token) { commands_.push(c, token); }
 
-// The slot's timer is finished for good: reset its task, count it, and
-// return the slot. Exactly one party calls this per timer (timer_state.hpp).
+// The timer's outcome is decided (a cancel won, its last run finished, or
+// shutdown swept it): it stops counting as pending, for stats() and for
+// max_pending, at once, even if its slot is freed later (a cancelled timer's
+// slot is freed by the wheel thread when the REMOVE arrives). Exactly one
+// party calls this per accepted timer: whoever made the deciding transition.
+void RuntimeCore::end_timer() {
+  ended_.add();
+  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// The slot's timer is finished for good: reset its task and return the slot.
+// Exactly one party calls this per timer (timer_state.hpp).
 void RuntimeCore::retire(TimerSlot& slot, std::uint32_t index) {
   slot.task.reset();
-  retired_.add();
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   // Token-less (moodycamel's implicit per-thread sub-queue): explicit
   // producer tokens measured ~50 instructions cheaper here, but their blocks
   // are not recycled across producers, so a shift of which thread frees slots
@@ -150,6 +158,7 @@ bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* token) {
     if (slot->word.compare_exchange_weak(w, StateWord::with_state(w, next), std::memory_order_acq_rel,
                                          std::memory_order_acquire)) {
       cancelled_.add();
+      end_timer();  // capacity is free now, not when the wheel thread frees the slot
       // Only C1 leaves a filed timer behind: tell the wheel thread, without
       // waking it (it frees the slot at its next pass or when the alarm is
       // due, whichever is first).

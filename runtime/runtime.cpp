@@ -168,9 +168,8 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
         ++not_fired;
         cancelled_.add();
+        end_timer();
         slot.task.reset();  // release what the callback captured now, not at destruction
-        retired_.add();
-        if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
         break;
       }
     }
@@ -185,8 +184,8 @@ Stats RuntimeCore::stats() const {
   s.fired = fired_.sum();
   s.cancelled = cancelled_.sum();
   s.rescheduled = rescheduled_.sum();
-  const std::uint64_t retired = retired_.sum();
-  s.pending = s.scheduled > retired ? s.scheduled - retired : 0;
+  const std::uint64_t ended = ended_.sum();
+  s.pending = s.scheduled > ended ? s.scheduled - ended : 0;
   s.callback_errors = callback_errors_.sum();
   s.queue_depth = commands_.size_approx();
   s.wakeups = wakeups_.load(std::memory_order_relaxed);

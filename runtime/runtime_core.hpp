@@ -125,6 +125,7 @@ class RuntimeCore {
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
   void post(const Command& c, ProducerQueueToken* token);
   void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
+  void end_timer();
   void retire(TimerSlot& slot, std::uint32_t index);
   void throw_if_in_callback(const char* what) const;
 
@@ -167,7 +168,7 @@ class RuntimeCore {
   std::mutex shutdown_mutex_;
 
   // Counters (runtime_stats.hpp).
-  StripedCounter scheduled_, fired_, cancelled_, rescheduled_, retired_, callback_errors_;
+  StripedCounter scheduled_, fired_, cancelled_, rescheduled_, ended_, callback_errors_;
   std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> dispatched_{0};  // written by the wheel thread only

@@ -71,13 +71,20 @@ void RuntimeCore::run(const Dispatch& d) {
     // (F1) release: the run's effects happen-before whoever reads Fired.
     // Only this worker may leave Running for a one-shot: a plain store.
     slot.word.store(StateWord::with_state(w, SlotState::fired), std::memory_order_release);
+    end_timer();
     retire(slot, d.slot);
   } else if (d.flags & Dispatch::final) {
-    // (F3) Only from Running: if a cancel (C3) won, the state stays Cancelled.
-    while (StateWord::state(w) == SlotState::running &&
-           !slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
+    // (F3) Only from Running: if a cancel (C3) won, the state stays Cancelled
+    // (and that cancel ended the timer).
+    bool f3 = false;
+    while (StateWord::state(w) == SlotState::running) {
+      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+        f3 = true;
+        break;
+      }
     }
+    if (f3) end_timer();
     retire(slot, d.slot);
   } else {
     // We own `due` while Running. A next run past TimePoint::max() saturates

@@ -166,6 +166,29 @@ TEST(RuntimeErrors, fired_and_cancelled_timers_free_capacity) {
   EXPECT_NO_THROW(rt.schedule_at(at(60ms), noop()));
 }
 
+// A cancel that returned true frees its capacity and leaves stats().pending at once, without waiting for the
+// wheel thread to free the slot (no flush in between; the wheel thread sleeps until a timer 30 s away).
+TEST(RuntimeErrors, cancel_frees_capacity_at_once) {
+  for (const unsigned workers : {0u, 1u}) {
+    ManualClock clock{kStart};
+    chime::RuntimeOptions options = manual_options(clock, workers);
+    options.max_pending = 2;
+    Runtime rt{options};
+    const TimerId a = rt.schedule_at(at(30s), noop());
+    const TimerId b = rt.schedule_every(1s, noop());
+    rt.flush();  // both filed; the wheel thread sleeps
+    EXPECT_THROW(rt.schedule_at(at(30s), noop()), CapacityError);
+    EXPECT_TRUE(rt.cancel(a));
+    EXPECT_EQ(rt.stats().pending, 1u);
+    const TimerId c = rt.schedule_at(at(30s), noop());
+    EXPECT_THROW(rt.schedule_at(at(30s), noop()), CapacityError);
+    EXPECT_TRUE(rt.cancel(b));  // a periodic timer too
+    EXPECT_NO_THROW(rt.schedule_at(at(30s), noop()));
+    EXPECT_EQ(rt.stats().pending, 2u);
+    EXPECT_EQ(rt.state(c), TimerState::pending);
+  }
+}
+
 // The range is checked before the capacity: a full runtime reports an out-of-range due as std::out_of_range.
 TEST(RuntimeErrors, out_of_range_is_checked_before_capacity) {
   ManualClock clock{kStart};

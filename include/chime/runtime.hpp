@@ -123,7 +123,7 @@ struct RuntimeOptions {
   LevelBits level_bits = LevelBits::default_bits();
   unsigned workers = std::thread::hardware_concurrency();  // 0: callbacks run on the wheel thread
   Clock* clock = nullptr;                                  // non-owning; null: the steady clock
-  std::size_t max_pending = 0;                             // 0: unbounded
+  std::size_t max_pending = 0;  // 0: unbounded; a timer stops counting once cancel returned true or its last run ended
   std::function<void(TimerId, std::exception_ptr)> on_error;
   CommandQueueBackend command_queue = CommandQueueBackend::moodycamel;
 };
