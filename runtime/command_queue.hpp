@@ -24,10 +24,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include <boost/lockfree/queue.hpp>
 #include <concurrentqueue/concurrentqueue.h>
@@ -80,18 +82,26 @@ class CommandQueue {
     return t;
   }
 
-  // Any thread. Lock-free. May allocate.
-  void push(const Command& c, ProducerQueueToken* token) {
+  // Any thread. Lock-free. May allocate; returns false, having queued
+  // nothing, if it could not (out of memory: moodycamel returns false,
+  // boost::lockfree throws std::bad_alloc).
+  [[nodiscard]] bool try_push(const Command& c, ProducerQueueToken* token) noexcept {
     if (backend_ == CommandQueueBackend::moodycamel) {
-      if (token != nullptr) {
-        moodycamel_.enqueue(*token->token, c);
-      } else {
-        moodycamel_.enqueue(c);
-      }
-    } else {
-      boost_->push(c);
-      boost_depth_.fetch_add(1, std::memory_order_relaxed);  // statistics only
+      return token != nullptr ? moodycamel_.enqueue(*token->token, c) : moodycamel_.enqueue(c);
     }
+    try {
+      if (!boost_->push(c)) return false;
+    } catch (...) {
+      return false;
+    }
+    boost_depth_.fetch_add(1, std::memory_order_relaxed);  // statistics only
+    return true;
+  }
+
+  // For commands that must not be lost: retries every millisecond until
+  // memory is available again. Blocks the caller only while out of memory.
+  void push_retrying(const Command& c, ProducerQueueToken* token) noexcept {
+    while (!try_push(c, token)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
   // Wheel thread only. Pops up to `max` commands into out; returns how many.

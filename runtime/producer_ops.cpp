@@ -2,6 +2,7 @@
 // any thread makes. Each decides its outcome with one transition of the
 // slot's state word (timer_state.hpp: S1, C1-C3, R1-R3) and never waits for
 // the wheel thread.
+#include <new>
 #include <string>
 #include <thread>
 
@@ -51,13 +52,25 @@ std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcep
 // deadline, then looks at the queue (wheel_thread.cpp, (P2)). The seq_cst
 // fences make it impossible for both to miss the other: either the wheel
 // sees the command before sleeping, or we see its deadline and wake it.
+bool RuntimeCore::try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
+  if (!commands_.try_push(c, token)) return false;
+  std::atomic_thread_fence(std::memory_order_seq_cst);                       // (P1)
+  if (due_ns < sleep_deadline_ns_.load(std::memory_order_relaxed)) wake_.wake();
+  return true;
+}
+
+// For commands that must arrive (a re-arm, a reschedule to an earlier due):
+// out of memory, it retries until the queue can take it.
 void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
-  commands_.push(c, token);
+  commands_.push_retrying(c, token);
   std::atomic_thread_fence(std::memory_order_seq_cst);                       // (P1)
   if (due_ns < sleep_deadline_ns_.load(std::memory_order_relaxed)) wake_.wake();
 }
 
-void RuntimeCore::post(const Command& c, ProducerQueueToken* token) { commands_.push(c, token); }
+// REMOVE only. Out of memory it is dropped: the cancelled timer is then
+// freed when its alarm comes due (consider()) or by the shutdown sweep,
+// whichever is first; its cancel has already taken effect.
+void RuntimeCore::post(const Command& c, ProducerQueueToken* token) { (void)commands_.try_push(c, token); }
 
 // The timer's outcome is decided (a cancel won, its last run finished, or
 // shutdown swept it): it stops counting as pending, for stats() and for
@@ -126,8 +139,22 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
     scheduled_.add();  // shutdown's sweep took it: accepted, and counted by shutdown as not fired
     return TimerId(index, g);
   }
+  if (!try_post_and_wake(Command{CommandKind::add, index, g, nullptr}, token, due_ns)) [[unlikely]] {
+    // Out of memory: the wheel thread will never hear of this timer. Take it
+    // back (as a schedule that lost to shutdown does) and report the failure.
+    std::uint64_t expected = pending;
+    if (slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelled),
+                                          std::memory_order_acq_rel)) {
+      slot.task.reset();
+      if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+      slab_.release(index);
+      throw std::bad_alloc();
+    }
+    // Someone else decided it first (shutdown's sweep, or a cancel by a
+    // guessed id): it counts as accepted and is settled; the slot is freed
+    // by the shutdown sweep or, at worst, kept until destruction.
+  }
   scheduled_.add();
-  post_and_wake(Command{CommandKind::add, index, g, nullptr}, token, due_ns);
   return TimerId(index, g);
 }
 

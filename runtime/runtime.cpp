@@ -20,7 +20,9 @@
 // wheel thread has stopped dispatching; a run in progress finishes; a
 // periodic timer it re-arms is counted by the sweep.
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "runtime_core.hpp"
 
@@ -103,7 +105,7 @@ void RuntimeCore::flush() {
   if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
   FlushRequest request;
   request.target_ns = clock_->now().time_since_epoch().count();
-  commands_.push(Command{CommandKind::flush, 0, 0, &request}, nullptr);
+  commands_.push_retrying(Command{CommandKind::flush, 0, 0, &request}, nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
   request.completion.wait(wheel_exited_);
@@ -113,7 +115,7 @@ std::size_t RuntimeCore::drain() {
   throw_if_in_callback("drain");
   if (stopped_.load(std::memory_order_acquire)) return 0;
   DrainRequest request;
-  commands_.push(Command{CommandKind::drain, 0, 0, &request}, nullptr);
+  commands_.push_retrying(Command{CommandKind::drain, 0, 0, &request}, nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
   request.completion.wait(wheel_exited_);
@@ -127,7 +129,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
   StopRequest request;
   request.mode = mode;
-  commands_.push(Command{CommandKind::stop, 0, 0, &request}, nullptr);
+  commands_.push_retrying(Command{CommandKind::stop, 0, 0, &request}, nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   wake_.wake();
   wheel_thread_.join();
@@ -136,7 +138,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     Dispatch stop;
     stop.flags = Dispatch::stop;
-    handoff_.enqueue(*handoff_token_, stop);
+    while (!handoff_.enqueue(*handoff_token_, stop)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (auto& t : workers_) t.join();
   // Sweep: every timer still pending is cancelled and counted (X1). The

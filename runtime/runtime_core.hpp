@@ -124,6 +124,7 @@ class RuntimeCore {
   void check_due_in_range(const char* what, TimePoint due) const;
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
   void post(const Command& c, ProducerQueueToken* token);
+  bool try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void end_timer();
   void retire(TimerSlot& slot, std::uint32_t index);

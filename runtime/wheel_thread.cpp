@@ -27,6 +27,7 @@
 // and the futex call changes the word, so the futex call returns at once.
 #include <sys/prctl.h>
 
+#include <chrono>
 #include <thread>
 
 #include "runtime_core.hpp"
@@ -276,7 +277,8 @@ void RuntimeCore::dispatch(const Dispatch& d) {
   if (workers_.empty()) {
     run(d);
   } else {
-    handoff_.enqueue(*handoff_token_, d);
+    // Out of memory, retry: the timer is Running, and only its run ends that.
+    while (!handoff_.enqueue(*handoff_token_, d)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

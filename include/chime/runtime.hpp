@@ -44,7 +44,11 @@
 // chime::CapacityError; flush/drain/shutdown from inside a callback,
 // std::logic_error. Racing outcomes are return values (cancel returns false
 // when it lost). A callback's exception is caught on its worker, counted, and
-// passed to on_error; the runtime keeps running.
+// passed to on_error; the runtime keeps running. Out of memory, schedule_*
+// throws std::bad_alloc and schedules nothing; commands that must arrive (a
+// periodic re-arm, a reschedule to an earlier due, flush/drain/shutdown)
+// are retried every millisecond until memory is available; a cancel still
+// takes effect, and its timer's slot is freed when its due time comes.
 //
 // Range: due times are accepted up to 2^num_bits - 1 intervals past the
 // wheel's time, and never from the horizon on: the start of interval
