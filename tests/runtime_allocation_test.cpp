@@ -19,22 +19,28 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <optional>
+#include <thread>
 #include <vector>
 
 namespace {
 
 std::atomic<bool> g_counting{false};
 std::atomic<std::size_t> g_allocations{0};
+std::atomic<bool> g_out_of_memory{false};  // while set, operator new fails (throws std::bad_alloc)
 
 void* counted_malloc(std::size_t n) noexcept {
+  if (g_out_of_memory.load(std::memory_order_relaxed)) return nullptr;
   if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
   return std::malloc(n == 0 ? 1 : n);
 }
 
 void* counted_aligned(std::size_t n, std::align_val_t al) noexcept {
+  if (g_out_of_memory.load(std::memory_order_relaxed)) return nullptr;
   if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
   const auto a = static_cast<std::size_t>(al);
   return std::aligned_alloc(a, n == 0 ? a : (n + a - 1) / a * a);
@@ -231,6 +237,51 @@ TEST(RuntimeAllocation, steady_state_producer_timers_never_allocate) {
                                  << " heap allocations for 20,000 timers and 100 flushes in steady state ("
                                  << r.idle_flush_allocations << " for 100 idle flushes)";
   }
+}
+
+// Out of memory, schedule throws std::bad_alloc and schedules nothing: the
+// timer's task is destroyed, it is not counted, and every timer accepted
+// before it still fires once. The Boost.Lockfree queue allocates its nodes
+// with operator new, which this binary can make fail: the wheel thread is
+// held inside a callback (workers = 0) so the commands pile up until the
+// queue's preallocated nodes run out and it must allocate.
+TEST(RuntimeAllocation, schedule_out_of_memory_throws_bad_alloc_and_schedules_nothing) {
+  ManualClock clock{kStart};
+  chime::RuntimeOptions options = manual_options(clock, 0);
+  options.command_queue = chime::CommandQueueBackend::boost_lockfree;
+  Runtime rt{options};
+  std::atomic<bool> entered{false}, release_wheel{false};
+  rt.schedule_at(kStart - 1ms, [&](const Firing&) {  // overdue: runs on the wheel thread at once
+    entered.store(true);
+    while (!release_wheel.load()) std::this_thread::yield();
+  });
+  while (!entered.load()) std::this_thread::yield();
+
+  std::atomic<int> runs{0};
+  const auto capture = std::make_shared<int>(0);
+  std::size_t accepted = 0;
+  bool threw = false;
+  g_out_of_memory.store(true);
+  for (int i = 0; i < 100'000 && !threw; ++i) {
+    try {
+      rt.schedule_at(kStart, [&runs, capture](const Firing&) { runs.fetch_add(1); });
+      ++accepted;
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+  }
+  g_out_of_memory.store(false);
+  ASSERT_TRUE(threw) << "the queue never needed to allocate in " << accepted << " schedules";
+  EXPECT_EQ(capture.use_count(), static_cast<long>(accepted) + 1) << "the refused timer's task was kept";
+  EXPECT_EQ(rt.stats().scheduled, accepted + 1);  // the holder, and the accepted ones; not the refused one
+  release_wheel.store(true);
+  advance_to(clock, rt, kStart + 1ms);
+  EXPECT_EQ(runs.load(), static_cast<int>(accepted)) << "a timer accepted before the failure did not fire once";
+  EXPECT_EQ(rt.stats().pending, 0u);
+  EXPECT_EQ(capture.use_count(), 1);
+  std::printf("[ alloc    ] %zu timers accepted before the queue ran out of nodes; the next schedule threw "
+              "std::bad_alloc and all %zu fired\n",
+              accepted, accepted);
 }
 
 }  // namespace
