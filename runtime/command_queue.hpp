@@ -35,6 +35,7 @@
 #include <concurrentqueue/concurrentqueue.h>
 
 #include "chime/runtime.hpp"
+#include "timer_slab.hpp"
 
 namespace chime::detail {
 
@@ -55,10 +56,12 @@ struct Command {
 };
 static_assert(std::is_trivially_copyable_v<Command>);
 
-// A producer's token for the queue (moodycamel's ProducerToken); empty for
-// the Boost backend.
+// What a chime::Producer keeps per thread: its token for the queue
+// (moodycamel's ProducerToken; empty for the Boost backend) and its cache of
+// free slots (timer_slab.hpp), which RuntimeCore::return_token gives back.
 struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
+  SlotCache slots;
 };
 
 class CommandQueue {

@@ -108,7 +108,9 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   }
   std::uint32_t index;
   try {
-    index = slab_.allocate();  // token-less: measured cheaper here than a ConsumerToken
+    // Token-less dequeue (measured cheaper here than a ConsumerToken); with a
+    // Producer, from its cache, refilled 32 at a time.
+    index = token != nullptr ? slab_.allocate(token->slots) : slab_.allocate();
   } catch (...) {
     if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
     throw;

@@ -202,8 +202,17 @@ Stats RuntimeCore::stats() const {
 Producer::Producer(detail::RuntimeCore* core, std::unique_ptr<detail::ProducerQueueToken> token)
     : core_(core), token_(std::move(token)) {}
 Producer::Producer(Producer&&) noexcept = default;
-Producer& Producer::operator=(Producer&&) noexcept = default;
-Producer::~Producer() = default;
+Producer& Producer::operator=(Producer&& other) noexcept {
+  if (this != &other) {
+    if (token_) core_->return_token(*token_);
+    core_ = other.core_;
+    token_ = std::move(other.token_);
+  }
+  return *this;
+}
+Producer::~Producer() {
+  if (token_) core_->return_token(*token_);
+}
 
 TimerId Producer::schedule_at(TimePoint due, Task task) {
   return core_->schedule(due, 0, Missed::skip, std::move(task), token_.get());

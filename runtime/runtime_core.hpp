@@ -114,6 +114,8 @@ class RuntimeCore {
   std::size_t shutdown(ShutdownMode mode);
   Stats stats() const;
   std::unique_ptr<ProducerQueueToken> make_token() { return commands_.make_token(); }
+  // A Producer goes away: its cached free slots go back to the free list.
+  void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
   const Clock& clock() const noexcept { return *clock_; }
   Duration precision() const noexcept { return precision_; }
 
