@@ -50,7 +50,14 @@ TEST(RuntimeFlushUnderLoad, flush_waits_for_catch_up_runs_dispatched_while_queue
     inside.fetch_sub(1);
   }, po);
 
-  // Two flooders: each schedules and cancels far timers as fast as it can.
+  // Two flooders: each schedules and cancels far timers as fast as it can,
+  // but once more than kMaxDepth commands are queued it holds off until the
+  // queue is empty. So the wheel thread's passes keep stopping at their
+  // batch limit (8192), yet the queue empties now and then, as flush()
+  // needs (a flood that outruns the wheel thread for good delays flush() as
+  // long: runtime.hpp), however slow the wheel thread is (ThreadSanitizer, a
+  // loaded machine).
+  constexpr std::uint64_t kMaxDepth = 40'000;
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> flood_ops{0};
   std::vector<std::thread> flooders;
@@ -59,9 +66,18 @@ TEST(RuntimeFlushUnderLoad, flush_waits_for_catch_up_runs_dispatched_while_queue
       chime::Producer producer = rt.producer();
       std::uint64_t ops = 0;
       while (!stop.load(std::memory_order_relaxed)) {
-        const chime::TimerId id = producer.schedule_at(clock.now() + 60s, [](const chime::Firing&) {});
-        producer.cancel(id);
-        ops += 2;
+        if (rt.stats().queue_depth > kMaxDepth) {
+          // Hold off until the wheel thread has emptied the queue.
+          while (rt.stats().queue_depth != 0 && !stop.load(std::memory_order_relaxed)) {
+            std::this_thread::sleep_for(200us);
+          }
+          continue;
+        }
+        for (int i = 0; i < 256; ++i) {
+          const chime::TimerId id = producer.schedule_at(clock.now() + 60s, [](const chime::Firing&) {});
+          producer.cancel(id);
+        }
+        ops += 512;
       }
       flood_ops.fetch_add(ops);
     });

@@ -208,7 +208,10 @@ class Runtime {
   // to workers before or by that advance has returned (drained runs and
   // periodic catch-up runs due at or before that time included), with their
   // on_error calls and stats counts complete. Throws std::logic_error from
-  // inside a callback. May block.
+  // inside a callback. May block: the wheel thread settles a flush in a pass
+  // that empties the command queue, so while other threads post commands
+  // faster than it applies them (a queue that only grows), flush(), drain()
+  // and shutdown() wait until they slow down.
   void flush();
 
   // Fires every pending timer now, before its due time (the one exception to
