@@ -24,6 +24,7 @@
 //
 // The seed is printed; replay with --seed=N (or CHIME_STRESS_SEED=N).
 #include "stress_seed.hpp"
+#include "stress_support.hpp"
 
 #include <chime/keyed_timers.hpp>
 
@@ -148,12 +149,7 @@ class Tracked {
 
 using Timers = chime::KeyedTimers<int, Tracked>;
 
-chime::RuntimeOptions steady_options(unsigned workers) {
-  chime::RuntimeOptions options;
-  options.precision = 1ms;
-  options.workers = workers;
-  return options;
-}
+using stress_support::steady_options;
 
 // 0-5 ms; a quarter of them under 100 us, so keys fire while they are touched.
 Duration random_delay(std::mt19937_64& rng) {

@@ -57,29 +57,12 @@ using chime::TimerState;
 
 using stress_support::ns;
 using stress_support::pack;
+using stress_support::steady_options;
 using stress_support::unpack;
-
-chime::RuntimeOptions steady(unsigned workers, chime::CommandQueueBackend backend = chime::CommandQueueBackend::moodycamel) {
-  chime::RuntimeOptions options;
-  options.precision = 1ms;
-  options.workers = workers;
-  options.command_queue = backend;
-  return options;
-}
+using stress_support::wait_until_idle;
 
 const char* backend_name(chime::CommandQueueBackend b) {
   return b == chime::CommandQueueBackend::moodycamel ? "moodycamel" : "boost_lockfree";
-}
-
-// Flushes until nothing is pending (every timer is at most ~110 ms away), bounded by 10 s.
-void wait_until_idle(Runtime& rt) {
-  const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < give_up) {
-    rt.flush();
-    if (rt.stats().pending == 0) break;
-    std::this_thread::sleep_for(5ms);
-  }
-  rt.flush();
 }
 
 // Wall-time budget of one phase: loops stop at their iteration count or here, whichever is first.
@@ -129,7 +112,7 @@ TEST(RuntimeOrdering, per_producer_cancel_or_reschedule_right_after_schedule_win
   chime_stress::print_seed();
   constexpr std::size_t kThreads = 4, kPerThread = 3'000, kTimers = kThreads * kPerThread;
   std::vector<TimerLog> logs(kTimers);
-  Runtime rt(steady(2));
+  Runtime rt(steady_options(2));
   const Budget budget(2500ms);
   std::atomic<bool> budget_hit{false};
 
@@ -276,7 +259,7 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
 #endif
     constexpr std::size_t kPairs = 2, kPerPair = 6'000, kTimers = kPairs * kPerPair;
     std::vector<TimerLog> logs(kTimers);
-    Runtime rt(steady(2, backend));
+    Runtime rt(steady_options(2, backend));
     const Budget budget(1500ms);
     std::atomic<bool> budget_hit{false};
     std::vector<std::unique_ptr<Channel>> channels;

@@ -40,25 +40,9 @@ using chime::TimerId;
 
 using stress_support::ns;
 using stress_support::pack;
+using stress_support::steady_options;
 using stress_support::unpack;
-
-chime::RuntimeOptions steady(unsigned workers) {
-  chime::RuntimeOptions options;
-  options.precision = 1ms;
-  options.workers = workers;
-  return options;
-}
-
-// Flushes until nothing is pending (timers are at most `horizon` away), bounded by 10 s.
-void wait_until_idle(Runtime& rt) {
-  const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < give_up) {
-    rt.flush();
-    if (rt.stats().pending == 0) break;
-    std::this_thread::sleep_for(5ms);
-  }
-  rt.flush();
-}
+using stress_support::wait_until_idle;
 
 // What every one-shot timer of a race records; one entry per timer, indexed by the test.
 struct TimerLog {
@@ -72,7 +56,7 @@ struct TimerLog {
 };
 
 struct Race {
-  explicit Race(std::size_t n, unsigned workers) : logs(n), rt(steady(workers)) {}
+  explicit Race(std::size_t n, unsigned workers) : logs(n), rt(steady_options(workers)) {}
   std::vector<TimerLog> logs;
   Runtime rt;  // declared after logs: destroyed (joined) first
 
@@ -309,7 +293,7 @@ TEST(RuntimeRace, periodic_cancel_never_overlaps_and_stops_runs) {
     std::atomic<int> runs_at_cancel{-1};
   };
   std::vector<PeriodicLog> logs(kTimers);
-  Runtime rt(steady(2));
+  Runtime rt(steady_options(2));
   std::mt19937_64 rng(chime_stress::seed() * 41);
   std::vector<TimerId> ids;
   for (std::size_t i = 0; i < kTimers; ++i) {
@@ -371,7 +355,7 @@ TEST(RuntimeRace, shutdown_races_with_producers_and_loses_no_timer) {
     std::atomic<bool> shutdown_returned{false};
     std::size_t not_fired = 0;
     {
-      Runtime rt(steady(2));
+      Runtime rt(steady_options(2));
       std::vector<std::thread> producers;
       for (std::size_t p = 0; p < 4; ++p) {
         producers.emplace_back([&, p] {

@@ -1,11 +1,14 @@
 // stress/stress_support.hpp: small helpers shared by the stress tests and
 // chime-stress: a TimerId packed into one 64-bit word (so ids can travel
-// through std::atomic<std::uint64_t> between threads) and nanosecond counts.
+// through std::atomic<std::uint64_t> between threads), nanosecond counts,
+// the options of a runtime on the steady clock, and waiting for it to idle.
 #pragma once
 
 #include <chime/runtime.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 
 namespace stress_support {
 
@@ -14,5 +17,27 @@ inline chime::TimerId unpack(std::uint64_t v) {
   return chime::TimerId{static_cast<std::uint32_t>(v >> 32), static_cast<std::uint32_t>(v & 0xFFFFFFFFu)};
 }
 inline std::int64_t ns(chime::TimePoint t) { return t.time_since_epoch().count(); }
+
+// A runtime on the steady clock with 1 ms precision.
+inline chime::RuntimeOptions steady_options(unsigned workers,
+                                            chime::CommandQueueBackend backend = chime::CommandQueueBackend::moodycamel) {
+  chime::RuntimeOptions options;
+  options.precision = std::chrono::milliseconds(1);
+  options.workers = workers;
+  options.command_queue = backend;
+  return options;
+}
+
+// Flushes until nothing is pending (the tests' timers are at most a few
+// hundred ms away), bounded by 10 s.
+inline void wait_until_idle(chime::Runtime& rt) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    rt.flush();
+    if (rt.stats().pending == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  rt.flush();
+}
 
 }  // namespace stress_support
