@@ -41,7 +41,6 @@ namespace chime::detail {
 
 enum class CommandKind : std::uint8_t {
   add,         // a new timer (or a periodic re-arm): file it at its due time
-  remove,      // a cancelled timer: take it out of the wheel, free the slot
   reschedule,  // a due time moved earlier: re-file it
   flush,       // Runtime::flush: `request` is a FlushRequest*
   drain,       // Runtime::drain: `request` is a DrainRequest*
@@ -62,6 +61,7 @@ static_assert(std::is_trivially_copyable_v<Command>);
 struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
   SlotCache slots;
+  std::uint32_t posts_since_wake = 0;  // producer_ops.cpp, RuntimeCore::note_post
 };
 
 class CommandQueue {

@@ -48,14 +48,56 @@ std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcep
   return static_cast<std::int64_t>(start_ns_ + key * p);
 }
 
-// (P1) Post, then read the sleeper's deadline; the wheel thread publishes the
-// deadline, then looks at the queue (wheel_thread.cpp, (P2)). The seq_cst
+namespace {
+// A producer that has posted this many commands since it last woke the
+// wheel thread wakes it if it sleeps, whatever the due times: this bounds
+// the queue (commands that need no earlier wake-up, such as ADDs due later
+// than the wheel's next alarm, would otherwise wait for that alarm).
+constexpr std::uint32_t kPostsPerWake = 1024;
+// The same count for calls without a Producer (per thread).
+thread_local std::uint32_t tls_posts_since_wake = 0;
+}  // namespace
+
+// Takes the wake-up of a sleeping wheel thread: true for exactly one caller
+// per sleep (the CAS moves the published bound to INT64_MIN, "awake"), who
+// must then call wake_.wake(). Relaxed: the CAS only elects the waker; the
+// ordering of the command against the sleeper's look at the queue is the
+// (P1)/(P2) fence pair.
+bool RuntimeCore::take_wake() {
+  std::int64_t bound = wake_if_due_before_ns_.load(std::memory_order_relaxed);
+  while (bound != INT64_MIN) {
+    if (wake_if_due_before_ns_.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+// (P1) Post, then read the sleeper's bound; the wheel thread publishes the
+// bound, then looks at the queue (wheel_thread.cpp, (P2)). The seq_cst
 // fences make it impossible for both to miss the other: either the wheel
-// sees the command before sleeping, or we see its deadline and wake it.
+// sees the command before sleeping, or we see its bound. We wake it only if
+// the timer's interval ends before the wheel's next wake-up (due_ns below
+// the bound, the start of the interval of its earliest alarm), and only if
+// no other producer took this sleep's wake-up first: a failed take means the
+// wheel is awake, or has published a newer bound after our fence, in which
+// case its look at the queue (after its (P2)) sees our command.
+void RuntimeCore::wake_after_post(ProducerQueueToken* token, std::int64_t due_ns) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
+  std::uint32_t& posts = token != nullptr ? token->posts_since_wake : tls_posts_since_wake;
+  std::int64_t bound = wake_if_due_before_ns_.load(std::memory_order_relaxed);
+  if (due_ns < bound) {
+    posts = 0;
+    if (wake_if_due_before_ns_.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) wake_.wake();
+    return;
+  }
+  if (++posts >= kPostsPerWake && wake_on_post_count_) {
+    posts = 0;
+    if (take_wake()) wake_.wake();
+  }
+}
+
 bool RuntimeCore::try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
   if (!commands_.try_push(c, token)) return false;
-  std::atomic_thread_fence(std::memory_order_seq_cst);                       // (P1)
-  if (due_ns < sleep_deadline_ns_.load(std::memory_order_relaxed)) wake_.wake();
+  wake_after_post(token, due_ns);
   return true;
 }
 
@@ -63,14 +105,8 @@ bool RuntimeCore::try_post_and_wake(const Command& c, ProducerQueueToken* token,
 // out of memory, it retries until the queue can take it.
 void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
   commands_.push_retrying(c, token);
-  std::atomic_thread_fence(std::memory_order_seq_cst);                       // (P1)
-  if (due_ns < sleep_deadline_ns_.load(std::memory_order_relaxed)) wake_.wake();
+  wake_after_post(token, due_ns);
 }
-
-// REMOVE only. Out of memory it is dropped: the cancelled timer is then
-// freed when its alarm comes due (consider()) or by the shutdown sweep,
-// whichever is first; its cancel has already taken effect.
-void RuntimeCore::post(const Command& c, ProducerQueueToken* token) { (void)commands_.try_push(c, token); }
 
 // The timer's outcome is decided (a cancel won, its last run finished, or
 // shutdown swept it): it stops counting as pending, for stats() and for
@@ -80,17 +116,6 @@ void RuntimeCore::post(const Command& c, ProducerQueueToken* token) { (void)comm
 void RuntimeCore::end_timer() {
   ended_.add();
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
-}
-
-// The slot's timer is finished for good: reset its task and return the slot.
-// Exactly one party calls this per timer (timer_state.hpp).
-void RuntimeCore::retire(TimerSlot& slot, std::uint32_t index) {
-  slot.task.reset();
-  // Token-less (moodycamel's implicit per-thread sub-queue): explicit
-  // producer tokens measured ~50 instructions cheaper here, but their blocks
-  // are not recycled across producers, so a shift of which thread frees slots
-  // allocated in steady state.
-  slab_.release(index);
 }
 
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
@@ -160,7 +185,12 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   return TimerId(index, g);
 }
 
-bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* token) {
+// One CAS decides it (C1, C2, C3 or C4) and nothing else happens on the
+// caller's side: no command, no wake-up. A timer cancelled while filed stays
+// in the wheel until the wheel thread reclaims it (its alarm comes due, or a
+// zombie sweep); one cancelled while handed to a worker is freed by that
+// worker when its start (B1) fails.
+bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* /*token*/) {
   if (!id) return false;
   TimerSlot* slot = slab_.find(id.slot());
   if (slot == nullptr) return false;
@@ -172,10 +202,13 @@ bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* token) {
     SlotState next;
     switch (StateWord::state(w)) {
       case SlotState::pending:
-        next = SlotState::cancelled;  // (C1)
+        next = SlotState::cancelled;  // (C1): the wheel reclaims it lazily
         break;
       case SlotState::writing:
-        next = SlotState::writing_cancelled;  // (C2): the rescheduler finishes and retires it
+        next = SlotState::writing_cancelled;  // (C2): the rescheduler finishes it (R3)
+        break;
+      case SlotState::handed:
+        next = SlotState::cancelled;  // (C4): handed over, not started: the worker skips it
         break;
       case SlotState::running:
         if (!StateWord::periodic(w)) return false;  // a one-shot already started: lost
@@ -187,11 +220,9 @@ bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* token) {
     if (slot->word.compare_exchange_weak(w, StateWord::with_state(w, next), std::memory_order_acq_rel,
                                          std::memory_order_acquire)) {
       cancelled_.add();
-      end_timer();  // capacity is free now, not when the wheel thread frees the slot
-      // Only C1 leaves a filed timer behind: tell the wheel thread, without
-      // waking it (it frees the slot at its next pass or when the alarm is
-      // due, whichever is first).
-      if (StateWord::state(w) == SlotState::pending) post(Command{CommandKind::remove, id.slot(), id.generation(), nullptr}, token);
+      end_timer();  // capacity is free now, not when the slot is reclaimed
+      const SlotState from = StateWord::state(w);
+      if (from == SlotState::pending || from == SlotState::writing) lazy_cancels_.add();
       return true;
     }
   }
@@ -233,9 +264,11 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     return true;
   }
   // (R3) The only way R2 fails: a cancel won meanwhile (C2). We still own the
-  // slot's fields; finish the cancel and tell the wheel thread to free it.
+  // slot's fields; finish the cancel. The wheel thread reclaims the slot
+  // lazily, as after C1 (release: our writes to the slot happen-before its
+  // acquire load of Cancelled, so it frees a slot nobody writes any more).
+  CHIME_ASSERT(StateWord::state(expected) == SlotState::writing_cancelled, "R2 failed other than to a cancel (C2)");
   slot->word.store(StateWord::with_state(expected, SlotState::cancelled), std::memory_order_release);
-  post(Command{CommandKind::remove, id.slot(), id.generation(), nullptr}, token);
   return false;
 }
 
@@ -248,6 +281,7 @@ TimerState RuntimeCore::state(TimerId id) const noexcept {
   switch (StateWord::state(w)) {
     case SlotState::pending:
     case SlotState::writing:
+    case SlotState::handed:  // handed over, not started: a cancel still wins
       return TimerState::pending;
     case SlotState::running:
       return TimerState::running;

@@ -12,9 +12,10 @@
 // exactly one X1 CAS wins: every accepted timer is fired, cancelled, or
 // counted by shutdown as not fired.
 //
-// Race: shutdown vs cancel: a cancel that wins after the wheel thread's last
-// pass leaves a REMOVE nobody applies; the sweep frees that timer (Cancelled
-// and still filed) itself (docs/state-machine.md, "Shutdown vs cancel").
+// Race: shutdown vs cancel: a timer cancelled after the wheel thread's last
+// pass stays filed (a zombie nobody reclaims); the sweep frees it (Cancelled
+// and still filed) itself, and one whose ADD was still queued is freed when
+// shutdown empties the queue (docs/state-machine.md, "Shutdown vs cancel").
 //
 // Race: shutdown vs a running callback: shutdown joins the workers after the
 // wheel thread has stopped dispatching; a run in progress finishes; a
@@ -82,8 +83,15 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       max_wheel_now_ns_(static_cast<std::int64_t>(start_ns_ + static_cast<__int128>(horizon_key_) * precision_.count())),
       commands_(options_.command_queue),
       due_limit_ns_(due_limit_for(start_ns_)),
-      wheel_(WheelConfig{options_.precision, options_.level_bits, 0}, TimePoint(Duration(start_ns_))) {
+      wheel_(WheelConfig{options_.precision, options_.level_bits, options_.reserve}, TimePoint(Duration(start_ns_))) {
+  // A manual clock never wakes the wheel on its own (clock.hpp): commands
+  // wait for a flush or for a schedule that needs the wheel earlier.
+  wake_on_post_count_ = clock_kind_ != ClockKind::manual;
+  slab_.reserve(options_.reserve);
   command_buffer_.resize(256);
+  dispatch_batch_.reserve(kScratchCapacity);
+  overdue_order_.reserve(kScratchCapacity);
+  sweep_buffer_.reserve(kScratchCapacity);
   // The wheel thread's scratch lists keep their capacity between passes;
   // reserving up front means a burst of overdue or fired timers within this
   // size never allocates, however the passes happen to fall.
@@ -141,6 +149,26 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     while (!handoff_.enqueue(*handoff_token_, stop)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (auto& t : workers_) t.join();
+  // The wheel thread has exited: its fields and the consumer side of the
+  // command queue are ours. A timer scheduled and cancelled so close to the
+  // stop that its ADD was never applied is freed here (its cancel needed no
+  // command, so only the ADD names it); a pending one is swept below.
+  {
+    Command leftover[256];
+    for (std::size_t n; (n = commands_.pop_bulk(leftover, 256)) != 0;) {
+      for (std::size_t k = 0; k < n; ++k) {
+        const Command& c = leftover[k];
+        if (c.kind != CommandKind::add) continue;
+        TimerSlot& slot = slab_[c.slot];
+        const std::uint64_t w = slot.word.load(std::memory_order_acquire);
+        if (StateWord::generation(w) == c.generation && StateWord::state(w) == SlotState::cancelled &&
+            slot.filed_generation != c.generation && slot.task) {
+          slot.task.reset();
+          slab_.release(c.slot);
+        }
+      }
+    }
+  }
   // Sweep: every timer still pending is cancelled and counted (X1). The
   // wheel thread has exited (joined), so its fields (filed_generation) are
   // ours now.
@@ -162,7 +190,8 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         // stopped (a cancel racing shutdown): only the wheel thread would
         // have freed it. Free it here, so its task does not outlive shutdown.
         slot.filed_generation = 0;
-        retire(slot, i);
+        slot.task.reset();
+        slab_.release(i);
         break;
       }
       if (s != SlotState::pending) break;
@@ -191,6 +220,7 @@ Stats RuntimeCore::stats() const {
   s.callback_errors = callback_errors_.sum();
   s.queue_depth = commands_.size_approx();
   s.wakeups = wakeups_.load(std::memory_order_relaxed);
+  s.zombie_sweeps = zombie_sweeps_.load(std::memory_order_relaxed);
   s.lateness = lateness_.summary();
   return s;
 }

@@ -29,6 +29,7 @@
 
 #include <concurrentqueue/blockingconcurrentqueue.h>
 
+#include "chime/detail/assert.hpp"
 #include "chime/runtime.hpp"
 #include "chime/timing_wheel.hpp"
 #include "command_queue.hpp"
@@ -38,7 +39,8 @@
 
 namespace chime::detail {
 
-// A claimed run, handed from the wheel thread to a worker.
+// A claimed run, handed from the wheel thread to a worker (state Handed
+// until the worker starts it: B1).
 struct Dispatch {
   enum Flags : std::uint8_t {
     none = 0,
@@ -76,6 +78,14 @@ struct Completion {
   std::mutex mutex;
   std::condition_variable cv;
   bool done = false;
+};
+
+// The wheel-to-worker hand-off queue's traits: workers spin only briefly
+// before sleeping on the semaphore (moodycamel's default is 10,000 spins,
+// which on a 2-core machine takes the core from the threads that produce
+// the work).
+struct HandoffTraits : moodycamel::ConcurrentQueueDefaultTraits {
+  static const int MAX_SEMA_SPINS = 64;
 };
 
 struct FlushRequest {
@@ -125,28 +135,32 @@ class RuntimeCore {
   // producer_ops.cpp
   void check_due_in_range(const char* what, TimePoint due) const;
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
-  void post(const Command& c, ProducerQueueToken* token);
   bool try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
+  void wake_after_post(ProducerQueueToken* token, std::int64_t due_ns);
+  bool take_wake();
   void end_timer();
-  void retire(TimerSlot& slot, std::uint32_t index);
   void throw_if_in_callback(const char* what) const;
 
   // wheel_thread.cpp
   void wheel_main();
-  bool apply_commands(bool& exhausted);
+  void apply_commands(bool& exhausted);
   void apply(const Command& c);
   void file(std::uint32_t index, TimerSlot& slot);
+  void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns);
   void dispatch(const Dispatch& d);
+  void hand_over();
   void drain_all(std::uint8_t flags, std::size_t& count);
+  void sweep_zombies_if_many();
   void settle_flushes(std::uint64_t completed_snapshot);
-  void sleep(bool busy);
+  void sleep();
 
   // worker_pool.cpp
   void worker_main();
-  void run(const Dispatch& d);
+  void run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired);
+  bool run(const Dispatch& d, std::int64_t now_ns, RetiredSlots& retired);
 
   // Configuration.
   RuntimeOptions options_;
@@ -163,7 +177,11 @@ class RuntimeCore {
   TimerSlab slab_;
   CommandQueue commands_;
   WakeSignal wake_;
-  std::atomic<std::int64_t> sleep_deadline_ns_{INT64_MIN};  // INT64_MIN: awake; INT64_MAX: no deadline
+  // While the wheel thread sleeps: the start of the interval of its earliest
+  // alarm (its wake-up time minus one precision). A due time before it needs
+  // the wheel earlier. INT64_MIN while awake (or once a producer has taken
+  // the wake: only one producer wakes it per sleep); INT64_MAX: no alarm.
+  std::atomic<std::int64_t> wake_if_due_before_ns_{INT64_MIN};
   std::atomic<std::int64_t> due_limit_ns_;                  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};
   std::atomic<bool> shutdown_done_{false};
@@ -172,8 +190,13 @@ class RuntimeCore {
 
   // Counters (runtime_stats.hpp).
   StripedCounter scheduled_, fired_, cancelled_, rescheduled_, ended_, callback_errors_;
+  // C1 and C2 cancels: timers the wheel thread reclaims lazily (filed
+  // zombies, or an ADD still queued). Compared with reclaimed_ to decide a
+  // zombie sweep.
+  StripedCounter lazy_cancels_;
   std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
   std::atomic<std::uint64_t> wakeups_{0};
+  std::atomic<std::uint64_t> zombie_sweeps_{0};  // written by the wheel thread only
   std::atomic<std::uint64_t> dispatched_{0};  // written by the wheel thread only
   std::atomic<std::uint64_t> completed_{0};   // runs finished (worker or inline)
   std::atomic<bool> wheel_waits_for_workers_{false};
@@ -182,6 +205,11 @@ class RuntimeCore {
   // Wheel thread only.
   TimingWheel<std::uint32_t> wheel_;
   std::vector<std::uint32_t> overdue_;  // filed timers due before the wheel's current interval
+  std::vector<std::pair<std::int64_t, std::uint32_t>> overdue_order_;  // overdue timers by due time
+  std::vector<Dispatch> dispatch_batch_;  // claimed this pass, handed over at its end (hand_over)
+  std::vector<std::uint32_t> sweep_buffer_;
+  std::unique_ptr<RetiredSlots> wheel_retired_;  // created on the wheel thread (its token)
+  std::uint64_t reclaimed_ = 0;  // lazily cancelled timers the wheel thread (or shutdown) freed
   static constexpr std::size_t kScratchCapacity = 4096;
   std::vector<std::uint32_t> fired_buffer_;
   std::vector<std::uint32_t> drain_buffer_;
@@ -191,10 +219,11 @@ class RuntimeCore {
   StopRequest* stop_ = nullptr;
   std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched since the last settle_flushes
   bool awaiting_writer_ = false;              // this pass put a mid-reschedule timer on overdue_
+  bool wake_on_post_count_ = true;           // producers wake a sleeping wheel every kPostsPerWake posts
   bool running_ = true;
 
   // Workers.
-  moodycamel::BlockingConcurrentQueue<Dispatch> handoff_;
+  moodycamel::BlockingConcurrentQueue<Dispatch, HandoffTraits> handoff_;
   std::unique_ptr<moodycamel::ProducerToken> handoff_token_;
   std::vector<std::thread> workers_;
   std::thread wheel_thread_;

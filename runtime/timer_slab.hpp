@@ -22,7 +22,10 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
+#include <vector>
 #include <cstdint>
+#include <algorithm>
 #include <memory>
 #include <mutex>
 
@@ -41,16 +44,26 @@ namespace chime::detail {
 #define CHIME_INITIAL_GENERATION 0u
 #endif
 
-struct TimerSlot {
+// One timer. 128 bytes, two cache lines: the first holds everything a
+// producer's cancel and touch (reschedule later) read and write (the state
+// word and `due`) together with the wheel thread's fields, which it touches
+// with the same line when it files or claims the timer; the second holds the
+// task, which only the scheduling producer (once) and the worker running it
+// touch. A touch therefore costs one line.
+struct alignas(64) TimerSlot {
+  // Line 0: the state word and the fields read with it.
   std::atomic<std::uint64_t> word{StateWord::make(CHIME_INITIAL_GENERATION, 0, SlotState::free)};  // timer_state.hpp
   std::atomic<std::int64_t> due_ns{0};  // ownership: timer_state.hpp
   std::int64_t period_ns = 0;           // 0: one-shot
   Missed on_missed = Missed::skip;
-  Task task;
   // Wheel thread only:
-  TimingWheel<std::uint32_t>::Alarm alarm;
   std::uint32_t filed_generation = 0;  // generation whose ADD/REARM the wheel has applied; 0: none
+  TimingWheel<std::uint32_t>::Alarm alarm;
+  // Line 1:
+  alignas(64) Task task;
 };
+static_assert(sizeof(TimerSlot) == 128, "a slot is two cache lines: state and due in the first, the task in the second");
+static_assert(offsetof(TimerSlot, task) == 64);
 
 // A producer's private stock of free slot indices (held by its
 // ProducerQueueToken): refilled from the free list in bulk, so one dequeue
@@ -129,7 +142,32 @@ class TimerSlab {
  public:
   // Returns a slot whose task has been reset. Any thread. May allocate (a
   // moodycamel block, until the free list has grown to its working size).
+  // For rare paths (a schedule taken back); the wheel thread and the workers
+  // return slots in bulk through a RetiredSlots.
   void release(std::uint32_t i) { free_.enqueue(i); }
+
+  // Returns n slots through the caller's own token: one bulk enqueue into the
+  // caller's sub-queue of the free list. The thread owning the token only.
+  void release_bulk(moodycamel::ProducerToken& token, const std::uint32_t* index, std::size_t n) {
+    if (n != 0 && !free_.enqueue_bulk(token, index, n)) {
+      for (std::size_t k = 0; k < n; ++k) {
+        // Out of memory: retry each; a slot that cannot be returned is kept
+        // out of use (never lost to a double use), as a chunk leak would be.
+        (void)free_.enqueue(token, index[k]);
+      }
+    }
+  }
+
+  moodycamel::ProducerToken make_release_token() { return moodycamel::ProducerToken(free_); }
+
+  // Creates (and so pre-faults: every slot is constructed) the chunks that
+  // hold the first n slot indices, so the first n schedules never allocate
+  // or take a page fault in the slab. Any thread. May allocate.
+  void reserve(std::size_t n) {
+    if (n == 0) return;
+    const std::size_t last = std::min<std::size_t>(n, std::size_t{max_chunks} * chunk_size) - 1;
+    for (std::uint32_t c = 0; c <= static_cast<std::uint32_t>(last >> chunk_shift); ++c) ensure_chunk(c);
+  }
 
  private:
   void ensure_chunk(std::uint32_t c) {
@@ -144,6 +182,35 @@ class TimerSlab {
   std::atomic<std::uint32_t> fresh_{0};
   std::mutex grow_mutex_;
   moodycamel::ConcurrentQueue<std::uint32_t> free_;
+};
+
+// Slots a single thread (the wheel thread, or one worker) has freed, given
+// back to the free list in bulk: one enqueue per kSize slots, through the
+// thread's own token (no implicit-producer lookup per slot).
+class RetiredSlots {
+ public:
+  static constexpr std::size_t kSize = 64;
+  explicit RetiredSlots(TimerSlab& slab) : slab_(slab), token_(slab.make_release_token()) {}
+  RetiredSlots(const RetiredSlots&) = delete;
+  RetiredSlots& operator=(const RetiredSlots&) = delete;
+  ~RetiredSlots() { flush(); }
+
+  // The slot's task must already be reset. Owning thread only.
+  void add(std::uint32_t index) {
+    index_[count_++] = index;
+    if (count_ == kSize) flush();
+  }
+  // Owning thread only.
+  void flush() {
+    slab_.release_bulk(token_, index_, count_);
+    count_ = 0;
+  }
+
+ private:
+  TimerSlab& slab_;
+  moodycamel::ProducerToken token_;
+  std::uint32_t index_[kSize];
+  std::size_t count_ = 0;
 };
 
 }  // namespace chime::detail

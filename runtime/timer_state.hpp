@@ -6,7 +6,8 @@
 // holding a TimerId (producers: cancel, reschedule, state), the wheel thread
 // (claim for a run, re-file), the workers (finish a run). The transitions are
 // made only by the functions named in the table (producer_ops.cpp,
-// wheel_thread.cpp, worker_pool.cpp, and runtime.cpp for X1).
+// wheel_thread.cpp, worker_pool.cpp, and runtime.cpp for X1); every
+// precondition is checked with CHIME_ASSERT in debug and sanitizer builds.
 //
 // Word layout:   [ generation : 32 ][ version : 24 ][ periodic : 1 ][ state : 7 ]
 // - generation: which use of the slot this is. Bumped when a producer takes
@@ -29,22 +30,32 @@
 //  {g,v,Writing}     {g,v,WritingCancelled} producer: cancel     CAS (acq_rel)  -> true     (C2)
 //  {g,v,WritingCancelled} {g,v,Cancelled} the reschedule (owner) store (release) -> false   (R3)
 //  {g,v,Pending}     {g,v,Cancelled}    producer: cancel         CAS (acq_rel)  -> true     (C1)
-//  {g,v,Pending}     {g,v,Running}      wheel: claim for a run   CAS (acq_rel)              (W1)
+//  {g,v,Pending}     {g,v,Handed}       wheel: claim for a run   CAS (acq_rel)              (W1)
+//  {g,v,Handed}      {g,v,Cancelled}    producer: cancel         CAS (acq_rel)  -> true     (C4)
+//  {g,v,Handed}      {g,v,Running}      worker: the run starts   CAS (acq_rel)              (B1)
 //  {g,v,Running}     {g,v,Fired}        worker: one-shot done    store (release)            (F1)
 //  {g,v,Running}     {g,v+1,Pending}    worker: periodic re-arm  CAS (acq_rel)              (F2)
 //  {g,v,Running}     {g,v,Cancelled}    producer: cancel (periodic only) CAS (acq_rel) -> true (C3)
 //  {g,v,Running}     {g,v,Fired}        worker: periodic's last run (shutdown) CAS (acq_rel) (F3)
 //  {g,v,Pending}     {g,v,Cancelled}    shutdown sweep / a schedule that lost to shutdown  CAS (X1)
 //
+// Cancel posts no command (C1-C4 are the whole of a successful cancel): a
+// timer cancelled while filed in the wheel stays there as a "zombie" until
+// its alarm comes due or the wheel thread sweeps zombies (when they exceed
+// a quarter of the filed timers), as Go's runtime does with deleted timers.
+// A run the wheel claimed (W1) is Handed until the worker starts it (B1), so
+// cancel wins until the callback starts (C4); the worker then skips the run.
+//
 // Fired and Cancelled are terminal: the slot goes back to the free list but
 // keeps its word, so state(id) reports fired/cancelled until a producer
 // reuses the slot (S1 bumps g). Who frees the slot (exactly one party):
 // - a one-shot or final run: the worker, after F1/F3;
 // - a periodic cancelled while running (C3): the worker, when its F2 fails;
-// - a cancelled timer the wheel still files (C1, R3): the wheel thread, when
-//   the REMOVE command or the due alarm reaches it, whichever is first; one
-//   that is not filed yet: the wheel thread, when the ADD command arrives;
-//   one still filed when the wheel thread stopped: the shutdown sweep.
+// - a run cancelled while handed (C4): the worker, when its B1 fails;
+// - a timer cancelled while filed (C1, or C2 then R3): the wheel thread,
+//   when its alarm comes due or at a zombie sweep, whichever is first; one
+//   whose ADD is not applied yet: the wheel thread, when the ADD arrives;
+//   either, once the wheel thread has stopped: the shutdown sweep.
 //
 // Who may write which field:
 // - `due`: the producer before S1; the owner of Writing (R1..R2); the worker
@@ -63,9 +74,10 @@ enum class SlotState : std::uint8_t {
   pending = 1,
   writing = 2,
   writing_cancelled = 3,
-  running = 4,
-  fired = 5,
-  cancelled = 6,
+  handed = 4,     // claimed by the wheel thread for a run, not started (W1)
+  running = 5,    // the callback started (B1)
+  fired = 6,
+  cancelled = 7,
 };
 
 struct StateWord {

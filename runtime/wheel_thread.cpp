@@ -1,32 +1,39 @@
 // runtime/wheel_thread.cpp: the wheel thread's loop. Only this thread touches
 // `wheel_`, `overdue_`, the slots' wheel-only fields (alarm,
-// filed_generation) and the pending flush/drain/stop requests.
+// filed_generation), the batch of claimed runs, its batch of retired slots
+// and the pending flush/drain/stop requests.
 //
 // One pass:
-//   1. snapshot completed_ (for flush), then apply queued commands (file,
-//      un-file, re-file, requests) until the queue is empty or a batch limit;
-//   2. read the clock and advance: the overdue list first, then what the
-//      wheel fires, in nondecreasing interval order; for each timer decide
-//      (consider): claim and dispatch it (W1), re-file it (its due moved
-//      later), look again next pass (a reschedule is in flight), or free it
-//      (cancelled);
-//   3. if the queue was emptied: serve drain/stop requests, settle flushes,
-//      and
-//   4. sleep until the next alarm is due, or until a producer wakes us.
+//   1. snapshot completed_ (for flush), then apply queued commands in bulk
+//      (file, re-file, requests) until the queue is empty or a batch limit;
+//   2. read the clock (once) and advance: the overdue list first, in due
+//      order, then what the wheel fires, in nondecreasing interval order; for
+//      each timer decide (consider): claim it for a run (W1), re-file it (its
+//      due moved later), look again next pass (a reschedule is in flight), or
+//      reclaim it (cancelled: a zombie);
+//   3. hand the claimed runs to the workers in one batch (one enqueue, one
+//      semaphore signal), and give the retired slots back in one batch;
+//   4. if the queue was emptied: serve drain/stop requests, sweep zombies if
+//      they exceed a quarter of the filed timers, settle flushes, and
+//   5. sleep until the next alarm is due, or until a producer wakes us.
 //      Otherwise start the next pass at once.
 //
 // Race: enqueue vs the wheel going to sleep.
 //
 //   producer                               wheel thread
 //   push(command)                          seen = wake_.prepare()
-//   fence(seq_cst)              (P1)       sleep_deadline_ns_ = D; fence(seq_cst)   (P2)
-//   if due < sleep_deadline_ns_: wake      if queue non-empty: don't sleep
-//                                          futex_wait(word == seen, until D)
+//   fence(seq_cst)              (P1)       bound = B; fence(seq_cst)            (P2)
+//   if due < bound and CAS(bound -> MIN):  if queue non-empty: don't sleep
+//     wake                                 futex_wait(word == seen, until B + precision)
 //
 // The fences forbid both sides missing each other; a wake between the check
 // and the futex call changes the word, so the futex call returns at once.
+// B is the start of the earliest alarm's interval: a timer due before it
+// needs the wheel earlier; one due at or after it fires at the wake-up the
+// wheel already sleeps for, so it does not wake it (producer_ops.cpp).
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -35,14 +42,14 @@
 namespace chime::detail {
 
 namespace {
-// While commands keep arriving, the wheel thread wakes at least this often to
-// apply them, so the queue holds at most about this much traffic. With no
-// commands it sleeps until the next alarm (or forever): no idle ticking.
-constexpr std::int64_t kBusyPollNs = 1'000'000;
 // At most this many commands per pass, so that under a flood of commands the
 // wheel still advances and dispatches between batches (about every 1 ms at
 // ~100 ns per command) instead of starving the timers.
 constexpr std::size_t kMaxCommandsPerPass = 8192;
+// Zombies (cancelled timers still filed) are swept in one pass over the
+// wheel when they exceed a quarter of the filed timers, and at least this
+// many (a sweep of a small wheel would cost more than the slots it frees).
+constexpr std::uint64_t kMinZombiesForSweep = 1024;
 }  // namespace
 
 void RuntimeCore::wheel_main() {
@@ -52,41 +59,48 @@ void RuntimeCore::wheel_main() {
   } exit_flag{wheel_exited_};
   // Timer slack: let futex timeouts expire on time (default slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  wheel_retired_ = std::make_unique<RetiredSlots>(slab_);
   while (running_) {
     const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
     bool exhausted = false;
-    const bool busy = apply_commands(exhausted);
+    apply_commands(exhausted);
     std::int64_t now = clock_->now().time_since_epoch().count();
     const std::int64_t wheel_now = wheel_.now().time_since_epoch().count();
     if (now < wheel_now) now = wheel_now;  // a clock must not go backwards; never move the wheel back
     if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;  // the horizon (runtime.cpp, horizon_key)
     advance_and_dispatch(now);
-    if (!exhausted) continue;  // more commands queued: apply them before anything else waits or sleeps
+    hand_over();
+    if (!exhausted) {
+      wheel_retired_->flush();
+      continue;  // more commands queued: apply them before anything else waits or sleeps
+    }
     if (stop_ != nullptr) {
       if (stop_->mode == ShutdownMode::fire_pending) {
         std::size_t count = 0;
         drain_all(Dispatch::drained | Dispatch::final, count);
+        hand_over();
       }
       running_ = false;
       for (FlushRequest* f : flushes_) f->completion.signal();
       flushes_.clear();
       break;
     }
+    sweep_zombies_if_many();
+    wheel_retired_->flush();
     settle_flushes(completed_snapshot);
     // Runs dispatched by passes that did not empty the queue count towards
     // the next settle: reset only after one.
     pass_min_due_ns_ = INT64_MAX;
-    sleep(busy);
+    sleep();
   }
+  wheel_retired_->flush();
 }
 
-// Applies up to kMaxCommandsPerPass commands. Returns true iff it applied
-// timer commands (not just requests); sets `exhausted` iff it emptied the
-// queue. Requests (drain, stop, and settling flushes) act only in a pass that
-// emptied the queue: then every command posted before them, by any thread,
-// has been applied.
-bool RuntimeCore::apply_commands(bool& exhausted) {
-  bool any = false;
+// Applies up to kMaxCommandsPerPass commands; sets `exhausted` iff it emptied
+// the queue. Requests (drain, stop, and settling flushes) act only in a pass
+// that emptied the queue: then every command posted before them, by any
+// thread, has been applied.
+void RuntimeCore::apply_commands(bool& exhausted) {
   exhausted = false;
   std::size_t applied = 0;
   while (applied < kMaxCommandsPerPass) {
@@ -109,7 +123,6 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
           stop_ = static_cast<StopRequest*>(c.request);
           break;
         default:
-          any = true;  // timer traffic: keep polling while it lasts
           apply(c);
       }
     }
@@ -121,37 +134,43 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
     }
     drains_.clear();
   }
-  return any;
+}
+
+// A cancelled timer (C1, or C2 then R3) that the wheel thread owns: free it.
+// Counts it against lazy_cancels_ for the zombie estimate.
+void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
+  CHIME_ASSERT(StateWord::state(slot.word.load(std::memory_order_relaxed)) == SlotState::cancelled,
+               "only a cancelled timer is reclaimed");
+  slot.filed_generation = 0;
+  slot.alarm = {};
+  slot.task.reset();
+  wheel_retired_->add(index);
+  ++reclaimed_;
 }
 
 void RuntimeCore::apply(const Command& c) {
   TimerSlot& slot = slab_[c.slot];
   switch (c.kind) {
     case CommandKind::add: {  // a new timer, or a periodic re-arm (F2)
+      // acquire: pairs with S1/F2 (and the queue's release/acquire carries
+      // them too), so `due` and the task are visible.
       const std::uint64_t w = slot.word.load(std::memory_order_acquire);
-      if (StateWord::generation(w) != c.generation) return;
+      if (StateWord::generation(w) != c.generation) return;  // only after a reclaim and a reuse; nothing to do
+      CHIME_ASSERT(slot.filed_generation != c.generation, "an ADD for a timer already filed");
       switch (StateWord::state(w)) {
-        case SlotState::cancelled:  // cancelled before we ever filed it: free it now
-          retire(slot, c.slot);
+        case SlotState::cancelled:  // cancelled before we ever filed it: the ADD is a no-op, free it
+          reclaim(slot, c.slot);
           return;
         case SlotState::pending:
         case SlotState::writing:
-        case SlotState::writing_cancelled:  // the rescheduler will send REMOVE: keep it findable
+        case SlotState::writing_cancelled:  // the rescheduler settles it (R2/R3); consider() looks again
           slot.filed_generation = c.generation;
           file(c.slot, slot);
           return;
         default:
+          CHIME_ASSERT(false, "an ADD found its timer handed, running or fired");
           return;
       }
-    }
-    case CommandKind::remove: {  // posted after C1 or R3: the state is Cancelled
-      if (slot.filed_generation != c.generation) return;  // not filed (yet, or any more): ADD or consider frees it
-      if (!wheel_.contains(slot.alarm)) return;           // on the overdue list: consider() frees it
-      wheel_.remove(slot.alarm);
-      slot.alarm = {};
-      slot.filed_generation = 0;
-      retire(slot, c.slot);
-      return;
     }
     case CommandKind::reschedule: {  // due moved earlier (R2): re-file now
       if (slot.filed_generation != c.generation || !wheel_.contains(slot.alarm)) return;
@@ -160,6 +179,7 @@ void RuntimeCore::apply(const Command& c) {
       return;
     }
     default:
+      CHIME_ASSERT(false, "unknown command");
       return;
   }
 }
@@ -189,10 +209,29 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot) {
 }
 
 void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
-  // Overdue timers (due before the wheel's interval) go first. Copied, not
-  // swapped: a swap would hand each buffer's capacity to the other every pass,
-  // and the smaller one would allocate again in steady state.
-  fired_buffer_.assign(overdue_.begin(), overdue_.end());
+  // Overdue timers (due before the wheel's interval) go first, in
+  // nondecreasing due order, ties in the order they were filed (posting
+  // order for one producer), as Go's runtime does: they were applied in this
+  // pass (or found mid-reschedule in the last one) and are all due already.
+  // Copied, not swapped: a swap would hand each buffer's capacity to the
+  // other every pass, and the smaller one would allocate again.
+  if (overdue_.size() > 1) {
+    overdue_order_.clear();
+    bool sorted = true;
+    for (std::uint32_t index : overdue_) {
+      const std::int64_t due = slab_[index].due_ns.load(std::memory_order_relaxed);
+      if (!overdue_order_.empty() && due < overdue_order_.back().first) sorted = false;
+      overdue_order_.emplace_back(due, index);
+    }
+    if (!sorted) {
+      std::stable_sort(overdue_order_.begin(), overdue_order_.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+    }
+    fired_buffer_.clear();
+    for (const auto& [due, index] : overdue_order_) fired_buffer_.push_back(index);
+  } else {
+    fired_buffer_.assign(overdue_.begin(), overdue_.end());
+  }
   overdue_.clear();
   awaiting_writer_ = false;
   if (now_ns > wheel_.now().time_since_epoch().count()) {
@@ -216,6 +255,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
   // as the version we read; the claim CAS from exactly this word fails if a
   // reschedule published a newer one since.
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
+  CHIME_ASSERT(StateWord::generation(w) == slot.filed_generation, "a filed alarm names a timer not filed");
   for (;;) {
     switch (StateWord::state(w)) {
       case SlotState::pending: {
@@ -241,8 +281,8 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
           d.missed = static_cast<std::uint64_t>(k);
         }
         // (W1) acq_rel: acquire so the task is visible to the run; release so
-        // a later reader of Running sees our reads done.
-        if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::running),
+        // a later reader of Handed sees our reads done.
+        if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::handed),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
           slot.filed_generation = 0;
           dispatch(d);
@@ -253,18 +293,18 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
       case SlotState::writing:
       case SlotState::writing_cancelled:
         // A reschedule is in flight (it moves the due, or a cancel won and it
-        // will send REMOVE): look again in the next pass, which comes at once
-        // (sleep() yields first). Not "at the next interval": its new due
-        // may be passed already, and the clock may not move on.
+        // will finish the cancel): look again in the next pass, which comes
+        // at once (sleep() yields first). Not "at the next interval": its
+        // new due may be passed already, and the clock may not move on.
         slot.alarm = {};
         overdue_.push_back(index);
         awaiting_writer_ = true;
         return;
-      case SlotState::cancelled:  // C1 won; its REMOVE finds it gone and does nothing
-        slot.filed_generation = 0;
-        retire(slot, index);
+      case SlotState::cancelled:  // a zombie (C1, or C2 then R3): reclaim it now
+        reclaim(slot, index);
         return;
-      default:  // not reachable: a filed timer is never Running, Fired or free
+      default:
+        CHIME_ASSERT(false, "a filed timer is never handed, running, fired or free");
         slot.filed_generation = 0;
         return;
     }
@@ -272,18 +312,32 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
 }
 
 void RuntimeCore::dispatch(const Dispatch& d) {
-  dispatched_.store(dispatched_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   pass_min_due_ns_ = std::min(pass_min_due_ns_, d.due_ns);
-  if (workers_.empty()) {
-    run(d);
-  } else {
-    // Out of memory, retry: the timer is Running, and only its run ends that.
-    while (!handoff_.enqueue(*handoff_token_, d)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  dispatch_batch_.push_back(d);
 }
 
-// Claims and dispatches every filed timer now, before its due time
-// (drain(), shutdown(fire_pending)). Counts the runs dispatched.
+// Hands this pass's claimed runs over in one batch: one bulk enqueue and one
+// semaphore signal for the workers (or, with workers = 0, runs them here,
+// in order, outside any wheel iteration). dispatched_ is published once per
+// batch (relaxed: only this thread writes it; flush compares it on this
+// thread, and stats readers need no order).
+void RuntimeCore::hand_over() {
+  const std::size_t n = dispatch_batch_.size();
+  if (n == 0) return;
+  dispatched_.store(dispatched_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  if (workers_.empty()) {
+    run_batch(dispatch_batch_.data(), n, *wheel_retired_);
+  } else {
+    // Out of memory, retry: the timers are Handed, and only their runs end that.
+    while (!handoff_.enqueue_bulk(*handoff_token_, dispatch_batch_.data(), n)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  dispatch_batch_.clear();
+}
+
+// Claims every filed timer for a run now, before its due time (drain(),
+// shutdown(fire_pending)), and hands them over. Counts the runs.
 void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
   std::vector<std::uint32_t>& all = drain_buffer_;
   all.assign(overdue_.begin(), overdue_.end());
@@ -304,18 +358,17 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
         continue;
       }
       if (s == SlotState::cancelled) {
-        slot.filed_generation = 0;
-        retire(slot, index);
+        reclaim(slot, index);
         break;
       }
-      if (s != SlotState::pending) break;
+      CHIME_ASSERT(s == SlotState::pending, "a filed timer is pending, being rescheduled or cancelled");
       Dispatch d;
       d.slot = index;
       d.generation = StateWord::generation(w);
       d.due_ns = slot.due_ns.load(std::memory_order_relaxed);
       d.fired_at_ns = now;
       d.flags = static_cast<std::uint8_t>(flags | (StateWord::periodic(w) ? Dispatch::keep_due : 0));
-      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::running),
+      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::handed),
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {  // (W1)
         slot.filed_generation = 0;
         dispatch(d);
@@ -324,6 +377,37 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
       }
     }
   }
+  hand_over();
+}
+
+// Go's rule for deleted timers: cancelled timers stay filed (zombies) until
+// their alarm comes up, unless they exceed a quarter of the filed timers;
+// then one pass over the wheel reclaims them all. The estimate is every C1/C2
+// cancel minus every lazily cancelled timer reclaimed; it counts cancels
+// whose ADD is still queued too (those are reclaimed when the ADD arrives),
+// so it is an upper bound, and a sweep brings it back to at most the cancels
+// that raced it. Amortized O(1) per cancel: a sweep over n filed timers
+// reclaims more than max(n/4, kMinZombiesForSweep) - (cancels in flight).
+void RuntimeCore::sweep_zombies_if_many() {
+  const std::uint64_t cancels = lazy_cancels_.sum();
+  const std::uint64_t zombies = cancels > reclaimed_ ? cancels - reclaimed_ : 0;
+  const std::uint64_t filed = wheel_.size() + overdue_.size();
+  if (zombies < kMinZombiesForSweep || zombies * 4 < filed) return;
+  sweep_buffer_.clear();
+  wheel_.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
+    const std::uint32_t index = wheel_.value(a);
+    // acquire: pairs with C1's acq_rel / R3's release: the canceller's
+    // writes to the slot happen-before we free it.
+    if (StateWord::state(slab_[index].word.load(std::memory_order_acquire)) == SlotState::cancelled) {
+      sweep_buffer_.push_back(index);
+    }
+  });
+  for (std::uint32_t index : sweep_buffer_) {
+    TimerSlot& slot = slab_[index];
+    wheel_.remove(slot.alarm);
+    reclaim(slot, index);
+  }
+  zombie_sweeps_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
@@ -354,7 +438,7 @@ void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
   flushes_.resize(kept);
 }
 
-void RuntimeCore::sleep(bool busy) {
+void RuntimeCore::sleep() {
   if (!overdue_.empty()) {  // due now: next pass
     // Only a reschedule's two stores to wait for: let its thread run first.
     if (awaiting_writer_) std::this_thread::yield();
@@ -369,9 +453,13 @@ void RuntimeCore::sleep(bool busy) {
   if (const auto next = wheel_.next_alarm_fires_at(); next && wheel_.now().time_since_epoch().count() < max_wheel_now_ns_) {
     deadline = next->time_since_epoch().count();
   }
+  // The earliest alarm's interval starts one precision before the deadline
+  // (next_alarm_fires_at is that interval's end): a due time before it needs
+  // an earlier wake-up.
+  const std::int64_t bound = deadline == INT64_MAX ? INT64_MAX : deadline - precision_.count();
 
   const std::uint32_t seen = wake_.prepare();
-  sleep_deadline_ns_.store(deadline, std::memory_order_relaxed);
+  wake_if_due_before_ns_.store(bound, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P2) and (F-W)
   bool skip = commands_.size_approx() != 0;
   if (waiting_for_runs) {
@@ -380,7 +468,6 @@ void RuntimeCore::sleep(bool busy) {
     if (completed_.load(std::memory_order_acquire) >= need) skip = true;
   }
   if (!skip) {
-    const TimePoint steady_now = steady_clock_.now();
     std::int64_t wake_at = INT64_MAX;  // on the steady clock
     if (deadline != INT64_MAX) {
       switch (clock_kind_) {
@@ -392,22 +479,17 @@ void RuntimeCore::sleep(bool busy) {
         case ClockKind::other: {
           // In 128 bits, saturating: the two clocks' times may be at opposite ends of int64.
           const __int128 remaining = static_cast<__int128>(deadline) - clock_->now().time_since_epoch().count();
-          const __int128 at = steady_now.time_since_epoch().count() + std::max<__int128>(remaining, 0);
+          const __int128 at = steady_clock_.now().time_since_epoch().count() + std::max<__int128>(remaining, 0);
           wake_at = at >= INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(at);
           break;
         }
       }
     }
-    // A manual clock never wakes the wheel on its own (clock.hpp): commands
-    // wait for a flush or for a schedule that needs the wheel earlier.
-    if (busy && clock_kind_ != ClockKind::manual) {
-      wake_at = std::min(wake_at, steady_now.time_since_epoch().count() + kBusyPollNs);
-    }
     const TimePoint until{Duration(wake_at)};
     wake_.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
     wakeups_.fetch_add(1, std::memory_order_relaxed);
   }
-  sleep_deadline_ns_.store(INT64_MIN, std::memory_order_relaxed);
+  wake_if_due_before_ns_.store(INT64_MIN, std::memory_order_relaxed);
 }
 
 }  // namespace chime::detail

@@ -457,7 +457,8 @@ void print_and_check_common(const char* label, const Result& r, std::size_t peri
 // ManualClock: 2 producers (up to 20,000 operations each) schedule, cancel and reschedule near and far
 // one-shot timers, 3 periodic timers run, while a time thread steps the clock and flushes, a drainer
 // drains, a flusher flushes and a monitor snapshots stats(). Every timer has exactly one outcome; the
-// drain() counts equal the early (drained) runs exactly; stats are monotonic and add up; normal runs are
+// drain() counts cover the early (drained) runs, and exceed them by at most the cancels that won (a
+// cancel stops a drained run that has not started); stats are monotonic and add up; normal runs are
 // at most 4 precisions late (stats().lateness.max, drained runs excluded).
 TEST(RuntimeLifecycleRace, manual_clock_drain_counts_equal_drained_runs_and_stats_add_up) {
   chime_stress::print_seed();
@@ -465,8 +466,13 @@ TEST(RuntimeLifecycleRace, manual_clock_drain_counts_equal_drained_runs_and_stat
   constexpr std::size_t kPeriodic = 3;
   const Result r = run_race({ClockMode::manual, 2, 20'000, 2500ms, kPeriodic, 32});
   print_and_check_common("ManualClock", r, kPeriodic);
-  EXPECT_EQ(r.drained, r.early + r.periodic_early)
-      << "the drain() counts do not add up to the runs whose callback saw the clock before their due";
+  // drain() counts the runs it handed over; a cancel that wins before such a run starts still stops it
+  // (cancel wins until the callback starts), so the early runs are at most the count, and the gap is at
+  // most the cancels that won.
+  EXPECT_GE(r.drained, r.early + r.periodic_early)
+      << "a run whose callback saw the clock before its due was not counted by drain()";
+  EXPECT_LE(r.drained, r.early + r.periodic_early + r.cancelled)
+      << "drain() counted more runs than ran early or were cancelled";
   EXPECT_GT(r.early, 0u) << "nothing was drained: the race was not exercised";
   EXPECT_GT(r.near_runs_not_early, 0u) << "no timer fired on its own: the race was not exercised";
   EXPECT_GT(r.advances, 0u);

@@ -14,21 +14,32 @@
 //   the clock exactly at `d` it has not fired.
 // - Exactly one of {fire, successful cancel} happens to every one-shot timer:
 //   `cancel` returns true iff the callback has not started and never will.
-//   For a periodic timer, true iff no further run starts after cancel returns.
+//   Cancel wins until the callback starts: a run already handed to a worker
+//   but not started is skipped. For a periodic timer, true iff no further
+//   run starts after cancel returns.
 // - Commands from one Producer (or one thread) take effect in the order
 //   posted. Commands from different threads are applied in an order
 //   consistent with happens-before (a cancel of an id is never lost because
 //   its schedule has not been applied yet).
 // - Within one wheel advance, timers go to the workers in nondecreasing
-//   interval order; with workers = 0 or 1 callbacks run in that order. (A
-//   timer already past due when its command is applied goes out with the next
-//   advance.)
+//   interval order; with workers = 0 or 1 callbacks run in that order.
+//   Timers already past due when their commands are applied go out with the
+//   next advance, in nondecreasing due order (ties: posting order).
 // - A periodic timer's runs never overlap; its n-th run is due at
 //   first + n * period (fixed rate, no drift).
 // - No heap allocation per timer in steady state: timers live in a slab of
 //   slots that are reused; a Task up to 48 bytes is stored inline.
+// - Memory is bounded: a cancel posts no command, and a timer cancelled
+//   after the wheel thread filed it keeps its slot (128 bytes) until its due
+//   time comes up, or until such timers exceed a quarter of the filed ones
+//   (and 1,024), when one sweep reclaims them all. Slots in use are at most
+//   about 4/3 x pending + 1,024, plus commands in flight and 32 cached per
+//   Producer. stats().pending and max_pending count a cancelled timer out at
+//   once.
 // - Idle costs nothing: with nothing due the wheel thread sleeps without a
-//   timeout; it wakes only for a command that needs it earlier.
+//   timeout. A producer wakes it only for a timer whose interval ends before
+//   the wheel's next wake-up (one producer per sleep), or after posting 1,024
+//   commands since its last wake-up (which bounds the queue).
 // - Pushing a due time later (reschedule to a later time, the idle-timeout
 //   "touch") is one CAS pair on the timer's state word and a store; it does
 //   not go through the wheel thread.
@@ -119,6 +130,7 @@ struct Stats {
   std::uint64_t callback_errors = 0;  // callbacks that threw
   std::uint64_t queue_depth = 0;      // commands posted but not yet applied (approximate)
   std::uint64_t wakeups = 0;          // times the wheel thread woke up
+  std::uint64_t zombie_sweeps = 0;    // passes over the wheel that reclaimed cancelled timers in one go
   LatenessStats lateness;             // callback start minus due, drained runs excluded
 };
 
@@ -130,6 +142,11 @@ struct RuntimeOptions {
   std::size_t max_pending = 0;  // 0: unbounded; a timer stops counting once cancel returned true or its last run ended
   std::function<void(TimerId, std::exception_ptr)> on_error;
   CommandQueueBackend command_queue = CommandQueueBackend::moodycamel;
+  // Timers to make room for up front: the slot slab (128 bytes per timer)
+  // and the wheel's alarm pool (see WheelConfig::capacity) are allocated and
+  // pre-faulted at construction, so the first `reserve` schedules take no
+  // page fault. Both still grow past it. 0: nothing up front.
+  std::size_t reserve = 0;
 };
 
 namespace detail {
@@ -186,9 +203,11 @@ class Runtime {
   TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
 
   // Returns true iff it won: the callback has not started and never will
-  // (periodic: no further run starts after cancel returns). False for a timer
-  // that fired, started, was cancelled, or a stale/invalid id. Any thread.
-  // Lock-free: one CAS loop on the timer's state word.
+  // (periodic: no further run starts after cancel returns); a run handed to
+  // a worker but not started is skipped. False for a timer that fired,
+  // started, was cancelled, or a stale/invalid id. Any thread. Lock-free:
+  // one CAS loop on the timer's state word, and nothing else (no command to
+  // the wheel thread, which reclaims the slot lazily). Never allocates.
   bool cancel(TimerId id);
 
   // True iff the timer was still pending and now has the new due time. A
@@ -217,7 +236,8 @@ class Runtime {
   // Fires every pending timer now, before its due time (the one exception to
   // "never early"; excluded from the lateness histogram). Periodic timers run
   // once and keep their schedule. Returns the count once they are handed to
-  // workers (flush() waits for them). May block.
+  // workers (flush() waits for them); a cancel that wins before such a run
+  // starts still stops it, so the count is the runs handed over. May block.
   std::size_t drain();
 
   // Stops accepting timers, then cancels or fires (before their due time) the
