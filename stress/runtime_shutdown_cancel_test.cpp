@@ -6,8 +6,8 @@
 // until the Runtime's destructor.
 //
 // The race it aims at: a cancel that wins after the wheel thread has exited
-// posts a REMOVE nobody will apply; the shutdown sweep must free that timer
-// itself. A thread cancels from the last timer backwards while shutdown()
+// leaves a zombie nobody will reclaim (a cancel posts no command); the
+// shutdown sweep must free that timer itself. A thread cancels from the last timer backwards while shutdown()
 // sweeps from the first slot forwards, so some cancels land before the stop,
 // some between the wheel thread's exit and the sweep, and some after the
 // sweep (those return false). Bounded: 6 rounds of 50,000 timers

@@ -323,4 +323,43 @@ TEST(RuntimeAllocation, producers_coming_and_going_return_their_cached_slots) {
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
+// Memory stays bounded although a cancel posts no command: timers cancelled
+// after the wheel filed them (zombies) are reclaimed by sweeps once they
+// exceed a quarter of the filed timers, so 60,000 filed-then-cancelled
+// timers beside 4,000 live ones allocate nothing once warm (an unbounded
+// zombie population would grow the slab by 4,096-slot chunks and the wheel's
+// pool), and the sweeps happened.
+TEST(RuntimeAllocation, filed_then_cancelled_timers_are_reclaimed_without_growing_memory) {
+  for (unsigned workers : {0u, 2u}) {
+    ManualClock clock{kStart};
+    Runtime rt{manual_options(clock, workers)};
+    chime::Producer p = rt.producer();
+    for (int i = 0; i < 4'000; ++i) p.schedule_at(at(60s), [](const Firing&) {});
+    std::vector<TimerId> ids;
+    ids.reserve(100);
+    auto cycle = [&] {
+      ids.clear();
+      for (int i = 0; i < 100; ++i) ids.push_back(p.schedule_at(at(30s), [](const Firing&) {}));
+      rt.flush();  // filed
+      for (const TimerId id : ids) {
+        if (!p.cancel(id)) std::abort();
+      }
+    };
+    for (int k = 0; k < 100; ++k) cycle();  // warm-up: 10,000 zombies made, several sweeps
+    rt.flush();
+    const std::uint64_t sweeps_before = rt.stats().zombie_sweeps;
+    std::size_t allocations = 0;
+    {
+      CountScope scope;
+      for (int k = 0; k < 600; ++k) cycle();
+      rt.flush();
+      allocations = scope.count();
+    }
+    const chime::Stats s = rt.stats();
+    EXPECT_EQ(allocations, 0u) << "workers " << workers << ": zombies grew memory";
+    EXPECT_GE(s.zombie_sweeps - sweeps_before, 30u) << "workers " << workers << ": 60,000 zombies were not swept";
+    EXPECT_EQ(s.pending, 4'000u);
+  }
+}
+
 }  // namespace
