@@ -111,7 +111,7 @@ void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std
 // The timer's outcome is decided (a cancel won, its last run finished, or
 // shutdown swept it): it stops counting as pending, for stats() and for
 // max_pending, at once, even if its slot is freed later (a cancelled timer's
-// slot is freed by the wheel thread when the REMOVE arrives). Exactly one
+// slot is reclaimed later, lazily, by the wheel thread). Exactly one
 // party calls this per accepted timer: whoever made the deciding transition.
 void RuntimeCore::end_timer() {
   ended_.add();

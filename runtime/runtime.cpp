@@ -186,9 +186,9 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         continue;
       }
       if (s == SlotState::cancelled && slot.filed_generation == StateWord::generation(w)) {
-        // Cancelled while filed, but its REMOVE came after the wheel thread
-        // stopped (a cancel racing shutdown): only the wheel thread would
-        // have freed it. Free it here, so its task does not outlive shutdown.
+        // Cancelled while filed after the wheel thread's last pass (a cancel
+        // racing shutdown): a zombie only the wheel thread would have
+        // reclaimed. Free it here, so its task does not outlive shutdown.
         slot.filed_generation = 0;
         slot.task.reset();
         slab_.release(i);
