@@ -1,6 +1,12 @@
 // fuzz/runtime_fuzz.cpp: libFuzzer target that drives chime::Runtime with a
-// ManualClock and workers = 0 (callbacks run on the wheel thread) from the
-// fuzzer's bytes, and checks every outcome against a model.
+// ManualClock and workers = 0 (callbacks run on the wheel thread, in the
+// batches the wheel thread hands over) from the fuzzer's bytes, and checks
+// every outcome against a model. It is linked against runtime sources built
+// with CHIME_ZOMBIE_SWEEP_MIN=2 (fuzz/CMakeLists.txt): cancels of filed
+// timers leave zombies that the wheel reclaims lazily, and two of them
+// already trigger a sweep, so the lazy-cancel paths (ADD no-op, reclaim at
+// the alarm, sweep, slot reuse after a sweep) are all reached by small
+// inputs.
 //
 // Input layout (every read past the end is 0, so any byte string is valid):
 //   byte 0   precision, from {1, 3, 1000, 1000000} ns

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -756,6 +757,116 @@ TEST(KeyWheel, capacity_hint_does_not_limit_size) {
     for (int i = 0; i < 3000; ++i) { EXPECT_EQ(fired[static_cast<std::size_t>(i)].second, i); }
     EXPECT_INVARIANTS(w);
   }
+}
+
+// reserve() rounds up to whole 2048-element chunks, keeps every handle and
+// value (also across nodes that growth allocated but never handed out), and
+// the reserved capacity fills up without growing.
+TEST(KeyWheel, reserve_presizes_and_keeps_every_handle) {
+  IntWheel w(LevelBits::create({6, 6, 6, 6}));
+  EXPECT_EQ(w.capacity(), 0u);
+  w.reserve(0);
+  EXPECT_EQ(w.capacity(), 0u);
+  w.reserve(1);
+  EXPECT_EQ(w.capacity(), 2048u);
+  EXPECT_INVARIANTS(w);
+
+  std::vector<Elt> elts;
+  for (int i = 0; i < 3000; ++i) elts.push_back(w.add(static_cast<Key>(i % 500), i));
+  EXPECT_GE(w.capacity(), 3000u);
+  for (int i = 0; i < 3000; i += 3) w.remove(elts[static_cast<std::size_t>(i)]);
+  const std::size_t grown = w.capacity();
+  w.reserve(grown);  // writes the nodes growth left unused; the capacity stays
+  EXPECT_EQ(w.capacity(), grown);
+  EXPECT_INVARIANTS(w);
+  w.reserve(100'000);
+  EXPECT_GE(w.capacity(), 100'000u);
+  EXPECT_LT(w.capacity(), 100'000u + 2048u);
+  EXPECT_EQ(w.capacity() % 2048, 0u);
+  EXPECT_INVARIANTS(w);
+  for (int i = 0; i < 3000; ++i) {
+    const Elt e = elts[static_cast<std::size_t>(i)];
+    ASSERT_EQ(w.contains(e), i % 3 != 0) << i;
+    if (i % 3 != 0) { EXPECT_EQ(w.value(e), i); }
+  }
+
+  const std::size_t reserved = w.capacity();
+  while (w.size() < reserved) w.add(static_cast<Key>(w.size() % 4000), -1);
+  EXPECT_EQ(w.capacity(), reserved);
+  for (int i = 0; i < 3000; i += 3) { EXPECT_FALSE(w.contains(elts[static_cast<std::size_t>(i)])); }
+  EXPECT_INVARIANTS(w);
+  w.add(0, -2);  // one more grows past the reservation
+  EXPECT_GT(w.capacity(), reserved);
+  EXPECT_INVARIANTS(w);
+  w.clear();
+  EXPECT_GT(w.capacity(), reserved);
+  EXPECT_INVARIANTS(w);
+}
+
+// Growth without reserve adds blocks of a quarter of the capacity (whole
+// chunks, 1 to 32 of them), so a wheel never holds much more than it needs.
+TEST(KeyWheel, growth_steps_are_bounded) {
+  IntWheel w(LevelBits::create({6, 6, 6, 6}));
+  std::size_t last = 0;
+  for (std::size_t n = 1; n <= 300'000; ++n) {
+    w.add(static_cast<Key>(n % 4000), 0);
+    if (w.capacity() != last) {
+      const std::size_t step = w.capacity() - last;
+      EXPECT_EQ(step % 2048, 0u);
+      EXPECT_LE(step, std::max<std::size_t>(2048, last / 4)) << "at size " << n;
+      EXPECT_LE(step, 65'536u);
+      last = w.capacity();
+    }
+  }
+  EXPECT_LE(w.capacity(), 300'000u + 65'536u);
+  EXPECT_INVARIANTS(w);
+}
+
+// reserve() beyond the 32-bit index space throws std::length_error and
+// changes nothing.
+TEST(KeyWheel, reserve_beyond_the_index_space_throws_length_error) {
+  IntWheel w;
+  const Elt e = w.add(5, 1);
+  const std::size_t capacity = w.capacity();
+  EXPECT_THROW(w.reserve(std::size_t{1} << 32), std::length_error);
+  EXPECT_THROW(w.reserve(std::numeric_limits<std::size_t>::max()), std::length_error);
+  EXPECT_EQ(w.capacity(), capacity);
+  EXPECT_EQ(w.value(e), 1);
+  EXPECT_INVARIANTS(w);
+}
+
+// reserve() moves no element, so it is allowed inside handle_removed.
+TEST(KeyWheel, reserve_inside_handle_removed_is_allowed) {
+  IntWheel w(LevelBits::create({6, 6, 6, 6}));
+  for (int i = 0; i < 3000; ++i) w.add(static_cast<Key>(i), i);
+  std::vector<int> fired;
+  w.increase_min_allowed_key(3000, [&](Elt e) {
+    fired.push_back(w.value(e));
+    if (fired.size() == 1000) w.reserve(50'000);
+  });
+  ASSERT_EQ(fired.size(), 3000u);
+  for (int i = 0; i < 3000; ++i) { EXPECT_EQ(fired[static_cast<std::size_t>(i)], i); }
+  EXPECT_GE(w.capacity(), 50'000u);
+  EXPECT_INVARIANTS(w);
+}
+
+// Values in reserved and in grown storage are destroyed exactly once.
+TEST(KeyWheel, reserved_storage_destroys_values_once) {
+  {
+    KeyWheel<Tracked> w(LevelBits::create({6, 6, 6, 6}), 5000);
+    for (int i = 0; i < 3000; ++i) w.add(static_cast<Key>(i), Tracked(i));
+    w.reserve(20'000);
+    for (int i = 0; i < 9000; ++i) w.add(static_cast<Key>(i), Tracked(i));
+    EXPECT_EQ(Tracked::live, 12'000);
+    int removed = 0;
+    w.increase_min_allowed_key(100, [&](KeyWheel<Tracked>::Elt e) {
+      EXPECT_LT(w.value(e).id, 9000);
+      ++removed;
+    });
+    EXPECT_EQ(removed, 200);  // keys 0..99, once from each batch
+    EXPECT_EQ(Tracked::live, 11'800);
+  }
+  EXPECT_EQ(Tracked::live, 0);
 }
 
 }  // namespace

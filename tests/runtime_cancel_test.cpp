@@ -28,6 +28,17 @@ using chime::TimerState;
 
 class CancelTest : public ManualRuntimeTest {
  protected:
+  // Files a timer (tag 9) at `due` and flushes. While it is the earliest
+  // alarm, a schedule due at or after its interval does not wake the wheel
+  // thread (a ManualClock runtime applies it at the next flush), so a cancel
+  // right after such a schedule always lands before the ADD is filed: the
+  // ADD is a no-op and the slot is free after the flush. (A cancel after
+  // the ADD is filed leaves a zombie that is reclaimed when its due comes
+  // up; docs/state-machine.md, "Lazy reclaim".)
+  void file_keeper(chime::TimePoint due) {
+    rt.schedule_at(due, rec.task(9));
+    rt.flush();
+  }
   // Schedules and cancels timers (one alive at a time) until one reuses the slot of `old`; returns it.
   TimerId schedule_until_slot_reused(TimerId old, chime::Task (*make)(Recorder&), chime::TimePoint due) {
     for (int i = 0; i < 10'000; ++i) {
@@ -126,6 +137,7 @@ TEST_P(CancelTest, cancel_removes_only_its_timer) {
 
 // A stale id (its timer cancelled, its slot reused) never cancels the slot's new timer.
 TEST_P(CancelTest, stale_id_after_slot_reuse_never_cancels_new_timer) {
+  file_keeper(at(5ms));
   const TimerId old = rt.schedule_at(at(1s), rec.task(1));
   ASSERT_TRUE(rt.cancel(old));
   rt.flush();
@@ -144,6 +156,7 @@ TEST_P(CancelTest, stale_id_after_slot_reuse_never_cancels_new_timer) {
 
 // A stale id of a timer that fired never cancels the timer that reused its slot.
 TEST_P(CancelTest, stale_id_after_fire_and_reuse_never_cancels_new_timer) {
+  file_keeper(at(5ms));
   const TimerId old = rt.schedule_at(at(1ms), rec.task(1));
   advance_to(clock, rt, at(2ms));
   ASSERT_EQ(rec.count(1), 1u);
@@ -209,6 +222,17 @@ TEST_P(CancelTest, cancelled_task_is_released) {
   auto resource = std::make_shared<int>(1);
   const TimerId id = rt.schedule_at(at(10ms), [resource] { (void)resource; });
   EXPECT_EQ(resource.use_count(), 2);
+  rt.flush();  // filed: the cancel leaves a zombie, reclaimed (task destroyed) when its due comes up
+  EXPECT_TRUE(rt.cancel(id));
+  advance_to(clock, rt, at(11ms));
+  EXPECT_TRUE(released_soon(resource)) << "the cancelled timer still holds its callback's captures after its due";
+}
+
+// A timer cancelled before the wheel filed it releases its Task at the next pass (the ADD is a no-op).
+TEST_P(CancelTest, task_cancelled_before_it_was_filed_is_released_at_the_next_flush) {
+  file_keeper(at(5ms));
+  auto resource = std::make_shared<int>(1);
+  const TimerId id = rt.schedule_at(at(10ms), [resource] { (void)resource; });
   EXPECT_TRUE(rt.cancel(id));
   rt.flush();
   EXPECT_TRUE(released_soon(resource)) << "the cancelled timer still holds its callback's captures";

@@ -1131,6 +1131,32 @@ TEST(TimingWheel, capacity_hint_does_not_limit_size) {
   }
 }
 
+// WheelConfig::capacity and reserve() pre-size the alarm pool in whole
+// 2048-alarm chunks; filling it never grows it, alarms behave the same, and
+// reserve is allowed inside handle_fired.
+TEST(TimingWheel, capacity_and_reserve_presize_the_pool) {
+  IntWheel w(config(1, LevelBits::default_bits(), 5000), T(0));
+  EXPECT_EQ(w.capacity(), 6144u);
+  for (int i = 0; i < 6144; ++i) w.add(T(i), i);
+  EXPECT_EQ(w.capacity(), 6144u);
+  w.reserve(20'000);
+  EXPECT_EQ(w.capacity(), 20'480u);
+  EXPECT_INVARIANTS(w);
+  std::vector<int> fired;
+  w.advance_clock(T(6144), [&](Alarm a) {
+    fired.push_back(w.value(a));
+    if (fired.size() == 10) w.reserve(30'000);
+  });
+  ASSERT_EQ(fired.size(), 6144u);
+  for (int i = 0; i < 6144; ++i) { EXPECT_EQ(fired[static_cast<std::size_t>(i)], i); }
+  EXPECT_EQ(w.capacity(), 30'720u);
+  EXPECT_INVARIANTS(w);
+  EXPECT_THROW(w.reserve(std::size_t{1} << 32), std::length_error);
+  EXPECT_EQ(w.capacity(), 30'720u);
+  IntWheel empty(config(1), T(0));
+  EXPECT_EQ(empty.capacity(), 0u);
+}
+
 // Negative, zero and very large start times all work, right up to the end of representable time.
 TEST(TimingWheel, start_can_be_negative_zero_or_large) {
   const std::int64_t starts[] = {kI64Min, -(std::int64_t{1} << 62), -1'000'000'000'000'000'000, -1, 0, 1,

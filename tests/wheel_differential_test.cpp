@@ -145,6 +145,17 @@ class TimingWheelDifferential {
   }
 
   // Runs the whole sequence; returns an empty string on success, else the failure with its context.
+
+  // Every 1024 operations, reserve room for 2,500 alarms more than the wheel
+  // holds (no random draw, so the operation sequences are unchanged): reserve
+  // writes the nodes growth left unused and must keep every handle, value and
+  // order; the comparisons that follow check it.
+  void reserve_now_and_then() {
+    if (op_ % 1024 != 512) return;
+    const std::size_t want = wheel_->size() + 2500;
+    wheel_->reserve(want);
+    DIFF_CHECK(wheel_->capacity() >= want, "reserve(" << want << ") left capacity " << wheel_->capacity());
+  }
   std::string run() {
     try {
       for (op_ = 0; op_ < ops_; ++op_) {
@@ -152,6 +163,7 @@ class TimingWheelDifferential {
         if (!wheel_ || ops_in_epoch_ >= epoch_len_ || exhausted() || enter_final_part) new_epoch();
         ++ops_in_epoch_;
         step();
+        reserve_now_and_then();
         observe();
         const bool check_now = small_ || op_ % 64 == 0;
         if (check_now) check_invariants();
@@ -812,12 +824,24 @@ class KeyWheelDifferential {
   std::string name() const { return "bits=" + bits_string(bits_v_) + " seed=" + std::to_string(seed_); }
   const KeyStats& stats() const { return stats_; }
 
+
+  // Every 1024 operations, reserve room for 2,500 alarms more than the wheel
+  // holds (no random draw, so the operation sequences are unchanged): reserve
+  // writes the nodes growth left unused and must keep every handle, value and
+  // order; the comparisons that follow check it.
+  void reserve_now_and_then() {
+    if (op_ % 1024 != 512) return;
+    const std::size_t want = wheel_->size() + 2500;
+    wheel_->reserve(want);
+    DIFF_CHECK(wheel_->capacity() >= want, "reserve(" << want << ") left capacity " << wheel_->capacity());
+  }
   std::string run() {
     try {
       for (op_ = 0; op_ < ops_; ++op_) {
         if (!wheel_ || ops_in_epoch_ >= epoch_len_ || wheel_->min_allowed_key() == kMaxRep) new_epoch();
         ++ops_in_epoch_;
         step();
+        reserve_now_and_then();
         observe();
         if (small_ || op_ % 64 == 0) check_invariants();
       }
