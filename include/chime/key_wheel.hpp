@@ -131,8 +131,10 @@ class KeyWheel {
     std::uint32_t generation_ = 0;
   };
 
-  // Throws std::invalid_argument if a level has more than max_level_bits bits.
-  // `capacity` pre-sizes the element pool (it grows past it). May allocate.
+  // Throws std::invalid_argument if a level has more than max_level_bits bits,
+  // std::length_error as reserve. `capacity` is passed to reserve(): storage
+  // for that many elements is allocated and pre-faulted here (the wheel grows
+  // past it). May allocate.
   explicit KeyWheel(LevelBits bits = LevelBits::default_bits(), std::size_t capacity = 0)
       : bits_(bits), pool_(capacity) {
     const auto b = bits_.bits();
@@ -170,9 +172,30 @@ class KeyWheel {
 
   // Number of elements. Never allocates.
   std::size_t size() const noexcept { return size_; }
+  // size() == 0. Never allocates.
   bool empty() const noexcept { return size_ == 0; }
+  // The level bits given to the constructor. Never allocates.
   const LevelBits& level_bits() const noexcept { return bits_; }
 
+  // Elements the wheel holds before an add allocates (size() included); at
+  // least the constructor's capacity and the largest reserve(n). Never
+  // allocates.
+  std::size_t capacity() const noexcept { return pool_.capacity(); }
+
+  // Makes capacity() >= n and pre-faults it: the missing storage (rounded up
+  // to whole 2,048-element chunks) is allocated as one block and every
+  // element slot not yet used is written now, so the next n - size() adds
+  // neither allocate nor take a page fault. Costs
+  // sizeof(detail::WheelNode<T>) bytes per element (24 + sizeof(T) for an
+  // 8-byte T) at once, until the wheel is destroyed; growth without it adds
+  // blocks of a quarter of the capacity (at most 65,536 elements) and faults
+  // their pages in as adds reach them.
+  // Throws std::length_error if n > 2^32 - 2048, or std::bad_alloc; either
+  // way the wheel is unchanged. Allowed inside handle_removed (it moves no
+  // element). May allocate.
+  void reserve(std::size_t n) { pool_.reserve(n); }
+
+  // The least key `add` accepts; only increases. Never allocates.
   Key min_allowed_key() const noexcept { return now_; }
 
   // Largest key `add` accepts now; see the geometry table. Never allocates.
@@ -283,6 +306,7 @@ class KeyWheel {
     if (i == detail::kNilIndex) return std::nullopt;
     return Elt(i, pool_[i].generation);
   }
+  // The minimum key, if any; as min_elt. Never allocates.
   std::optional<Key> min_key() const {
     const std::uint32_t i = min_index();
     if (i == detail::kNilIndex) return std::nullopt;
@@ -290,7 +314,7 @@ class KeyWheel {
   }
 
   // Calls f(Elt) for every element, in no particular order. f must not modify
-  // the wheel.
+  // the wheel. Never allocates.
   template <class F>
   void for_each(F&& f) const {
     for (int level = 0; level < num_levels_; ++level) {
@@ -309,7 +333,8 @@ class KeyWheel {
   }
 
   // Removes every element (destroying its value) without calling anything;
-  // min_allowed_key() is unchanged. Every handle goes stale.
+  // min_allowed_key() and capacity() are unchanged. Every handle goes stale.
+  // Throws std::logic_error inside handle_removed. Never allocates.
   void clear() {
     check_not_removing("clear");
     for (int level = 0; level < num_levels_; ++level) {
@@ -396,7 +421,7 @@ class KeyWheel {
     if (pool_.live() != size_) fail("pool holds " + std::to_string(pool_.live()) + " values for size " + std::to_string(size_));
     if (min_cache_ == detail::kNilIndex && size_ != 0) fail("min cache says empty but the wheel is not");
     if (min_cache_ != detail::kNilIndex && min_cache_ != kMinUnknown) {
-      if (true_min == detail::kNilIndex || min_cache_ >= pool_.capacity() || pool_[min_cache_].level >= kMaxLevels ||
+      if (true_min == detail::kNilIndex || min_cache_ >= pool_.used() || pool_[min_cache_].level >= kMaxLevels ||
           pool_[min_cache_].key != pool_[true_min].key) {
         fail("cached minimum element is not a minimum element of the wheel");
       }

@@ -31,7 +31,8 @@
 //   contains() is false and remove/reschedule/at/value throw
 //   std::invalid_argument.
 // - No allocation per alarm in steady state (chunked slab; see
-//   detail/element_pool.hpp); `WheelConfig::capacity` pre-sizes it.
+//   detail/element_pool.hpp). `WheelConfig::capacity` and reserve(n)
+//   allocate and pre-fault it, so the first adds take no page fault.
 //
 // Not guaranteed: the wheel has no idea of real time; how late an alarm fires
 // depends entirely on when the owner calls advance_clock.
@@ -67,7 +68,7 @@ namespace chime {
 struct WheelConfig {
   Duration alarm_precision;                        // > 0: the interval length
   LevelBits level_bits = LevelBits::default_bits();
-  std::size_t capacity = 0;                        // alarms to pre-allocate; grows past it
+  std::size_t capacity = 0;                        // alarms to pre-allocate and pre-fault (reserve); grows past it
 };
 
 template <class T>
@@ -95,7 +96,9 @@ class TimingWheel {
   };
 
   // Throws std::invalid_argument if config.alarm_precision <= 0 or a level
-  // is wider than KeyWheel::max_level_bits. May allocate.
+  // is wider than KeyWheel::max_level_bits, std::length_error if
+  // config.capacity > 2^32 - 2048. config.capacity alarms are reserve()d:
+  // allocated and pre-faulted here. May allocate.
   TimingWheel(WheelConfig config, TimePoint start)
       : queue_(validated(config).level_bits, config.capacity),
         start_ns_(start.time_since_epoch().count()),
@@ -110,12 +113,32 @@ class TimingWheel {
   TimingWheel(const TimingWheel&) = delete;
   TimingWheel& operator=(const TimingWheel&) = delete;
 
+  // The wheel's clock: start() until advance_clock moves it. Never allocates.
   TimePoint now() const noexcept { return from_ns(now_ns_); }
+  // The start given to the constructor (interval 0 begins there). Never allocates.
   TimePoint start() const noexcept { return from_ns(start_ns_); }
+  // The interval length, WheelConfig::alarm_precision. Never allocates.
   Duration alarm_precision() const noexcept { return Duration(precision_ns_); }
+  // WheelConfig::level_bits. Never allocates.
   const LevelBits& level_bits() const noexcept { return queue_.level_bits(); }
+  // Number of alarms in the wheel. Never allocates.
   std::size_t size() const noexcept { return queue_.size(); }
+  // size() == 0. Never allocates.
   bool empty() const noexcept { return queue_.empty(); }
+
+  // Alarms the wheel holds before an add allocates (size() included); at
+  // least WheelConfig::capacity and the largest reserve(n). Never allocates.
+  std::size_t capacity() const noexcept { return queue_.capacity(); }
+
+  // Makes capacity() >= n and pre-faults it: the missing storage (rounded up
+  // to whole 2,048-alarm chunks) is allocated as one block and every alarm
+  // slot not yet used is written now, so the next n - size() adds neither
+  // allocate nor take a page fault. Costs 32 + sizeof(T) bytes per alarm
+  // (rounded up to a multiple of 8 for T of alignment <= 8: 40 for an 8-byte
+  // T) at once, until the wheel is destroyed. Throws std::length_error if
+  // n > 2^32 - 2048, or std::bad_alloc; either way the wheel is unchanged.
+  // Allowed inside handle_fired. May allocate.
+  void reserve(std::size_t n) { queue_.reserve(n); }
 
   // Number of the interval containing t. Throws std::out_of_range if
   // t < start() or the number exceeds KeyWheel's max_representable_key.
@@ -134,6 +157,7 @@ class TimingWheel {
 
   // The start of the interval containing t; throws as interval_num.
   TimePoint interval_start(TimePoint t) const { return from_ns(start_plus(key_of("interval_start", t))); }
+  // interval_start(now()). Never allocates.
   TimePoint now_interval_num_start() const noexcept { return from_ns(start_plus(queue_.min_allowed_key())); }
 
   // Exclusive upper bound on what add accepts; grows with now(). Never throws.
@@ -163,6 +187,8 @@ class TimingWheel {
     queue_.pool_[i].value().at = at;
     min_time_known_ = false;
   }
+  // reschedule(alarm, interval_num_start(k)), with the same checks; throws
+  // std::invalid_argument first if !contains(alarm). Never allocates.
   void reschedule_at_interval_num(Alarm alarm, std::int64_t k) {
     queue_.checked_index("reschedule_at_interval_num", alarm.elt_);
     reschedule(alarm, checked_interval_start("reschedule_at_interval_num", k));
@@ -184,6 +210,8 @@ class TimingWheel {
   TimePoint at(Alarm alarm) const { return entry("at", alarm).at; }
   T& value(Alarm alarm) { return entry("value", alarm).value; }
   const T& value(Alarm alarm) const { return entry("value", alarm).value; }
+  // The interval the alarm is filed under, interval_num(at(alarm)); readable
+  // as at(). Never allocates.
   std::int64_t interval_num(Alarm alarm) const {
     return static_cast<std::int64_t>(queue_.pool_[queue_.readable_index("interval_num", alarm.elt_)].key);
   }
@@ -235,6 +263,7 @@ class TimingWheel {
     return from_ns(start_plus(*key + 1));
   }
 
+  // The interval of the earliest alarm, if any. Never allocates.
   std::optional<std::int64_t> min_alarm_interval_num() const {
     const auto key = queue_.min_key();
     if (!key) return std::nullopt;
@@ -256,13 +285,14 @@ class TimingWheel {
   }
 
   // Calls f(Alarm) for every alarm, in no particular order. f must not modify
-  // the wheel.
+  // the wheel. Never allocates.
   template <class F>
   void for_each(F&& f) const {
     queue_.for_each([&](typename Queue::Elt e) { f(Alarm(e)); });
   }
 
-  // Removes every alarm without firing it; now() is unchanged.
+  // Removes every alarm without firing it; now() and capacity() are
+  // unchanged. Throws std::logic_error inside handle_fired. Never allocates.
   void clear() {
     queue_.clear();
     min_time_known_ = false;
