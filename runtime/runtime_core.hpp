@@ -144,7 +144,7 @@ class RuntimeCore {
 
   // wheel_thread.cpp
   void wheel_main();
-  void apply_commands(bool& exhausted);
+  bool apply_commands(bool& exhausted);
   void apply(const Command& c);
   void file(std::uint32_t index, TimerSlot& slot);
   void reclaim(TimerSlot& slot, std::uint32_t index);
@@ -155,7 +155,7 @@ class RuntimeCore {
   void drain_all(std::uint8_t flags, std::size_t& count);
   void sweep_zombies_if_many();
   void settle_flushes(std::uint64_t completed_snapshot);
-  void sleep();
+  void sleep(bool busy);
 
   // worker_pool.cpp
   void worker_main();
@@ -220,6 +220,8 @@ class RuntimeCore {
   std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched since the last settle_flushes
   bool awaiting_writer_ = false;              // this pass put a mid-reschedule timer on overdue_
   bool wake_on_post_count_ = true;           // producers wake a sleeping wheel every kPostsPerWake posts
+  bool lingering_ = false;                   // sleep(): commands keep coming; wake within kLingerNs
+  bool last_sleep_short_ = false;            // the last sleep was cut short (a producer woke us early)
   bool running_ = true;
 
   // Workers.

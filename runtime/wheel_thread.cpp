@@ -55,6 +55,11 @@ constexpr std::size_t kMaxCommandsPerPass = 8192;
 #define CHIME_ZOMBIE_SWEEP_MIN 1024
 #endif
 constexpr std::uint64_t kMinZombiesForSweep = CHIME_ZOMBIE_SWEEP_MIN;
+// While commands keep arriving, the wheel thread sleeps at most this long
+// (sleep(), "lingering"), so producers need not wake it for every new timer
+// due before its next alarm; timers due before the linger ends still wake
+// it, so lingering adds no lateness.
+constexpr std::int64_t kLingerNs = 1'000'000;
 }  // namespace
 
 void RuntimeCore::wheel_main() {
@@ -68,7 +73,7 @@ void RuntimeCore::wheel_main() {
   while (running_) {
     const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
     bool exhausted = false;
-    apply_commands(exhausted);
+    const bool busy = apply_commands(exhausted);
     std::int64_t now = clock_->now().time_since_epoch().count();
     const std::int64_t wheel_now = wheel_.now().time_since_epoch().count();
     if (now < wheel_now) now = wheel_now;  // a clock must not go backwards; never move the wheel back
@@ -96,16 +101,18 @@ void RuntimeCore::wheel_main() {
     // Runs dispatched by passes that did not empty the queue count towards
     // the next settle: reset only after one.
     pass_min_due_ns_ = INT64_MAX;
-    sleep();
+    sleep(busy);
   }
   wheel_retired_->flush();
 }
 
-// Applies up to kMaxCommandsPerPass commands; sets `exhausted` iff it emptied
-// the queue. Requests (drain, stop, and settling flushes) act only in a pass
+// Applies up to kMaxCommandsPerPass commands; returns true iff it applied
+// timer commands (not just requests); sets `exhausted` iff it emptied the
+// queue. Requests (drain, stop, and settling flushes) act only in a pass
 // that emptied the queue: then every command posted before them, by any
 // thread, has been applied.
-void RuntimeCore::apply_commands(bool& exhausted) {
+bool RuntimeCore::apply_commands(bool& exhausted) {
+  bool any = false;
   exhausted = false;
   std::size_t applied = 0;
   while (applied < kMaxCommandsPerPass) {
@@ -128,6 +135,7 @@ void RuntimeCore::apply_commands(bool& exhausted) {
           stop_ = static_cast<StopRequest*>(c.request);
           break;
         default:
+          any = true;
           apply(c);
       }
     }
@@ -139,6 +147,7 @@ void RuntimeCore::apply_commands(bool& exhausted) {
     }
     drains_.clear();
   }
+  return any;
 }
 
 // A cancelled timer (C1, or C2 then R3) that the wheel thread owns: free it.
@@ -443,7 +452,7 @@ void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
   flushes_.resize(kept);
 }
 
-void RuntimeCore::sleep() {
+void RuntimeCore::sleep(bool busy) {
   if (!overdue_.empty()) {  // due now: next pass
     // Only a reschedule's two stores to wait for: let its thread run first.
     if (awaiting_writer_) std::this_thread::yield();
@@ -458,10 +467,28 @@ void RuntimeCore::sleep() {
   if (const auto next = wheel_.next_alarm_fires_at(); next && wheel_.now().time_since_epoch().count() < max_wheel_now_ns_) {
     deadline = next->time_since_epoch().count();
   }
-  // The earliest alarm's interval starts one precision before the deadline
-  // (next_alarm_fires_at is that interval's end): a due time before it needs
-  // an earlier wake-up.
-  const std::int64_t bound = deadline == INT64_MAX ? INT64_MAX : deadline - precision_.count();
+  // Lingering (commands keep coming): wake up at most kLingerNs from now even
+  // if no alarm is due, so that a stream of commands (new timers due before
+  // the next alarm, say) is applied in batches, not one producer wake-up per
+  // command. Only while passes apply commands and the previous sleep was cut
+  // short by a producer, or lingered: the first pass without commands
+  // sleeps until the next alarm (or forever). Never with a ManualClock.
+  lingering_ = busy && clock_kind_ != ClockKind::manual && (lingering_ || last_sleep_short_);
+  std::int64_t wake_at_ns = deadline;  // in the runtime clock's domain: when we will wake up
+  if (lingering_) {
+    const std::int64_t now = clock_->now().time_since_epoch().count();
+    if (now < deadline - kLingerNs) wake_at_ns = now + kLingerNs;
+  }
+  // A timer needs an earlier wake-up iff its interval ends before wake_at_ns,
+  // that is iff its due is before the last interval boundary strictly before
+  // wake_at_ns (for wake_at_ns = deadline, the start of the earliest alarm's
+  // interval, since next_alarm_fires_at is that interval's end).
+  std::int64_t bound = INT64_MAX;
+  if (wake_at_ns != INT64_MAX) {
+    const std::int64_t p = precision_.count();
+    const __int128 k = (static_cast<__int128>(wake_at_ns) - 1 - start_ns_) / p;
+    bound = static_cast<std::int64_t>(start_ns_ + k * p);
+  }
 
   const std::uint32_t seen = wake_.prepare();
   wake_if_due_before_ns_.store(bound, std::memory_order_relaxed);
@@ -473,18 +500,19 @@ void RuntimeCore::sleep() {
     if (completed_.load(std::memory_order_acquire) >= need) skip = true;
   }
   if (!skip) {
+    const TimePoint steady_before = steady_clock_.now();
     std::int64_t wake_at = INT64_MAX;  // on the steady clock
-    if (deadline != INT64_MAX) {
+    if (wake_at_ns != INT64_MAX) {
       switch (clock_kind_) {
         case ClockKind::steady:
-          wake_at = deadline;
+          wake_at = wake_at_ns;
           break;
         case ClockKind::manual:  // manual time moves only when told; flush() wakes us
           break;
         case ClockKind::other: {
           // In 128 bits, saturating: the two clocks' times may be at opposite ends of int64.
-          const __int128 remaining = static_cast<__int128>(deadline) - clock_->now().time_since_epoch().count();
-          const __int128 at = steady_clock_.now().time_since_epoch().count() + std::max<__int128>(remaining, 0);
+          const __int128 remaining = static_cast<__int128>(wake_at_ns) - clock_->now().time_since_epoch().count();
+          const __int128 at = steady_before.time_since_epoch().count() + std::max<__int128>(remaining, 0);
           wake_at = at >= INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(at);
           break;
         }
@@ -493,6 +521,7 @@ void RuntimeCore::sleep() {
     const TimePoint until{Duration(wake_at)};
     wake_.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
     wakeups_.fetch_add(1, std::memory_order_relaxed);
+    last_sleep_short_ = (steady_clock_.now() - steady_before).count() < kLingerNs;
   }
   wake_if_due_before_ns_.store(INT64_MIN, std::memory_order_relaxed);
 }
