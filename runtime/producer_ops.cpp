@@ -133,8 +133,8 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   }
   std::uint32_t index;
   try {
-    // Token-less dequeue (measured cheaper here than a ConsumerToken); with a
-    // Producer, from its cache, refilled 32 at a time.
+    // With a Producer, from its cache, refilled 32 at a time from the LIFO
+    // free list; without one, a batch is popped and the rest pushed back.
     index = token != nullptr ? slab_.allocate(token->slots) : slab_.allocate();
   } catch (...) {
     if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);

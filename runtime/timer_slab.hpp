@@ -1,24 +1,29 @@
 // runtime/timer_slab.hpp: the slots that hold every timer's state.
 //
 // What this is: a growable array of TimerSlot addressed by a 32-bit index,
-// in chunks that never move, plus a lock-free free list of slot indices.
-// Who may touch it: any thread takes (`allocate`) and returns (`release`)
-// slots; the fields of a slot follow the ownership rules of timer_state.hpp.
+// in chunks that never move, plus a lock-free LIFO free list of slot
+// indices in batches (free_slot_stack.hpp). Who may touch it: any thread
+// takes slots (`allocate`, through a producer's SlotCache) and returns them
+// (`release`, RetiredSlots); the fields of a slot follow the ownership rules
+// of timer_state.hpp.
 //
 // Guarantees:
 // - No heap allocation per timer in steady state: released slots are reused
 //   first; a new chunk of `chunk_size` slots is allocated (under a mutex) only
-//   when none is free.
+//   when none is free. reserve(n) creates (and so pre-faults) the chunks for
+//   the first n slots up front.
 // - A slot's memory is never freed or moved while the slab lives, so a stale
 //   TimerId always reads a valid atomic word (and then fails its generation
 //   check): never a dangling pointer.
-// - Reuse is FIFO (moodycamel ConcurrentQueue), so a slot is reused as late as
-//   possible, which keeps generations far apart.
+// - Reuse is LIFO by batch: the slots freed most recently are reused first,
+//   while their cache lines are warm. A stale id is still caught by the
+//   32-bit generation (an id would need 2^32 reuses of its slot to alias).
 //
 // Memory ordering: a chunk pointer is published with a release store under
 // the grow mutex and read with acquire, pairing with it (A); indices travel
-// through the free list, whose enqueue/dequeue are release/acquire, so a
-// freeing thread's writes (task reset) happen-before the next owner's.
+// through the free list, whose push/pop are release/acquire
+// (free_slot_stack.hpp), so a freeing thread's writes (task reset)
+// happen-before the next owner's.
 #pragma once
 
 #include <atomic>
@@ -26,13 +31,14 @@
 #include <vector>
 #include <cstdint>
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <memory>
 #include <mutex>
 
-#include <concurrentqueue/concurrentqueue.h>
-
 #include "chime/runtime.hpp"
 #include "chime/timing_wheel.hpp"
+#include "free_slot_stack.hpp"
 #include "timer_state.hpp"
 
 namespace chime::detail {
@@ -70,7 +76,7 @@ static_assert(offsetof(TimerSlot, task) == 64);
 // from the shared list serves kSize schedules. Slots in a cache are free
 // (terminal or never-used words); they are returned by return_cached().
 struct SlotCache {
-  static constexpr std::uint32_t kSize = 32;
+  static constexpr std::uint32_t kSize = FreeSlotStack::kBatch;
   std::uint32_t index[kSize];
   std::uint32_t count = 0;
 };
@@ -80,10 +86,7 @@ class TimerSlab {
   static constexpr unsigned chunk_shift = 12;
   static constexpr std::uint32_t chunk_size = 1u << chunk_shift;
   static constexpr std::uint32_t max_chunks = 1u << 16;  // 2^28 slots
-  // Blocks moodycamel pre-allocates for the free list (4 bytes per index).
-  static constexpr std::size_t kFreeListInitialCapacity = 64 * 1024;
-
-  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(max_chunks)), free_(kFreeListInitialCapacity) {}
+  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(max_chunks)) {}
   TimerSlab(const TimerSlab&) = delete;
   TimerSlab& operator=(const TimerSlab&) = delete;
   ~TimerSlab() {
@@ -103,18 +106,21 @@ class TimerSlab {
     return chunks_[i >> chunk_shift].load(std::memory_order_acquire)[i & (chunk_size - 1)];  // (A)
   }
 
-  // Takes a free slot. Throws CapacityError when 2^28 slots are in use. May
-  // allocate (one chunk, when no slot is free). Any thread.
+  // Takes a free slot for a caller without a cache: pops a batch, keeps one
+  // slot and pushes the rest back. Throws CapacityError when 2^28 slots are
+  // in use. May allocate (one chunk, when no slot is free). Any thread.
   std::uint32_t allocate() {
-    std::uint32_t i;
-    if (free_.try_dequeue(i)) return i;
-    return allocate_fresh();
+    std::uint32_t batch[FreeSlotStack::kBatch];
+    const std::uint32_t n = free_.take(batch);
+    if (n == 0) return allocate_fresh();
+    if (n > 1) free_.give(batch + 1, n - 1);
+    return batch[0];
   }
 
-  // The same through a producer's cache: one bulk dequeue per kSize slots.
+  // The same through a producer's cache: one pop per kSize slots.
   std::uint32_t allocate(SlotCache& cache) {
     if (cache.count == 0) {
-      cache.count = static_cast<std::uint32_t>(free_.try_dequeue_bulk(cache.index, SlotCache::kSize));
+      cache.count = free_.take(cache.index);
       if (cache.count == 0) return allocate_fresh();
     }
     return cache.index[--cache.count];
@@ -122,8 +128,13 @@ class TimerSlab {
 
   // Gives a cache's slots back to the free list (the producer goes away).
   void return_cached(SlotCache& cache) noexcept {
-    if (cache.count != 0 && !free_.enqueue_bulk(cache.index, cache.count)) {
-      for (std::uint32_t k = 0; k < cache.count; ++k) (void)free_.enqueue(cache.index[k]);
+    if (cache.count != 0) {
+      try {
+        free_.give(cache.index, cache.count);
+      } catch (const std::bad_alloc&) {
+        // No container for them (out of memory): they stay out of use, never
+        // double-used; like a leaked chunk, bounded by one cache.
+      }
     }
     cache.count = 0;
   }
@@ -140,25 +151,11 @@ class TimerSlab {
 
 
  public:
-  // Returns a slot whose task has been reset. Any thread. May allocate (a
-  // moodycamel block, until the free list has grown to its working size).
-  // For rare paths (a schedule taken back); the wheel thread and the workers
-  // return slots in bulk through a RetiredSlots.
-  void release(std::uint32_t i) { free_.enqueue(i); }
-
-  // Returns n slots through the caller's own token: one bulk enqueue into the
-  // caller's sub-queue of the free list. The thread owning the token only.
-  void release_bulk(moodycamel::ProducerToken& token, const std::uint32_t* index, std::size_t n) {
-    if (n != 0 && !free_.enqueue_bulk(token, index, n)) {
-      for (std::size_t k = 0; k < n; ++k) {
-        // Out of memory: retry each; a slot that cannot be returned is kept
-        // out of use (never lost to a double use), as a chunk leak would be.
-        (void)free_.enqueue(token, index[k]);
-      }
-    }
-  }
-
-  moodycamel::ProducerToken make_release_token() { return moodycamel::ProducerToken(free_); }
+  // Returns slots whose tasks have been reset, 1 <= n <= FreeSlotStack::kBatch,
+  // as one batch. Any thread. May allocate (a chunk of batch containers,
+  // until the free list has reached its working size).
+  void release(const std::uint32_t* index, std::uint32_t n) { free_.give(index, n); }
+  void release(std::uint32_t i) { free_.give(&i, 1); }
 
   // Creates (and so pre-faults: every slot is constructed) the chunks that
   // hold the first n slot indices, so the first n schedules never allocate
@@ -181,16 +178,16 @@ class TimerSlab {
   std::unique_ptr<std::atomic<TimerSlot*>[]> chunks_;
   std::atomic<std::uint32_t> fresh_{0};
   std::mutex grow_mutex_;
-  moodycamel::ConcurrentQueue<std::uint32_t> free_;
+  FreeSlotStack free_;
 };
 
 // Slots a single thread (the wheel thread, or one worker) has freed, given
-// back to the free list in bulk: one enqueue per kSize slots, through the
-// thread's own token (no implicit-producer lookup per slot).
+// back to the free list in batches: one push per kSize slots, and the rest
+// when the thread finishes a pass or a batch of runs (flush).
 class RetiredSlots {
  public:
-  static constexpr std::size_t kSize = 64;
-  explicit RetiredSlots(TimerSlab& slab) : slab_(slab), token_(slab.make_release_token()) {}
+  static constexpr std::uint32_t kSize = FreeSlotStack::kBatch;
+  explicit RetiredSlots(TimerSlab& slab) : slab_(slab) {}
   RetiredSlots(const RetiredSlots&) = delete;
   RetiredSlots& operator=(const RetiredSlots&) = delete;
   ~RetiredSlots() { flush(); }
@@ -200,17 +197,25 @@ class RetiredSlots {
     index_[count_++] = index;
     if (count_ == kSize) flush();
   }
-  // Owning thread only.
+  // Owning thread only. Out of memory (no batch container), retries every
+  // millisecond: a slot is never lost.
   void flush() {
-    slab_.release_bulk(token_, index_, count_);
+    if (count_ == 0) return;
+    for (;;) {
+      try {
+        slab_.release(index_, count_);
+        break;
+      } catch (const std::bad_alloc&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
     count_ = 0;
   }
 
  private:
   TimerSlab& slab_;
-  moodycamel::ProducerToken token_;
   std::uint32_t index_[kSize];
-  std::size_t count_ = 0;
+  std::uint32_t count_ = 0;
 };
 
 }  // namespace chime::detail
