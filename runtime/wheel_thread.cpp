@@ -155,8 +155,11 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
 void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
   CHIME_ASSERT(StateWord::state(slot.word.load(std::memory_order_relaxed)) == SlotState::cancelled,
                "only a cancelled timer is reclaimed");
-  slot.filed_generation = 0;
-  slot.alarm = {};
+  // Only what is set is cleared: an ADD that found its timer cancelled
+  // (the common case under schedule+cancel) leaves the state line clean, so
+  // the producer that reuses the slot does not fetch it back dirty.
+  if (slot.filed_generation != 0) slot.filed_generation = 0;
+  if (slot.alarm != TimingWheel<std::uint32_t>::Alarm{}) slot.alarm = {};
   slot.task.reset();
   wheel_retired_->add(index);
   ++reclaimed_;
