@@ -24,13 +24,14 @@
 //   push(command)                          seen = wake_.prepare()
 //   fence(seq_cst)              (P1)       bound = B; fence(seq_cst)            (P2)
 //   if due < bound and CAS(bound -> MIN):  if queue non-empty: don't sleep
-//     wake                                 futex_wait(word == seen, until B + precision)
+//     wake                                 futex_wait(word == seen, until the wake-up W)
 //
 // The fences forbid both sides missing each other; a wake between the check
 // and the futex call changes the word, so the futex call returns at once.
-// B is the start of the earliest alarm's interval: a timer due before it
-// needs the wheel earlier; one due at or after it fires at the wake-up the
-// wheel already sleeps for, so it does not wake it (producer_ops.cpp).
+// B is the last interval boundary before W (W: the earliest alarm's
+// next_alarm_fires_at, or at most kLingerNs from now while commands keep
+// coming): a timer due before B needs the wheel earlier; one due at or after
+// it is filed at W soon enough, so it does not wake it (producer_ops.cpp).
 #include <sys/prctl.h>
 
 #include <algorithm>
