@@ -202,10 +202,10 @@ bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* /*token*/) {
     SlotState next;
     switch (StateWord::state(w)) {
       case SlotState::pending:
-        next = SlotState::cancelled;  // (C1): the wheel reclaims it lazily
+        next = SlotState::cancelling;  // (C1): we destroy the task (K1); the wheel reclaims the slot lazily
         break;
       case SlotState::writing:
-        next = SlotState::writing_cancelled;  // (C2): the rescheduler finishes it (R3)
+        next = SlotState::cancelling;  // (C2): the rescheduler finishes it (R3)
         break;
       case SlotState::handed:
         next = SlotState::cancelled;  // (C4): handed over, not started: the worker skips it
@@ -222,6 +222,14 @@ bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* /*token*/) {
       cancelled_.add();
       end_timer();  // capacity is free now, not when the slot is reclaimed
       const SlotState from = StateWord::state(w);
+      if (from == SlotState::pending) {
+        // (K1) We own the task now (nobody runs or frees a Cancelling timer):
+        // destroy it here, where its line is warm, then publish Cancelled.
+        // release: the destruction happens-before the wheel thread's acquire
+        // load of Cancelled, after which it frees the slot.
+        slot->task.reset();
+        slot->word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
+      }
       if (from == SlotState::pending || from == SlotState::writing) lazy_cancels_.add();
       return true;
     }
@@ -264,10 +272,12 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     return true;
   }
   // (R3) The only way R2 fails: a cancel won meanwhile (C2). We still own the
-  // slot's fields; finish the cancel. The wheel thread reclaims the slot
-  // lazily, as after C1 (release: our writes to the slot happen-before its
-  // acquire load of Cancelled, so it frees a slot nobody writes any more).
-  CHIME_ASSERT(StateWord::state(expected) == SlotState::writing_cancelled, "R2 failed other than to a cancel (C2)");
+  // slot's fields; finish the cancel: destroy the task, then publish
+  // Cancelled. The wheel thread reclaims the slot lazily, as after C1
+  // (release: our writes to the slot happen-before its acquire load of
+  // Cancelled, so it frees a slot nobody writes any more).
+  CHIME_ASSERT(StateWord::state(expected) == SlotState::cancelling, "R2 failed other than to a cancel (C2)");
+  slot->task.reset();
   slot->word.store(StateWord::with_state(expected, SlotState::cancelled), std::memory_order_release);
   return false;
 }
@@ -287,7 +297,7 @@ TimerState RuntimeCore::state(TimerId id) const noexcept {
       return TimerState::running;
     case SlotState::fired:
       return TimerState::fired;
-    case SlotState::writing_cancelled:
+    case SlotState::cancelling:
     case SlotState::cancelled:
       return TimerState::cancelled;
     default:

@@ -161,9 +161,18 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         if (c.kind != CommandKind::add) continue;
         TimerSlot& slot = slab_[c.slot];
         const std::uint64_t w = slot.word.load(std::memory_order_acquire);
-        if (StateWord::generation(w) == c.generation && StateWord::state(w) == SlotState::cancelled &&
-            slot.filed_generation != c.generation && slot.task) {
-          slot.task.reset();
+        // Its ADD still queued, so neither the ADD nor a reclaim of a filed
+        // alarm freed it (a timer is filed by one ADD at a time: a periodic
+        // re-arm posts the next only after the run claimed it). A cancel may
+        // still be between C1 and K1 (Cancelling): wait for its store.
+        if (StateWord::generation(w) != c.generation || slot.filed_generation == c.generation) continue;
+        std::uint64_t v = w;
+        while (StateWord::state(v) == SlotState::cancelling) {
+          std::this_thread::yield();
+          v = slot.word.load(std::memory_order_acquire);
+        }
+        if (StateWord::state(v) == SlotState::cancelled) {
+          CHIME_ASSERT(!slot.task, "a cancelled timer's task is destroyed by K1/R3");
           slab_.release(c.slot);
         }
       }
@@ -179,7 +188,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     std::uint64_t w = slot.word.load(std::memory_order_acquire);
     for (;;) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::writing || s == SlotState::writing_cancelled) {
+      if (s == SlotState::writing || s == SlotState::cancelling) {
         // A reschedule racing shutdown: two stores from done (R2, or R3 after a cancel won).
         std::this_thread::yield();
         w = slot.word.load(std::memory_order_acquire);

@@ -27,9 +27,12 @@
 //  (free, g-1)       {g,0,Pending}      producer: schedule_*     store (seq_cst)            (S1)
 //  {g,v,Pending}     {g,v,Writing}      producer: reschedule     CAS (acquire)              (R1)
 //  {g,v,Writing}     {g,v+1,Pending}    the same reschedule      CAS (release)              (R2)
-//  {g,v,Writing}     {g,v,WritingCancelled} producer: cancel     CAS (acq_rel)  -> true     (C2)
-//  {g,v,WritingCancelled} {g,v,Cancelled} the reschedule (owner) store (release) -> false   (R3)
-//  {g,v,Pending}     {g,v,Cancelled}    producer: cancel         CAS (acq_rel)  -> true     (C1)
+//  {g,v,Writing}     {g,v,Cancelling}   producer: cancel         CAS (acq_rel)  -> true     (C2)
+//  {g,v,Cancelling}  {g,v,Cancelled}    the reschedule (owner): destroys the task, then
+//                                       store (release) -> false                            (R3)
+//  {g,v,Pending}     {g,v,Cancelling}   producer: cancel         CAS (acq_rel)  -> true     (C1)
+//  {g,v,Cancelling}  {g,v,Cancelled}    the same cancel: destroys the task, then
+//                                       store (release)                                     (K1)
 //  {g,v,Pending}     {g,v,Handed}       wheel: claim for a run   CAS (acq_rel)              (W1)
 //  {g,v,Handed}      {g,v,Cancelled}    producer: cancel         CAS (acq_rel)  -> true     (C4)
 //  {g,v,Handed}      {g,v,Running}      worker: the run starts   CAS (acq_rel)              (B1)
@@ -39,10 +42,14 @@
 //  {g,v,Running}     {g,v,Fired}        worker: periodic's last run (shutdown) CAS (acq_rel) (F3)
 //  {g,v,Pending}     {g,v,Cancelled}    shutdown sweep / a schedule that lost to shutdown  CAS (X1)
 //
-// Cancel posts no command (C1-C4 are the whole of a successful cancel): a
-// timer cancelled while filed in the wheel stays there as a "zombie" until
-// its alarm comes due or the wheel thread sweeps zombies (when they exceed
-// a quarter of the filed timers), as Go's runtime does with deleted timers.
+// Cancel posts no command: a timer cancelled while filed in the wheel stays
+// there as a "zombie" until its alarm comes due or the wheel thread sweeps
+// zombies (when they exceed a quarter of the filed timers), as Go's runtime
+// does with deleted timers. Cancelling a pending timer takes it through
+// Cancelling: the canceller (C1, then K1) or the rescheduler that owned it
+// (C2, then R3) destroys the task on its own thread, where the task's line is
+// warm, so the captures are released when cancel returns and the wheel
+// thread, which reclaims the slot later, never touches the task's line.
 // A run the wheel claimed (W1) is Handed until the worker starts it (B1), so
 // cancel wins until the callback starts (C4); the worker then skips the run.
 //
@@ -54,7 +61,8 @@
 // - a run cancelled while handed (C4): the worker, when its B1 fails;
 // - a timer cancelled while filed (C1, or C2 then R3): the wheel thread,
 //   when its alarm comes due or at a zombie sweep, whichever is first; one
-//   whose ADD is not applied yet: the wheel thread, when the ADD arrives;
+//   whose ADD is not applied yet: the wheel thread, when the ADD arrives
+//   (in both cases the task was already destroyed, by K1 or R3);
 //   either, once the wheel thread has stopped: the shutdown sweep.
 //
 // Who may write which field:
@@ -73,7 +81,7 @@ enum class SlotState : std::uint8_t {
   free = 0,
   pending = 1,
   writing = 2,
-  writing_cancelled = 3,
+  cancelling = 3,  // cancelled; the canceller (or rescheduler) is destroying the task (C1/C2 -> K1/R3)
   handed = 4,     // claimed by the wheel thread for a run, not started (W1)
   running = 5,    // the callback started (B1)
   fired = 6,

@@ -151,17 +151,19 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
   return any;
 }
 
-// A cancelled timer (C1, or C2 then R3) that the wheel thread owns: free it.
-// Counts it against lazy_cancels_ for the zombie estimate.
+// A cancelled timer (C1 then K1, or C2 then R3) that the wheel thread owns:
+// free it. Its task was destroyed by the canceller (or rescheduler) before
+// it published Cancelled, so the task's line is not touched here. Counts it
+// against lazy_cancels_ for the zombie estimate.
 void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
   CHIME_ASSERT(StateWord::state(slot.word.load(std::memory_order_relaxed)) == SlotState::cancelled,
                "only a cancelled timer is reclaimed");
+  CHIME_ASSERT(!slot.task, "a lazily cancelled timer's task is destroyed before Cancelled is published");
   // Only what is set is cleared: an ADD that found its timer cancelled
   // (the common case under schedule+cancel) leaves the state line clean, so
   // the producer that reuses the slot does not fetch it back dirty.
   if (slot.filed_generation != 0) slot.filed_generation = 0;
   if (slot.alarm != TimingWheel<std::uint32_t>::Alarm{}) slot.alarm = {};
-  slot.task.reset();
   wheel_retired_->add(index);
   ++reclaimed_;
 }
@@ -181,7 +183,7 @@ void RuntimeCore::apply(const Command& c) {
           return;
         case SlotState::pending:
         case SlotState::writing:
-        case SlotState::writing_cancelled:  // the rescheduler settles it (R2/R3); consider() looks again
+        case SlotState::cancelling:  // the rescheduler or canceller settles it (R2/R3/K1); consider() looks again
           slot.filed_generation = c.generation;
           file(c.slot, slot);
           return;
@@ -309,7 +311,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         break;  // lost to a cancel or a reschedule: look again
       }
       case SlotState::writing:
-      case SlotState::writing_cancelled:
+      case SlotState::cancelling:
         // A reschedule is in flight (it moves the due, or a cancel won and it
         // will finish the cancel): look again in the next pass, which comes
         // at once (sleep() yields first). Not "at the next interval": its
@@ -369,7 +371,7 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
     std::uint64_t w = slot.word.load(std::memory_order_acquire);
     for (;;) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::writing || s == SlotState::writing_cancelled) {
+      if (s == SlotState::writing || s == SlotState::cancelling) {
         // A reschedule is two stores from done: wait for it to settle.
         std::this_thread::yield();
         w = slot.word.load(std::memory_order_acquire);
