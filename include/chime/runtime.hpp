@@ -29,9 +29,10 @@
 //   first + n * period (fixed rate, no drift).
 // - No heap allocation per timer in steady state: timers live in a slab of
 //   slots that are reused; a Task up to 48 bytes is stored inline.
-// - Memory is bounded: a cancel posts no command, and a timer cancelled
-//   after the wheel thread filed it keeps its slot (128 bytes) until its due
-//   time comes up, or until such timers exceed a quarter of the filed ones
+// - Memory is bounded: a cancel posts no command; it destroys the task (and
+//   what it captured) before it returns, and a timer cancelled after the
+//   wheel thread filed it keeps its slot (128 bytes) until its due time comes
+//   up, or until such timers exceed a quarter of the filed ones
 //   (and 1,024), when one sweep reclaims them all. Slots in use are at most
 //   about 4/3 x pending + 1,024, plus commands in flight and 32 cached per
 //   Producer. stats().pending and max_pending count a cancelled timer out at
