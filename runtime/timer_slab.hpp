@@ -117,11 +117,13 @@ class TimerSlab {
     return batch[0];
   }
 
-  // The same through a producer's cache: one pop per kSize slots.
+  // The same through a producer's cache: one pop per kSize slots. With no
+  // free slot, the producer takes a run of kSize fresh, consecutive slots, so
+  // one producer's new timers sit next to each other in the slab.
   std::uint32_t allocate(SlotCache& cache) {
     if (cache.count == 0) {
       cache.count = free_.take(cache.index);
-      if (cache.count == 0) return allocate_fresh();
+      if (cache.count == 0) return allocate_fresh_run(cache);
     }
     return cache.index[--cache.count];
   }
@@ -147,6 +149,27 @@ class TimerSlab {
       ensure_chunk(i >> chunk_shift);
       if (fresh_.compare_exchange_weak(i, i + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) return i;
     }
+  }
+
+  // Takes up to SlotCache::kSize consecutive fresh slots [i, i + n): returns
+  // i and leaves i + 1 .. i + n - 1 in the (empty) cache, to be taken in
+  // ascending order. Every slot of the run has its chunk before fresh_
+  // publishes it (find() trusts every index below extent()).
+  std::uint32_t allocate_fresh_run(SlotCache& cache) {
+    std::uint32_t i = fresh_.load(std::memory_order_relaxed);
+    std::uint32_t n;
+    for (;;) {
+      const std::uint32_t limit = max_chunks * chunk_size;
+      if (i >= limit) throw CapacityError("chime: the timer slab is full (2^28 timers)");
+      n = std::min<std::uint32_t>(SlotCache::kSize, limit - i);
+      ensure_chunk(i >> chunk_shift);
+      ensure_chunk((i + n - 1) >> chunk_shift);
+      if (fresh_.compare_exchange_weak(i, i + n, std::memory_order_acq_rel, std::memory_order_relaxed)) break;
+    }
+    CHIME_ASSERT(cache.count == 0, "a fresh run only refills an empty cache");
+    for (std::uint32_t k = 1; k < n; ++k) cache.index[k - 1] = i + n - k;  // popped from the end: i+1 first
+    cache.count = n - 1;
+    return i;
   }
 
 
