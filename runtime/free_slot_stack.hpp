@@ -78,9 +78,13 @@ class FreeSlotStack {
 
  private:
   static constexpr std::uint32_t kNil = UINT32_MAX;
-  static constexpr unsigned kChunkShift = 10;
+  static constexpr unsigned kChunkShift = 12;
   static constexpr std::uint32_t kChunk = 1u << kChunkShift;  // containers per chunk
-  static constexpr std::uint32_t kMaxChunks = 1u << 14;       // 2^24 batches: 2^29 slots > the slab's 2^28
+  // One container per slot the slab can hold (2^28), plus a chunk of slack:
+  // batches can hold a single slot each (release(i), a worker's batch of
+  // one run), so the free slots may need as many containers as there are
+  // slots; with fewer, give() would run out while slots are free.
+  static constexpr std::uint32_t kMaxChunks = (1u << 16) + 1;
 
   struct Node {
     std::atomic<std::uint32_t> next{kNil};
