@@ -1,6 +1,6 @@
 // chime-stress: a multi-producer load on chime::Runtime (steady clock) that
 // reports throughput, lateness, wake-ups and memory, and checks the runtime's
-// guarantees on every timer (design.md "Layer 2", include/chime/runtime.hpp,
+// guarantees on every timer (include/chime/runtime.hpp,
 // docs/state-machine.md). The project's main demo (scripts/demo).
 //
 // The run:

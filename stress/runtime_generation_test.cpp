@@ -1,4 +1,4 @@
-// Stress 7: slot reuse across generations (design.md "Layer 2": a TimerId is
+// Stress 7: slot reuse across generations (runtime.hpp: a TimerId is
 // {slot, generation}, a stale id is detected, never dereferenced into a newer
 // timer; docs/state-machine.md "The word"). Threads schedule timers and
 // cancel them, or let them fire, in loops, so the slab's few slots are reused

@@ -1,6 +1,6 @@
 // Stress 3: command ordering of chime::Runtime, per producer and across
-// producers, on the real (steady) clock (design.md "Layer 2", "Ordering
-// guarantees"; docs/state-machine.md "Cancel before the ADD is
+// producers, on the real (steady) clock (runtime.hpp, ordering
+// guarantees; docs/state-machine.md "Cancel before the ADD is
 // filed"). Checked for every timer, not a sample:
 // - per producer: a cancel posted right after the schedule, from the same
 //   Producer, wins (returns true) and the timer never fires; a reschedule

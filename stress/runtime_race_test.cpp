@@ -1,5 +1,5 @@
 // Multi-threaded races of chime::Runtime on the real (steady) clock, bounded
-// to a few seconds under ThreadSanitizer (design.md "Layer 2", runtime.hpp):
+// to a few seconds under ThreadSanitizer (runtime.hpp):
 // - schedule vs cancel vs fire: exactly one of {fire, successful cancel}
 //   happens to every timer (never both, never neither; fired at most once),
 //   and no timer fires before its due time by the runtime's clock;

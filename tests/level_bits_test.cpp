@@ -1,7 +1,7 @@
 // Unit tests for chime::LevelBits: what create() accepts and rejects (with
 // messages that name the offending values), default_bits(), and durations()
 // with its saturation instead of overflow. Written from the contract
-// (design.md "Layer 1") and Jane Street's Level_bits documentation.
+// (level_bits.hpp) and Jane Street's Level_bits documentation.
 
 #include <chime/level_bits.hpp>
 

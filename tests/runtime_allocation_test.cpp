@@ -1,4 +1,4 @@
-// No heap allocation per timer (design.md "Layer 2": "No heap allocation per
+// No heap allocation per timer (runtime.hpp: "No heap allocation per
 // timer in steady state"; task.hpp: a Task up to 48 bytes is stored inline).
 //
 // This file replaces the global operator new/delete for the whole

@@ -1,4 +1,4 @@
-// chime::Runtime::cancel (design.md "Layer 2", runtime.hpp): returns true iff
+// chime::Runtime::cancel (runtime.hpp): returns true iff
 // it won (the callback has not started and never will); false for a timer that
 // fired, started, was cancelled, the default id, an id never issued, or a
 // stale id whose slot was reused, and a stale id never touches the slot's new

@@ -1,4 +1,4 @@
-// chime clocks (clock.hpp, design.md "Clocks"): ManualClock moves only when
+// chime clocks (clock.hpp): ManualClock moves only when
 // told, rejects going backwards with std::invalid_argument naming the values,
 // and concurrent advances add up; SteadyClock is std::chrono::steady_clock.
 

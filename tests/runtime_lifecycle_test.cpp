@@ -1,4 +1,4 @@
-// chime::Runtime lifecycle and errors (design.md "Layer 2", runtime.hpp):
+// chime::Runtime lifecycle and errors (runtime.hpp):
 // construction errors; schedule errors in their documented order (StoppedError,
 // then std::out_of_range, then CapacityError, periodic timers counted); flush()
 // waiting for commands and callbacks; drain(); shutdown(cancel_pending /

@@ -1,4 +1,4 @@
-// chime::Runtime observers (design.md "Layer 2", runtime.hpp): state() through
+// chime::Runtime observers (runtime.hpp): state() through
 // pending, running, fired, cancelled and unknown; stats() counters adding up;
 // the lateness histogram; and "idle costs nothing": no wheel-thread wake-ups
 // with nothing due (steady clock) and none at all on a manual clock unless

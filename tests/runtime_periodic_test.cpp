@@ -1,4 +1,4 @@
-// chime::Runtime::schedule_every (design.md "Layer 2", runtime.hpp): fixed
+// chime::Runtime::schedule_every (runtime.hpp): fixed
 // rate (the n-th run is due at first + n*period exactly, no drift over 10,000
 // periods), Missed::skip coalescing (one run, Firing::due the latest due run,
 // Firing::missed the others), Missed::catch_up (every run, in order, within

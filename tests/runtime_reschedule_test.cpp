@@ -1,5 +1,5 @@
-// chime::Runtime::reschedule_at / reschedule_after (design.md "Layer 2",
-// runtime.hpp): true iff the timer was still pending and now has the new due
+// chime::Runtime::reschedule_at / reschedule_after
+// (runtime.hpp): true iff the timer was still pending and now has the new due
 // time; a later due time never fires before it (the idle-timeout "touch"), an
 // earlier one fires at it, a past one at the next flush; false for a fired,
 // running, cancelled, stale or default id; out_of_range beyond the wheel.

@@ -1,4 +1,4 @@
-// chime::Runtime: schedule_at / schedule_after (design.md "Layer 2", runtime.hpp):
+// chime::Runtime: schedule_at / schedule_after (runtime.hpp):
 // when a one-shot timer fires (on the first wheel advance to a time >=
 // interval_start(due) + precision, never earlier), past-due timers, the
 // Firing it is given, order within one advance, callbacks that schedule, the

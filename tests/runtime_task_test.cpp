@@ -1,4 +1,4 @@
-// chime::Task (task.hpp, design.md "Layer 2"): a move-only type-erased callable
+// chime::Task (task.hpp): a move-only type-erased callable
 // made from anything invocable as void() or void(const Firing&); callables of
 // sizeof <= 48, alignof <= alignof(max_align_t) with a nothrow move are stored
 // inline (allocation counts are pinned in runtime_allocation_test.cpp); a

@@ -1,5 +1,5 @@
 // Unit tests for chime::TimingWheel<T> (Jane Street's Timing_wheel semantics,
-// design.md "Time" and "Layer 1"): construction, exact integer interval
+// time.hpp and timing_wheel.hpp): construction, exact integer interval
 // arithmetic, alarm_upper_bound (including its saturation), add/reschedule/
 // remove with their errors, generation-checked alarms, advance_clock (what
 // fires, never early, never more than one interval late, in nondecreasing
