@@ -95,14 +95,12 @@
 #include <utility>
 #include <vector>
 
+#include "chime/detail/assert.hpp"
 #include "chime/detail/element_pool.hpp"
 #include "chime/detail/occupancy_bitmap.hpp"
 #include "chime/level_bits.hpp"
 
 namespace chime {
-
-template <class T>
-class TimingWheel;
 
 template <class T>
 class KeyWheel {
@@ -124,8 +122,6 @@ class KeyWheel {
 
    private:
     friend class KeyWheel;
-    template <class U>
-    friend class TimingWheel;
     Elt(std::uint32_t index, std::uint32_t generation) noexcept : index_(index), generation_(generation) {}
     std::uint32_t index_ = 0;
     std::uint32_t generation_ = 0;
@@ -243,9 +239,9 @@ class KeyWheel {
 
   // Throw std::invalid_argument unless elt is in the wheel or is the element
   // being passed to handle_removed right now.
-  Key key(Elt elt) const { return pool_[readable_index("key", elt)].key; }
-  T& value(Elt elt) { return pool_[readable_index("value", elt)].value(); }
-  const T& value(Elt elt) const { return pool_[readable_index("value", elt)].value(); }
+  Key key(Elt elt) const { return key("key", elt); }
+  T& value(Elt elt) { return value("value", elt); }
+  const T& value(Elt elt) const { return value("value", elt); }
 
   // Removes every element with a key < `key`, in nondecreasing key order,
   // calling handle_removed(Elt) on each; then min_allowed_key() == key. Does
@@ -428,9 +424,88 @@ class KeyWheel {
     }
   }
 
+  // ---------------------------------------------------------------------------
+  // The layering interface, for a structure built on KeyWheel (TimingWheel is
+  // one): the operations above with their checks split out, so a caller that
+  // has made a check itself does not pay for it twice, and with the caller's
+  // operation named in error messages. Each function says which checks it
+  // leaves to the caller; everything else behaves as the function it mirrors.
+
+  // Throws std::logic_error naming `what` if called from inside
+  // handle_removed (the check every mutating function makes first). Never
+  // allocates.
+  void check_not_removing(const char* what) const {
+    if (removing_) [[unlikely]] throw_reentrant(what);
+  }
+  // Throws std::invalid_argument naming `what` unless contains(elt). Never
+  // allocates.
+  void check_contains(const char* what, Elt elt) const { checked_index(what, elt); }
+
+  // add() without its checks. Precondition: check_not_removing passed and
+  // min_allowed_key() <= key <= max_allowed_key() (CHIME_ASSERTed). O(1). May
+  // allocate (only when the pool is full).
+  Elt add_in_range(Key key, T&& value) {
+    CHIME_ASSERT(!removing_ && key >= now_ && key <= max_allowed_key(), "KeyWheel::add_in_range: key out of range");
+    return add_checked(key, std::move(value));
+  }
+
+  // change_key() without its checks; returns the element's value, for the
+  // caller to update with the key. Precondition: check_not_removing passed,
+  // contains(elt), and key is in range as for add_in_range (CHIME_ASSERTed).
+  // O(1). Never allocates.
+  T& change_key_in_range(Elt elt, Key key) noexcept {
+    CHIME_ASSERT(!removing_ && contains(elt) && key >= now_ && key <= max_allowed_key(),
+                 "KeyWheel::change_key_in_range: stale handle or key out of range");
+    change_key_checked(elt.index_, key);
+    return pool_[elt.index_].value();
+  }
+
+  // key(elt) and value(elt), with `what` naming the caller in the
+  // std::invalid_argument they throw. Never allocate.
+  Key key(const char* what, Elt elt) const { return pool_[readable_index(what, elt)].key; }
+  T& value(const char* what, Elt elt) { return pool_[readable_index(what, elt)].value(); }
+  const T& value(const char* what, Elt elt) const { return pool_[readable_index(what, elt)].value(); }
+
+  // Calls f(const T&) for each element of the first (last) non-empty slot in
+  // key order, in slot order; returns false, calling nothing, if the wheel is
+  // empty. Every element with the minimum (maximum) key is in that slot,
+  // with others of nearby keys. f must not modify the wheel. O(levels)
+  // bitmap lookups plus the slot's length. Never allocates.
+  template <class F>
+  bool for_each_in_first_slot(F&& f) const {
+    return for_each_in_slot(first_slot(), f);
+  }
+  template <class F>
+  bool for_each_in_last_slot(F&& f) const {
+    return for_each_in_slot(last_slot(), f);
+  }
+
+  // Removes, in slot order, the elements whose key is min_allowed_key() and
+  // for which pred(const T&) holds, passing each to handle_removed(Elt) with
+  // the rules of increase_min_allowed_key (TimingWheel::fire_past_alarms).
+  // Throws std::logic_error naming `what` if called from inside
+  // handle_removed. Never allocates.
+  template <class Pred, class F>
+  void remove_min_allowed_key_if(const char* what, Pred&& pred, F&& handle_removed) {
+    check_not_removing(what);
+    if (levels_[0].count == 0) return;
+    RemovingScope scope(*this);
+    const std::size_t slot = slot_of(now_, 0);
+    const std::uint32_t& head = heads_[levels_[0].slot_base + slot];
+    if (head == detail::kNilIndex) return;
+    // Walk the list once; `stop` is the last element to visit.
+    std::uint32_t i = head;
+    const std::uint32_t stop = pool_[head].prev;
+    for (;;) {
+      const bool last = i == stop;
+      const std::uint32_t next = pool_[i].next;
+      if (pred(std::as_const(pool_[i].value()))) remove_detached(i, handle_removed);
+      if (last) break;
+      i = next;
+    }
+  }
+
  private:
-  template <class U>
-  friend class TimingWheel;
   using Node = detail::WheelNode<T>;
   static constexpr std::uint8_t kMaxLevels = LevelBits::max_num_bits;
   // min_cache_ values: an element index, kNilIndex ("the wheel is empty"), or:
@@ -485,11 +560,8 @@ class KeyWheel {
     note_new_key(i, key);
   }
 
-  // The checks are inline; building the message is out of line and cold, so
-  // the hot paths stay small.
-  void check_not_removing(const char* what) const {
-    if (removing_) [[unlikely]] throw_reentrant(what);
-  }
+  // The checks are inline (check_not_removing is above); building the
+  // message is out of line and cold, so the hot paths stay small.
   void check_key(const char* what, Key key) const {
     if (key < now_ || key > max_allowed_key()) [[unlikely]] throw_key_out_of_range(what, key);
   }
@@ -678,26 +750,18 @@ class KeyWheel {
     } while (i != head);
   }
 
-  // TimingWheel::fire_past_alarms: removes the elements whose key is now_
-  // and for which pred(Elt) holds, in slot order.
-  template <class Pred, class F>
-  void remove_current_key_if(Pred&& pred, F&& handle_removed) {
-    check_not_removing("fire_past_alarms");
-    if (levels_[0].count == 0) return;
-    RemovingScope scope(*this);
-    const std::size_t slot = slot_of(now_, 0);
-    const std::uint32_t& head = heads_[levels_[0].slot_base + slot];
-    if (head == detail::kNilIndex) return;
-    // Walk the list once; `stop` is the last element to visit.
+  // Calls f(const T&) for each element of slot s; false if s is none.
+  template <class F>
+  bool for_each_in_slot(const SlotRef& s, F& f) const {
+    if (s.level < 0) return false;
+    const std::uint32_t head = slot_head(s);
     std::uint32_t i = head;
-    const std::uint32_t stop = pool_[head].prev;
-    for (;;) {
-      const bool last = i == stop;
-      const std::uint32_t next = pool_[i].next;
-      if (pred(Elt(i, pool_[i].generation))) remove_detached(i, handle_removed);
-      if (last) break;
-      i = next;
-    }
+    do {
+      const Node& n = pool_[i];
+      f(n.value());
+      i = n.next;
+    } while (i != head);
+    return true;
   }
 
   LevelBits bits_;

@@ -168,7 +168,7 @@ class TimingWheel {
   Alarm add(TimePoint at, T value) {
     const std::uint64_t key = checked_alarm_key("add", at);
     queue_.check_not_removing("add");
-    const Alarm alarm(queue_.add_checked(key, Entry{at, std::move(value)}));
+    const Alarm alarm(queue_.add_in_range(key, Entry{at, std::move(value)}));
     min_time_known_ = false;
     return alarm;
   }
@@ -181,16 +181,15 @@ class TimingWheel {
   // std::out_of_range as add. O(1). Never allocates.
   void reschedule(Alarm alarm, TimePoint at) {
     queue_.check_not_removing("reschedule");
-    const std::uint32_t i = queue_.checked_index("reschedule", alarm.elt_);
+    queue_.check_contains("reschedule", alarm.elt_);
     const std::uint64_t key = checked_alarm_key("reschedule", at);
-    queue_.change_key_checked(i, key);
-    queue_.pool_[i].value().at = at;
+    queue_.change_key_in_range(alarm.elt_, key).at = at;
     min_time_known_ = false;
   }
   // reschedule(alarm, interval_num_start(k)), with the same checks; throws
   // std::invalid_argument first if !contains(alarm). Never allocates.
   void reschedule_at_interval_num(Alarm alarm, std::int64_t k) {
-    queue_.checked_index("reschedule_at_interval_num", alarm.elt_);
+    queue_.check_contains("reschedule_at_interval_num", alarm.elt_);
     reschedule(alarm, checked_interval_start("reschedule_at_interval_num", k));
   }
 
@@ -213,7 +212,7 @@ class TimingWheel {
   // The interval the alarm is filed under, interval_num(at(alarm)); readable
   // as at(). Never allocates.
   std::int64_t interval_num(Alarm alarm) const {
-    return static_cast<std::int64_t>(queue_.pool_[queue_.readable_index("interval_num", alarm.elt_)].key);
+    return static_cast<std::int64_t>(queue_.key("interval_num", alarm.elt_));
   }
 
   // If to <= now(), does nothing. Otherwise sets now() = to and fires, via
@@ -249,8 +248,8 @@ class TimingWheel {
   template <class F>
   void fire_past_alarms(F&& handle_fired) {
     min_time_known_ = false;
-    queue_.remove_current_key_if(
-        [&](typename Queue::Elt e) { return queue_.pool_[e.index_].value().at.time_since_epoch().count() <= now_ns_; },
+    queue_.remove_min_allowed_key_if(
+        "fire_past_alarms", [&](const Entry& e) { return e.at.time_since_epoch().count() <= now_ns_; },
         [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
   }
 
@@ -274,14 +273,19 @@ class TimingWheel {
   // wheel changes.
   std::optional<TimePoint> min_alarm_time() const {
     if (!min_time_known_) {
-      min_time_ = extreme_time(queue_.first_slot(), [](TimePoint a, TimePoint b) { return a < b; });
+      min_time_ = earliest_time();
       min_time_known_ = true;
     }
     return min_time_;
   }
   // Latest alarm time: scans the last non-empty slot.
   std::optional<TimePoint> max_alarm_time() const {
-    return extreme_time(queue_.last_slot(), [](TimePoint a, TimePoint b) { return a > b; });
+    TimePoint latest = TimePoint::min();
+    const bool any = queue_.for_each_in_last_slot([&](const Entry& e) {
+      if (e.at > latest) latest = e.at;
+    });
+    if (!any) return std::nullopt;
+    return latest;
   }
 
   // Calls f(Alarm) for every alarm, in no particular order. f must not modify
@@ -310,9 +314,10 @@ class TimingWheel {
     for_each([&](Alarm a) {
       const Entry& e = entry("check_invariants", a);
       const std::int64_t at = e.at.time_since_epoch().count();
-      if (static_cast<std::int64_t>(queue_.pool_[a.elt_.index_].key) != interval_num(e.at)) {
-        fail("alarm at " + std::to_string(at) + " ns is filed under interval " +
-             std::to_string(queue_.pool_[a.elt_.index_].key) + ", not " + std::to_string(interval_num(e.at)));
+      const std::uint64_t filed = queue_.key("check_invariants", a.elt_);
+      if (static_cast<std::int64_t>(filed) != interval_num(e.at)) {
+        fail("alarm at " + std::to_string(at) + " ns is filed under interval " + std::to_string(filed) + ", not " +
+             std::to_string(interval_num(e.at)));
       }
       if (at < now_start) fail("alarm at " + std::to_string(at) + " ns is before now's interval");
       // at > now - precision, in 128 bits: now - precision can be below INT64_MIN.
@@ -321,9 +326,7 @@ class TimingWheel {
       }
       if (at >= upper_bound_ns_) fail("alarm at " + std::to_string(at) + " ns is not below alarm_upper_bound");
     });
-    if (min_time_known_ && min_time_ != extreme_time(queue_.first_slot(), [](TimePoint a, TimePoint b) {
-          return a < b;
-        })) {
+    if (min_time_known_ && min_time_ != earliest_time()) {
       fail("cached min_alarm_time is stale");
     }
   }
@@ -382,10 +385,8 @@ class TimingWheel {
     return from_ns(start_plus(static_cast<std::uint64_t>(k)));
   }
 
-  const Entry& entry(const char* what, Alarm alarm) const {
-    return queue_.pool_[queue_.readable_index(what, alarm.elt_)].value();
-  }
-  Entry& entry(const char* what, Alarm alarm) { return queue_.pool_[queue_.readable_index(what, alarm.elt_)].value(); }
+  const Entry& entry(const char* what, Alarm alarm) const { return queue_.value(what, alarm.elt_); }
+  Entry& entry(const char* what, Alarm alarm) { return queue_.value(what, alarm.elt_); }
 
   // start + k * precision in nanoseconds, for k <= max_interval_num_ (so the
   // result is representable). Computed modulo 2^64, which is exact here and
@@ -402,17 +403,15 @@ class TimingWheel {
     return start_plus(k);
   }
 
-  // Earliest (or latest) `at` in slot s: every alarm of the extreme interval
-  // is in that slot.
-  template <class Better>
-  std::optional<TimePoint> extreme_time(typename Queue::SlotRef s, Better better) const {
-    if (s.level < 0) return std::nullopt;
-    const std::uint32_t head = queue_.slot_head(s);
-    TimePoint best = queue_.pool_[head].value().at;
-    for (std::uint32_t i = queue_.pool_[head].next; i != head; i = queue_.pool_[i].next) {
-      if (better(queue_.pool_[i].value().at, best)) best = queue_.pool_[i].value().at;
-    }
-    return best;
+  // Earliest `at`: every alarm of the earliest interval is in the first
+  // non-empty slot.
+  std::optional<TimePoint> earliest_time() const {
+    TimePoint earliest = TimePoint::max();
+    const bool any = queue_.for_each_in_first_slot([&](const Entry& e) {
+      if (e.at < earliest) earliest = e.at;
+    });
+    if (!any) return std::nullopt;
+    return earliest;
   }
 
   Queue queue_;
