@@ -75,7 +75,7 @@
 #include <malloc.h>
 #include <sys/resource.h>
 
-#include <chime/chime.hpp>
+#include <chime/wheel.hpp>
 #include <chime/detail/interval_divider.hpp>
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 // lifetimes, and the worked examples of the Jane Street documentation.
 // check_invariants() runs after every mutation.
 
-#include <chime/chime.hpp>
+#include <chime/wheel.hpp>
 
 #include <gtest/gtest.h>
 

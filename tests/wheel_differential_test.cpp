@@ -13,7 +13,7 @@
 
 #include "reference_wheel.hpp"
 
-#include <chime/chime.hpp>
+#include <chime/wheel.hpp>
 
 #include <gtest/gtest.h>
 

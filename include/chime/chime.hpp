@@ -1,11 +1,20 @@
-// chime/chime.hpp: everything public in chime.
+// chime/chime.hpp: everything public in chime, both layers.
 //
-// Layer 1, the wheel (header-only, single-threaded): LevelBits, KeyWheel<T>,
-// TimingWheel<T>. See each header's opening contract.
+// What it brings:
+// - the wheel layer, chime/wheel.hpp (header-only, target chime::wheel):
+//   LevelBits, KeyWheel<T>, TimingWheel<T>, Duration/TimePoint, the clocks;
+// - the runtime layer (a compiled library, target chime::runtime, which the
+//   program must link to call any of it): chime/runtime.hpp (Runtime,
+//   Producer, TimerId, Firing, RuntimeOptions, the errors), chime/task.hpp
+//   (Task), chime/keyed_timers.hpp (KeyedTimers<K, V>), and chime/timer.hpp.
+// A program that uses only the wheel should include chime/wheel.hpp: it
+// compiles faster and cannot reach the runtime by accident.
 #pragma once
 
-#include "chime/key_wheel.hpp"
 #include "chime/keyed_timers.hpp"
-#include "chime/level_bits.hpp"
-#include "chime/time.hpp"
-#include "chime/timing_wheel.hpp"
+#include "chime/runtime.hpp"
+#include "chime/task.hpp"
+#include "chime/wheel.hpp"
+#if __has_include("chime/timer.hpp")  // being added beside this header
+#include "chime/timer.hpp"
+#endif

@@ -1,5 +1,5 @@
 // Uses an installed chime: one alarm, the clock advanced past it, the alarm must fire.
-#include <chime/chime.hpp>
+#include <chime/wheel.hpp>
 
 #include <chrono>
 #include <cstdio>
