@@ -6,6 +6,8 @@
 #   lib/cmake/chime/chimeConfig.cmake     entry point (configure_package_config_file)
 #   lib/cmake/chime/chimeConfigVersion.cmake
 #   lib/cmake/chime/chimeTargets*.cmake   the exported targets, namespace chime::
+#   share/chime/tsan.supp                 ThreadSanitizer suppressions for a user's TSan build
+#                                         (README "Using chime under ThreadSanitizer")
 include(CMakePackageConfigHelpers)
 
 set(CHIME_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/chime
@@ -15,6 +17,8 @@ install(TARGETS ${chime_installed_targets} EXPORT chimeTargets)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/chime
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
+# The same file scripts/test uses (stress/tsan.supp): third-party false positives only.
+install(FILES ${PROJECT_SOURCE_DIR}/stress/tsan.supp DESTINATION ${CMAKE_INSTALL_DATADIR}/chime)
 install(EXPORT chimeTargets
         NAMESPACE chime::
         FILE chimeTargets.cmake

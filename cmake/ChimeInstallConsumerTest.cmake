@@ -27,6 +27,9 @@ if(BUILD_TYPE)
   set(config_args --config ${BUILD_TYPE})
 endif()
 run(install ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} ${config_args})
+if(NOT EXISTS ${prefix}/share/chime/tsan.supp)
+  message(FATAL_ERROR "[install_consumer] the install has no share/chime/tsan.supp")
+endif()
 
 set(configure_args
   -S ${CONSUMER_DIR} -B ${consumer_build} -G ${GENERATOR}
