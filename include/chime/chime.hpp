@@ -6,7 +6,8 @@
 // - the runtime layer (a compiled library, target chime::runtime, which the
 //   program must link to call any of it): chime/runtime.hpp (Runtime,
 //   Producer, TimerId, Firing, RuntimeOptions, the errors), chime/task.hpp
-//   (Task), chime/keyed_timers.hpp (KeyedTimers<K, V>), and chime/timer.hpp.
+//   (Task), chime/keyed_timers.hpp (KeyedTimers<K, V>), and the timer
+//   header beside them once it exists.
 // A program that uses only the wheel should include chime/wheel.hpp: it
 // compiles faster and cannot reach the runtime by accident.
 #pragma once
