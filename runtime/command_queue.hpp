@@ -40,7 +40,8 @@
 namespace chime::detail {
 
 enum class CommandKind : std::uint8_t {
-  add,         // a new timer (or a periodic re-arm): file it at its due time
+  add,         // a new timer: file it at its due time (due now if at or before the clock's time)
+  rearm,       // a periodic timer's next run (F2): file it at its due time (the interval rule)
   reschedule,  // a due time moved earlier: re-file it
   flush,       // Runtime::flush: `request` is a FlushRequest*
   drain,       // Runtime::drain: `request` is a DrainRequest*

@@ -11,11 +11,27 @@
 namespace chime::detail {
 
 namespace {
-// The callback this thread is running, if any (worker_pool.cpp sets it).
+// The callback this thread is running, if any (worker_pool.cpp sets it):
+// its runtime and its id.
 thread_local const RuntimeCore* tls_running_callback_of = nullptr;
+thread_local TimerId tls_running_id;
 }  // namespace
 
-void set_running_callback(const RuntimeCore* core) noexcept { tls_running_callback_of = core; }
+void set_running_callback(const RuntimeCore* core, TimerId id) noexcept {
+  tls_running_callback_of = core;
+  tls_running_id = id;
+}
+
+bool RuntimeCore::in_callback() const noexcept { return tls_running_callback_of == this; }
+TimerId RuntimeCore::current_run() const noexcept { return in_callback() ? tls_running_id : TimerId{}; }
+
+// The slot an id names, or nullptr for the default id, an id from another
+// runtime, or a slot never handed out. The generation is the caller's to
+// check (it may change under it).
+TimerSlot* RuntimeCore::slot_of(TimerId id) const noexcept {
+  if (!id || id.runtime() != tag_) return nullptr;
+  return slab_.find(id.slot());
+}
 
 
 void RuntimeCore::throw_if_in_callback(const char* what) const {
@@ -164,7 +180,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
       throw StoppedError("chime::Runtime: schedule after shutdown");
     }
     scheduled_.add();  // shutdown's sweep took it: accepted, and counted by shutdown as not fired
-    return TimerId(index, g);
+    return TimerId(index, g, tag_);
   }
   if (!try_post_and_wake(Command{CommandKind::add, index, g, nullptr}, token, due_ns)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
@@ -182,43 +198,49 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
     // by the shutdown sweep or, at worst, kept until destruction.
   }
   scheduled_.add();
-  return TimerId(index, g);
+  return TimerId(index, g, tag_);
 }
 
 // One CAS decides it (C1, C2, C3 or C4) and nothing else happens on the
 // caller's side: no command, no wake-up. A timer cancelled while filed stays
 // in the wheel until the wheel thread reclaims it (its alarm comes due, or a
 // zombie sweep); one cancelled while handed to a worker is freed by that
-// worker when its start (B1) fails.
-bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* /*token*/) {
-  if (!id) return false;
-  TimerSlot* slot = slab_.find(id.slot());
-  if (slot == nullptr) return false;
+// worker when its start (B1) fails. *slot_out is the timer's slot when the
+// outcome is running or stopped_later_runs (for cancel_and_wait).
+RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** slot_out) {
+  TimerSlot* slot = slot_of(id);
+  if (slot == nullptr) return CancelOutcome::unknown;
+  *slot_out = slot;
   // acquire: pairs with the release half of S1/R2/F2, so the transition we
   // CAS from is the one we read.
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
   for (;;) {
-    if (StateWord::generation(w) != id.generation()) return false;
-    SlotState next;
+    if (StateWord::generation(w) != id.generation()) return CancelOutcome::unknown;
+    std::uint64_t next;
     switch (StateWord::state(w)) {
       case SlotState::pending:
-        next = SlotState::cancelling;  // (C1): we destroy the task (K1); the wheel reclaims the slot lazily
+        next = StateWord::with_state(w, SlotState::cancelling);  // (C1): we destroy the task (K1)
         break;
       case SlotState::writing:
-        next = SlotState::cancelling;  // (C2): the rescheduler finishes it (R3)
+        next = StateWord::with_state(w, SlotState::cancelling);  // (C2): the rescheduler finishes it (R3)
         break;
       case SlotState::handed:
-        next = SlotState::cancelled;  // (C4): handed over, not started: the worker skips it
+        next = StateWord::with_state(w, SlotState::cancelled);  // (C4): handed over, not started: skipped
         break;
       case SlotState::running:
-        if (!StateWord::periodic(w)) return false;  // a one-shot already started: lost
-        next = SlotState::cancelled;                 // (C3): no further run; the worker frees it
+        if (!StateWord::periodic(w)) return CancelOutcome::running;  // a one-shot's only run started
+        // (C3): no further run; the run in progress ends with F4. Keeps a
+        // waiter's bit: the worker's F4 must wake it.
+        next = (w & StateWord::waiter_bit) | StateWord::with_state(w, SlotState::running_cancelled);
         break;
+      case SlotState::running_cancelled:
+        return CancelOutcome::running;  // cancelled before; its last run is in progress
+      case SlotState::free:
+        return CancelOutcome::unknown;  // cannot be: a free slot's word keeps its last terminal state
       default:
-        return false;
+        return CancelOutcome::done;  // fired, cancelling, cancelled
     }
-    if (slot->word.compare_exchange_weak(w, StateWord::with_state(w, next), std::memory_order_acq_rel,
-                                         std::memory_order_acquire)) {
+    if (slot->word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
       cancelled_.add();
       end_timer();  // capacity is free now, not when the slot is reclaimed
       const SlotState from = StateWord::state(w);
@@ -231,15 +253,119 @@ bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* /*token*/) {
         slot->word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
       }
       if (from == SlotState::pending || from == SlotState::writing) lazy_cancels_.add();
-      return true;
+      return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }
+  }
+}
+
+bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* /*token*/) {
+  TimerSlot* slot = nullptr;
+  const CancelOutcome o = decide_cancel(id, &slot);
+  return o == CancelOutcome::won || o == CancelOutcome::stopped_later_runs;
+}
+
+CancelResult RuntimeCore::result_of(CancelOutcome o) noexcept {
+  switch (o) {
+    case CancelOutcome::won:
+      return CancelResult::cancelled;
+    case CancelOutcome::stopped_later_runs:
+    case CancelOutcome::running:
+      return CancelResult::running;
+    case CancelOutcome::done:
+      return CancelResult::done;
+    case CancelOutcome::unknown:
+      break;
+  }
+  return CancelResult::unknown;
+}
+
+CancelResult RuntimeCore::try_cancel(TimerId id) {
+  TimerSlot* slot = nullptr;
+  return result_of(decide_cancel(id, &slot));
+}
+
+#ifndef NDEBUG
+namespace {
+std::uint64_t pack_id(TimerId id) noexcept { return (std::uint64_t{id.slot()} << 32) | id.generation(); }
+}  // namespace
+#endif
+
+CancelResult RuntimeCore::cancel_and_wait(TimerId id) {
+  TimerSlot* slot = nullptr;
+  const CancelOutcome o = decide_cancel(id, &slot);
+  const CancelResult r = result_of(o);
+  if (r != CancelResult::running) return r;
+  const TimerId self = current_run();
+  if (self == id) return r;  // from its own callback: waiting would wait for itself
+#ifndef NDEBUG
+  // The simplest deadlock: callbacks of X and Y each cancel_and_wait the
+  // other. Each publishes what it waits for, then looks at the other
+  // (seq_cst both: at least one of the two sees the other's store).
+  TimerSlot* self_slot = self ? slot_of(self) : nullptr;
+  if (self_slot != nullptr) {
+    self_slot->waits_for.store(pack_id(id), std::memory_order_seq_cst);
+    CHIME_ASSERT(slot->waits_for.load(std::memory_order_seq_cst) != pack_id(self) ||
+                     !StateWord::run_in_progress(slot->word.load(std::memory_order_acquire)),
+                 "cancel_and_wait deadlock: two timer callbacks wait for each other's run to return");
+  }
+#endif
+  wait_for_run_end(*slot, id);
+#ifndef NDEBUG
+  if (self_slot != nullptr) self_slot->waits_for.store(0, std::memory_order_relaxed);
+#endif
+  return r;
+}
+
+// Blocks until the run of timer `id` that is in progress has returned (WB in
+// timer_state.hpp): set the waiter bit on the exact run-in-progress word,
+// then futex-wait on the word's low half. The final acquire load pairs with
+// the release half of the worker's F1/F2/F3/F4, so the run's effects
+// happen-before we return.
+void RuntimeCore::wait_for_run_end(TimerSlot& slot, TimerId id) {
+  std::uint64_t w = slot.word.load(std::memory_order_acquire);
+  for (;;) {
+    if (StateWord::generation(w) != id.generation() || !StateWord::run_in_progress(w)) return;
+    if (!StateWord::has_waiter(w)) {
+      // relaxed: the CAS only has to be ordered with the worker's RMW on the
+      // same word, which any RMW is; the acquire is the load above/below.
+      if (!slot.word.compare_exchange_weak(w, w | StateWord::waiter_bit, std::memory_order_relaxed,
+                                           std::memory_order_acquire)) {
+        continue;
+      }
+      w |= StateWord::waiter_bit;
+    }
+    futex_wait_low_half(slot.word, StateWord::low_half(w));
+    w = slot.word.load(std::memory_order_acquire);
+  }
+}
+
+// A seqlock read: the version in the word is bumped by every transition
+// that publishes a new due (R2, F2), so an unchanged word around the read of
+// `due` means the due belongs to that word.
+std::optional<TimePoint> RuntimeCore::pending_due(TimerId id) const noexcept {
+  const TimerSlot* slot = slot_of(id);
+  if (slot == nullptr) return std::nullopt;
+  std::uint64_t w = slot->word.load(std::memory_order_acquire);
+  for (;;) {
+    if (StateWord::generation(w) != id.generation()) return std::nullopt;
+    const SlotState s = StateWord::state(w);
+    if (s == SlotState::writing) {  // a reschedule is two stores from done
+      std::this_thread::yield();
+      w = slot->word.load(std::memory_order_acquire);
+      continue;
+    }
+    if (s != SlotState::pending && s != SlotState::handed) return std::nullopt;
+    const std::int64_t due = slot->due_ns.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const std::uint64_t again = slot->word.load(std::memory_order_relaxed);
+    if (again == w) return TimePoint(Duration(due));
+    w = slot->word.load(std::memory_order_acquire);
   }
 }
 
 bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token) {
   check_due_in_range("reschedule", due);
-  if (!id) return false;
-  TimerSlot* slot = slab_.find(id.slot());
+  TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return false;
   const std::int64_t due_ns = due.time_since_epoch().count();
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
@@ -283,8 +409,7 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
 }
 
 TimerState RuntimeCore::state(TimerId id) const noexcept {
-  if (!id) return TimerState::unknown;
-  const TimerSlot* slot = slab_.find(id.slot());
+  const TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return TimerState::unknown;
   const std::uint64_t w = slot->word.load(std::memory_order_acquire);
   if (StateWord::generation(w) != id.generation()) return TimerState::unknown;
@@ -294,6 +419,7 @@ TimerState RuntimeCore::state(TimerId id) const noexcept {
     case SlotState::handed:  // handed over, not started: a cancel still wins
       return TimerState::pending;
     case SlotState::running:
+    case SlotState::running_cancelled:  // cancelled, but its last run is in progress
       return TimerState::running;
     case SlotState::fired:
       return TimerState::fired;

@@ -61,6 +61,18 @@ TimePoint saturating_after(TimePoint now, Duration delay) {
 }
 
 namespace {
+// Each runtime's tag for its TimerIds: a process-wide counter, never 0 (the
+// tag of no runtime), so an id from another runtime is never one of ours
+// until 2^32 - 1 runtimes have been created.
+std::uint32_t next_runtime_tag() noexcept {
+  static std::atomic<std::uint32_t> counter{0};
+  for (;;) {
+    // relaxed: only uniqueness matters, which the RMW gives.
+    const std::uint32_t t = counter.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (t != 0) return t;
+  }
+}
+
 RuntimeOptions validated(RuntimeOptions o) {
   if (o.precision <= Duration::zero()) {
     throw std::invalid_argument("chime::Runtime: precision must be positive, got " +
@@ -81,6 +93,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
       horizon_key_(horizon_key(start_ns_, precision_.count())),
       max_wheel_now_ns_(static_cast<std::int64_t>(start_ns_ + static_cast<__int128>(horizon_key_) * precision_.count())),
+      tag_(next_runtime_tag()),
       commands_(options_.command_queue),
       due_limit_ns_(due_limit_for(start_ns_)),
       wheel_(WheelConfig{options_.precision, options_.level_bits, options_.reserve}, TimePoint(Duration(start_ns_))) {
@@ -91,6 +104,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   command_buffer_.resize(256);
   dispatch_batch_.reserve(kScratchCapacity);
   overdue_order_.reserve(kScratchCapacity);
+  wheel_fired_.reserve(kScratchCapacity);
   sweep_buffer_.reserve(kScratchCapacity);
   // The wheel thread's scratch lists keep their capacity between passes;
   // reserving up front means a burst of overdue or fired timers within this
@@ -106,7 +120,11 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   wheel_thread_ = std::thread([this] { wheel_main(); });
 }
 
-RuntimeCore::~RuntimeCore() { shutdown(ShutdownMode::cancel_pending); }
+RuntimeCore::~RuntimeCore() {
+  shutdown(ShutdownMode::cancel_pending);
+  CHIME_ASSERT(live_timer_handles_.load(std::memory_order_acquire) == 0,
+               "a chime::Timer outlives its Runtime (destroy or move-assign every Timer before the Runtime)");
+}
 
 void RuntimeCore::flush() {
   throw_if_in_callback("flush");
@@ -158,7 +176,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     for (std::size_t n; (n = commands_.pop_bulk(leftover, 256)) != 0;) {
       for (std::size_t k = 0; k < n; ++k) {
         const Command& c = leftover[k];
-        if (c.kind != CommandKind::add) continue;
+        if (c.kind != CommandKind::add && c.kind != CommandKind::rearm) continue;
         TimerSlot& slot = slab_[c.slot];
         const std::uint64_t w = slot.word.load(std::memory_order_acquire);
         // Its ADD still queued, so neither the ADD nor a reclaim of a filed
@@ -230,7 +248,9 @@ Stats RuntimeCore::stats() const {
   s.queue_depth = commands_.size_approx();
   s.wakeups = wakeups_.load(std::memory_order_relaxed);
   s.zombie_sweeps = zombie_sweeps_.load(std::memory_order_relaxed);
+  s.slow_runs = slow_runs_.sum();
   s.lateness = lateness_.summary();
+  s.run_time = run_time_.summary();
   return s;
 }
 
@@ -276,6 +296,8 @@ TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions opt
   return schedule_periodic(*core_, period, std::move(task), options, token_.get());
 }
 bool Producer::cancel(TimerId id) { return core_->cancel(id, token_.get()); }
+CancelResult Producer::try_cancel(TimerId id) { return core_->try_cancel(id); }
+CancelResult Producer::cancel_and_wait(TimerId id) { return core_->cancel_and_wait(id); }
 bool Producer::reschedule_at(TimerId id, TimePoint due) { return core_->reschedule(id, due, token_.get()); }
 bool Producer::reschedule_after(TimerId id, Duration delay) {
   return core_->reschedule(id, detail::saturating_after(core_->now(), delay), token_.get());
@@ -297,6 +319,8 @@ TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions opti
   return schedule_periodic(*core_, period, std::move(task), options, nullptr);
 }
 bool Runtime::cancel(TimerId id) { return core_->cancel(id, nullptr); }
+CancelResult Runtime::try_cancel(TimerId id) { return core_->try_cancel(id); }
+CancelResult Runtime::cancel_and_wait(TimerId id) { return core_->cancel_and_wait(id); }
 bool Runtime::reschedule_at(TimerId id, TimePoint due) { return core_->reschedule(id, due, nullptr); }
 bool Runtime::reschedule_after(TimerId id, Duration delay) {
   return core_->reschedule(id, detail::saturating_after(core_->now(), delay), nullptr);

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -114,6 +115,19 @@ class RuntimeCore {
   // sub-queue).
   TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token);
   bool cancel(TimerId id, ProducerQueueToken* token);
+  CancelResult try_cancel(TimerId id);
+  CancelResult cancel_and_wait(TimerId id);
+  // The due time of a pending timer (handed over but not started counts),
+  // or nullopt. Any thread. Lock-free (retries while a reschedule writes).
+  std::optional<TimePoint> pending_due(TimerId id) const noexcept;
+  // The Timer handles alive on this runtime (chime/timer.hpp): the runtime
+  // must outlive them, checked in debug builds at destruction.
+  std::atomic<std::uint64_t>& live_timer_handles() noexcept { return live_timer_handles_; }
+  // True iff the calling thread is running a callback of this runtime.
+  bool in_callback() const noexcept;
+  // The id of the run the calling thread is in (of this runtime), or {}.
+  TimerId current_run() const noexcept;
+  std::uint32_t tag() const noexcept { return tag_; }
   bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token);
   TimerState state(TimerId id) const noexcept;
   TimePoint now() const noexcept { return clock_->now(); }
@@ -133,6 +147,19 @@ class RuntimeCore {
   enum class ClockKind { steady, manual, other };
 
   // producer_ops.cpp
+  // What a cancel decided (one CAS, or none): cancel, try_cancel and
+  // cancel_and_wait read it their way.
+  enum class CancelOutcome {
+    won,                 // C1, C2 or C4: no run starts
+    stopped_later_runs,  // C3: a periodic run is in progress; no later run starts
+    running,             // a run is in progress; this call changed nothing
+    done,                // fired, finished or cancelled before
+    unknown,             // stale, foreign or default id
+  };
+  CancelOutcome decide_cancel(TimerId id, TimerSlot** slot);
+  static CancelResult result_of(CancelOutcome o) noexcept;
+  void wait_for_run_end(TimerSlot& slot, TimerId id);
+  TimerSlot* slot_of(TimerId id) const noexcept;
   void check_due_in_range(const char* what, TimePoint due) const;
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
   bool try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
@@ -146,10 +173,10 @@ class RuntimeCore {
   void wheel_main();
   bool apply_commands(bool& exhausted);
   void apply(const Command& c);
-  void file(std::uint32_t index, TimerSlot& slot);
+  void file(std::uint32_t index, TimerSlot& slot, bool at_application);
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
-  void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns);
+  void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);
   void dispatch(const Dispatch& d);
   void hand_over();
   void drain_all(std::uint8_t flags, std::size_t& count);
@@ -160,7 +187,8 @@ class RuntimeCore {
   // worker_pool.cpp
   void worker_main();
   void run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired);
-  bool run(const Dispatch& d, std::int64_t now_ns, RetiredSlots& retired);
+  bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired);
+  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired);
 
   // Configuration.
   RuntimeOptions options_;
@@ -172,6 +200,7 @@ class RuntimeCore {
   std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
   std::int64_t horizon_key_;          // the last interval the wheel advances into (runtime.cpp, horizon_key)
   std::int64_t max_wheel_now_ns_;     // its start: the wheel's time never passes it
+  std::uint32_t tag_;                  // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
 
   // Shared.
   TimerSlab slab_;
@@ -201,11 +230,21 @@ class RuntimeCore {
   std::atomic<std::uint64_t> completed_{0};   // runs finished (worker or inline)
   std::atomic<bool> wheel_waits_for_workers_{false};
   LatenessHistogram lateness_;
+  LatenessHistogram run_time_;
+  StripedCounter slow_runs_;
+  std::atomic<std::uint64_t> live_timer_handles_{0};
 
   // Wheel thread only.
   TimingWheel<std::uint32_t> wheel_;
   std::vector<std::uint32_t> overdue_;  // filed timers due before the wheel's current interval
-  std::vector<std::pair<std::int64_t, std::uint32_t>> overdue_order_;  // overdue timers by due time
+  struct Overdue {
+    std::int64_t due;
+    std::uint32_t seq;  // position on overdue_: ties go in filing order
+    std::uint32_t index;
+  };
+  std::vector<Overdue> overdue_order_;  // overdue timers by due time
+  std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired_;    // this advance's alarms, by interval
+  std::int64_t application_now_ns_ = INT64_MIN;  // the clock when this pass began applying commands
   std::vector<Dispatch> dispatch_batch_;  // claimed this pass, handed over at its end (hand_over)
   std::vector<std::uint32_t> sweep_buffer_;
   std::unique_ptr<RetiredSlots> wheel_retired_;  // created on the wheel thread (its token)

@@ -53,7 +53,7 @@ class StripedCounter {
 };
 
 // Buckets: values < 8 ns are exact; above, 8 sub-buckets per power of two.
-class LatenessHistogram {
+class LatenessHistogram {  // also used for run times
  public:
   static constexpr int kSub = 8;
   static constexpr int kBuckets = 64 * kSub;
@@ -67,7 +67,7 @@ class LatenessHistogram {
     }
   }
 
-  LatenessStats summary() const {
+  DurationStats summary() const {
     std::array<std::uint64_t, kBuckets> counts{};
     std::int64_t max = 0;
     std::uint64_t total = 0;
@@ -76,7 +76,7 @@ class LatenessHistogram {
       max = std::max(max, s.max.load(std::memory_order_relaxed));
     }
     for (auto c : counts) total += c;
-    LatenessStats out;
+    DurationStats out;
     if (total == 0) return out;
     auto percentile = [&](double q) {
       const auto rank = static_cast<std::uint64_t>(q * static_cast<double>(total - 1)) + 1;

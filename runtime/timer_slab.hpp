@@ -65,11 +65,17 @@ struct alignas(64) TimerSlot {
   // Wheel thread only:
   std::uint32_t filed_generation = 0;  // generation whose ADD/REARM the wheel has applied; 0: none
   TimingWheel<std::uint32_t>::Alarm alarm;
+  // Debug builds (CHIME_ASSERT on): while this timer's callback blocks in
+  // cancel_and_wait, the timer it waits for (pack_id); 0 otherwise. Used to
+  // catch two callbacks waiting for each other (producer_ops.cpp). Written
+  // only then, so it costs release builds nothing.
+  std::atomic<std::uint64_t> waits_for{0};
   // Line 1:
   alignas(64) Task task;
 };
 static_assert(sizeof(TimerSlot) == 128, "a slot is two cache lines: state and due in the first, the task in the second");
 static_assert(offsetof(TimerSlot, task) == 64);
+static_assert(offsetof(TimerSlot, waits_for) + sizeof(std::atomic<std::uint64_t>) <= 64);
 
 // A producer's private stock of free slot indices (held by its
 // ProducerQueueToken): refilled from the free list in bulk, so one dequeue

@@ -9,13 +9,18 @@
 // wheel_thread.cpp, worker_pool.cpp, and runtime.cpp for X1); every
 // precondition is checked with CHIME_ASSERT in debug and sanitizer builds.
 //
-// Word layout:   [ generation : 32 ][ version : 24 ][ periodic : 1 ][ state : 7 ]
+// Word layout:   [ generation : 32 ][ version : 24 ][ periodic : 1 ][ waiter : 1 ][ state : 6 ]
 // - generation: which use of the slot this is. Bumped when a producer takes
 //   the slot for a new timer; a TimerId carries it, so every operation on a
 //   stale id fails its compare-and-swap. Generation 0 is never issued.
 // - periodic: set by S1 for schedule_every timers and kept by every
 //   transition, so cancel can tell a periodic timer from a one-shot without
 //   reading a plain field of a slot that might be reused under it.
+// - waiter: set (WB) only while a run is in progress (Running or
+//   RunningCancelled) by a cancel_and_wait that is about to block on the
+//   word's low 32 bits (a futex); the worker's transition that ends the run
+//   (F1, F2, F3, F4) clears it and, if it was set, wakes the waiters. No
+//   other transition starts from a word with the bit set.
 // - version: bumped each time a reschedule publishes a new due time. The wheel
 //   thread reads `due` between loading the word and its claim CAS; the CAS
 //   fails if a reschedule completed in between (no ABA on Pending).
@@ -36,10 +41,14 @@
 //  {g,v,Pending}     {g,v,Handed}       wheel: claim for a run   CAS (acq_rel)              (W1)
 //  {g,v,Handed}      {g,v,Cancelled}    producer: cancel         CAS (acq_rel)  -> true     (C4)
 //  {g,v,Handed}      {g,v,Running}      worker: the run starts   CAS (acq_rel)              (B1)
-//  {g,v,Running}     {g,v,Fired}        worker: one-shot done    store (release)            (F1)
+//  {g,v,Running}     {g,v,Fired}        worker: one-shot done    exchange (acq_rel)         (F1)
 //  {g,v,Running}     {g,v+1,Pending}    worker: periodic re-arm  CAS (acq_rel)              (F2)
-//  {g,v,Running}     {g,v,Cancelled}    producer: cancel (periodic only) CAS (acq_rel) -> true (C3)
+//  {g,v,Running}     {g,v,RunningCancelled}  producer: cancel (periodic only) CAS (acq_rel)
+//                                       -> true, try_cancel -> running                      (C3)
+//  {g,v,RunningCancelled} {g,v,Cancelled}  worker: the run returned  exchange (acq_rel)     (F4)
 //  {g,v,Running}     {g,v,Fired}        worker: periodic's last run (shutdown) CAS (acq_rel) (F3)
+//  {g,v,R}           {g,v,R|waiter}     cancel_and_wait, R = Running or RunningCancelled:
+//                                       CAS (relaxed), then futex-wait on the low half     (WB)
 //  {g,v,Pending}     {g,v,Cancelled}    shutdown sweep / a schedule that lost to shutdown  CAS (X1)
 //
 // Cancel posts no command: a timer cancelled while filed in the wheel stays
@@ -52,12 +61,27 @@
 // thread, which reclaims the slot later, never touches the task's line.
 // A run the wheel claimed (W1) is Handed until the worker starts it (B1), so
 // cancel wins until the callback starts (C4); the worker then skips the run.
+// A cancel of a periodic timer whose run is in progress (C3) stops its later
+// runs; the state stays a run-in-progress state (RunningCancelled, reported
+// as `running`) until the run returns (F4), so try_cancel and
+// cancel_and_wait can tell "never ran" from "running now".
+//
+// Waiting (cancel_and_wait): the waiter sets the waiter bit with a CAS (WB)
+// from the exact run-in-progress word it read, then sleeps on the futex of
+// the word's low 32 bits (state, flags and version: every transition out of
+// a run-in-progress state changes them) while they still hold that value.
+// The worker's transition ending the run is a read-modify-write, so it is
+// ordered with WB on the word: either it reads the bit and wakes the
+// waiters after its store, or WB fails (the word changed) and the waiter
+// sees the run ended. The waiter then loads the word with acquire, pairing
+// with the release half of F1/F2/F3/F4: the run's effects happen-before
+// cancel_and_wait returns.
 //
 // Fired and Cancelled are terminal: the slot goes back to the free list but
 // keeps its word, so state(id) reports fired/cancelled until a producer
 // reuses the slot (S1 bumps g). Who frees the slot (exactly one party):
 // - a one-shot or final run: the worker, after F1/F3;
-// - a periodic cancelled while running (C3): the worker, when its F2 fails;
+// - a periodic cancelled while running (C3): the worker, after F4;
 // - a run cancelled while handed (C4): the worker, when its B1 fails;
 // - a timer cancelled while filed (C1, or C2 then R3): the wheel thread,
 //   when its alarm comes due or at a zombie sweep, whichever is first; one
@@ -86,10 +110,12 @@ enum class SlotState : std::uint8_t {
   running = 5,    // the callback started (B1)
   fired = 6,
   cancelled = 7,
+  running_cancelled = 8,  // a periodic timer cancelled while its run is in progress (C3); F4 ends it
 };
 
 struct StateWord {
-  static constexpr std::uint64_t state_mask = 0x7F;
+  static constexpr std::uint64_t state_mask = 0x3F;
+  static constexpr std::uint64_t waiter_bit = 0x40;
   static constexpr std::uint64_t periodic_bit = 0x80;
   static constexpr unsigned version_shift = 8;
   static constexpr std::uint64_t version_mask = 0xFFFFFFull << version_shift;
@@ -103,15 +129,25 @@ struct StateWord {
   }
   static constexpr SlotState state(std::uint64_t w) noexcept { return static_cast<SlotState>(w & state_mask); }
   static constexpr bool periodic(std::uint64_t w) noexcept { return (w & periodic_bit) != 0; }
+  static constexpr bool has_waiter(std::uint64_t w) noexcept { return (w & waiter_bit) != 0; }
+  // A run is in progress (the callback started and has not returned).
+  static constexpr bool run_in_progress(std::uint64_t w) noexcept {
+    return state(w) == SlotState::running || state(w) == SlotState::running_cancelled;
+  }
   static constexpr std::uint32_t generation(std::uint64_t w) noexcept {
     return static_cast<std::uint32_t>(w >> generation_shift);
   }
   static constexpr std::uint32_t version(std::uint64_t w) noexcept {
     return static_cast<std::uint32_t>((w & version_mask) >> version_shift);
   }
+  // The same word in state s, without the waiter bit (every transition but
+  // C3 leaves a state that nobody waits on, or starts from one).
   static constexpr std::uint64_t with_state(std::uint64_t w, SlotState s) noexcept {
-    return (w & ~state_mask) | static_cast<std::uint64_t>(s);
+    return (w & ~(state_mask | waiter_bit)) | static_cast<std::uint64_t>(s);
   }
+  // The low 32 bits: what a cancel_and_wait futex-waits on (little-endian:
+  // the half at the word's address).
+  static constexpr std::uint32_t low_half(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w); }
   // Same generation, version + 1 (wrapping inside its 24 bits), state s.
   static constexpr std::uint64_t bumped(std::uint64_t w, SlotState s) noexcept {
     return make(generation(w), version(w) + 1, s, periodic(w));
@@ -124,6 +160,11 @@ struct StateWord {
 };
 
 static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running)) == SlotState::running);
+static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running_cancelled) | StateWord::waiter_bit) ==
+              SlotState::running_cancelled);
+static_assert(!StateWord::has_waiter(StateWord::with_state(StateWord::make(7, 3, SlotState::running) |
+                                                               StateWord::waiter_bit,
+                                                           SlotState::fired)));
 static_assert(StateWord::generation(StateWord::make(7, 3, SlotState::running)) == 7);
 static_assert(StateWord::version(StateWord::bumped(StateWord::make(7, 0xFFFFFF, SlotState::pending),
                                                    SlotState::pending)) == 0,

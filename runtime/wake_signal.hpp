@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cstdint>
 #include <ctime>
@@ -55,5 +56,19 @@ class WakeSignal {
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
   std::atomic<std::uint32_t> word_{0};
 };
+
+// Waiting for a run to end (cancel_and_wait): a futex on the low 32 bits of
+// a slot's 64-bit state word (timer_state.hpp, WB). Sleeps while the half at
+// `word`'s address still holds `seen`; returns on a wake, a signal, or at
+// once if the value differs. The caller re-reads the word and loops.
+inline void futex_wait_low_half(std::atomic<std::uint64_t>& word, std::uint32_t seen) noexcept {
+  static_assert(sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
+  static_assert(std::endian::native == std::endian::little, "the low half of the word is at its address");
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+}
+// Wakes every thread waiting on the word's low half.
+inline void futex_wake_all_low_half(std::atomic<std::uint64_t>& word) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+}
 
 }  // namespace chime::detail

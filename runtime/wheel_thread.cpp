@@ -73,6 +73,9 @@ void RuntimeCore::wheel_main() {
   wheel_retired_ = std::make_unique<RetiredSlots>(slab_);
   while (running_) {
     const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
+    // The clock at application: a timer applied this pass with its due at or
+    // before it is due now (file()).
+    application_now_ns_ = clock_->now().time_since_epoch().count();
     bool exhausted = false;
     const bool busy = apply_commands(exhausted);
     std::int64_t now = clock_->now().time_since_epoch().count();
@@ -171,7 +174,8 @@ void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
 void RuntimeCore::apply(const Command& c) {
   TimerSlot& slot = slab_[c.slot];
   switch (c.kind) {
-    case CommandKind::add: {  // a new timer, or a periodic re-arm (F2)
+    case CommandKind::add:      // a new timer
+    case CommandKind::rearm: {  // a periodic's next run (F2)
       // acquire: pairs with S1/F2 (and the queue's release/acquire carries
       // them too), so `due` and the task are visible.
       const std::uint64_t w = slot.word.load(std::memory_order_acquire);
@@ -185,7 +189,10 @@ void RuntimeCore::apply(const Command& c) {
         case SlotState::writing:
         case SlotState::cancelling:  // the rescheduler or canceller settles it (R2/R3/K1); consider() looks again
           slot.filed_generation = c.generation;
-          file(c.slot, slot);
+          // A schedule's due at or before the clock is due now; a periodic's
+          // next run keeps the interval rule (its fixed rate is the user's
+          // command, applied when it was scheduled).
+          file(c.slot, slot, c.kind == CommandKind::add);
           return;
         default:
           CHIME_ASSERT(false, "an ADD found its timer handed, running or fired");
@@ -195,7 +202,7 @@ void RuntimeCore::apply(const Command& c) {
     case CommandKind::reschedule: {  // due moved earlier (R2): re-file now
       if (slot.filed_generation != c.generation || !wheel_.contains(slot.alarm)) return;
       wheel_.remove(slot.alarm);
-      file(c.slot, slot);
+      file(c.slot, slot, true);
       return;
     }
     default:
@@ -205,9 +212,18 @@ void RuntimeCore::apply(const Command& c) {
 }
 
 // Files slot `index` by its current due time: in the wheel if it is not
-// behind the wheel's interval, else on the overdue list (fires next pass).
-void RuntimeCore::file(std::uint32_t index, TimerSlot& slot) {
+// behind the wheel's interval, else on the overdue list (goes out with this
+// pass's advance). `at_application`: its command (an ADD, a reschedule to an
+// earlier due, an inline periodic re-arm) is being applied; a due at or
+// before the clock's time then is due now, and goes on the overdue list too,
+// however recent (design: "due now at application").
+void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
+  if (at_application && due <= application_now_ns_) {
+    slot.alarm = {};
+    overdue_.push_back(index);
+    return;
+  }
   const TimePoint now = wheel_.now();
   const std::int64_t bound = wheel_.alarm_upper_bound().time_since_epoch().count();
   if (due >= bound) {
@@ -229,47 +245,60 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot) {
 }
 
 void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
-  // Overdue timers (due before the wheel's interval) go first, in
-  // nondecreasing due order, ties in the order they were filed (posting
-  // order for one producer), as Go's runtime does: they were applied in this
-  // pass (or found mid-reschedule in the last one) and are all due already.
-  // Copied, not swapped: a swap would hand each buffer's capacity to the
-  // other every pass, and the smaller one would allocate again.
-  if (overdue_.size() > 1) {
-    overdue_order_.clear();
-    bool sorted = true;
-    for (std::uint32_t index : overdue_) {
-      const std::int64_t due = slab_[index].due_ns.load(std::memory_order_relaxed);
-      if (!overdue_order_.empty() && due < overdue_order_.back().first) sorted = false;
-      overdue_order_.emplace_back(due, index);
-    }
-    if (!sorted) {
-      std::stable_sort(overdue_order_.begin(), overdue_order_.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-    }
-    fired_buffer_.clear();
-    for (const auto& [due, index] : overdue_order_) fired_buffer_.push_back(index);
-  } else {
-    fired_buffer_.assign(overdue_.begin(), overdue_.end());
+  // Overdue timers (due before the wheel's interval, or due now at their
+  // application) go in nondecreasing due order, ties in the order they were
+  // filed (posting order for one producer), as Go's runtime does. Copied,
+  // not swapped: a swap would hand each buffer's capacity to the other
+  // every pass, and the smaller one would allocate again.
+  overdue_order_.clear();
+  bool sorted = true;
+  for (std::uint32_t index : overdue_) {
+    const std::int64_t due = slab_[index].due_ns.load(std::memory_order_relaxed);
+    if (!overdue_order_.empty() && due < overdue_order_.back().due) sorted = false;
+    overdue_order_.push_back({due, static_cast<std::uint32_t>(overdue_order_.size()), index});
+  }
+  if (!sorted) {
+    // By due, ties in filing order (seq): a stable order from std::sort,
+    // which, unlike std::stable_sort, never allocates a buffer.
+    std::sort(overdue_order_.begin(), overdue_order_.end(),
+              [](const Overdue& a, const Overdue& b) { return a.due != b.due ? a.due < b.due : a.seq < b.seq; });
   }
   overdue_.clear();
   awaiting_writer_ = false;
+  wheel_fired_.clear();
   if (now_ns > wheel_.now().time_since_epoch().count()) {
-    wheel_.advance_clock(TimePoint(Duration(now_ns)),
-                         [&](TimingWheel<std::uint32_t>::Alarm a) { fired_buffer_.push_back(wheel_.value(a)); });
+    wheel_.advance_clock(TimePoint(Duration(now_ns)), [&](TimingWheel<std::uint32_t>::Alarm a) {
+      wheel_fired_.emplace_back(wheel_.at(a).time_since_epoch().count(), wheel_.value(a));
+    });
     due_limit_ns_.store(due_limit_for(now_ns), std::memory_order_relaxed);  // only ever grows
   }
   const std::int64_t boundary = wheel_.now_interval_num_start().time_since_epoch().count();
-  for (std::uint32_t index : fired_buffer_) {
-    slab_[index].alarm = {};
-    consider(index, boundary, now_ns);
+  // Merge the two, each in nondecreasing interval order (the wheel's alarms
+  // by the time they were filed at, overdue ones by due), so the runs go out
+  // in nondecreasing interval order. An overdue timer is due now (its due
+  // is at or before now_ns); a wheel alarm runs iff its due (which a touch
+  // may have moved later) is before the boundary.
+  std::size_t a = 0, b = 0;
+  while (a < overdue_order_.size() || b < wheel_fired_.size()) {
+    if (b == wheel_fired_.size() || (a < overdue_order_.size() && overdue_order_[a].due <= wheel_fired_[b].first)) {
+      const std::uint32_t index = overdue_order_[a++].index;
+      slab_[index].alarm = {};
+      consider(index, boundary, now_ns, now_ns);
+    } else {
+      const std::uint32_t index = wheel_fired_[b++].second;
+      slab_[index].alarm = {};
+      consider(index, boundary, now_ns, INT64_MIN);
+    }
   }
-  fired_buffer_.clear();
+  wheel_fired_.clear();
 }
 
 // A filed timer whose alarm fired (or that was overdue): a timer may run iff
-// its current due is before `boundary` (the start of the wheel's interval).
-void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int64_t fired_at) {
+// its current due is before `boundary` (the start of the wheel's interval),
+// or at or before `due_now_ns` (overdue timers: the clock's time; INT64_MIN
+// for the wheel's alarms, which keep the interval rule).
+void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int64_t fired_at,
+                           std::int64_t due_now_ns) {
   TimerSlot& slot = slab_[index];
   // acquire: pairs with R2/F2's release, so `due` below is at least as new
   // as the version we read; the claim CAS from exactly this word fails if a
@@ -280,8 +309,8 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
     switch (StateWord::state(w)) {
       case SlotState::pending: {
         const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
-        if (due >= boundary) {  // pushed later by a reschedule: re-file lazily
-          file(index, slot);
+        if (due >= boundary && due > due_now_ns) {  // pushed later by a reschedule: re-file lazily
+          file(index, slot, false);
           return;
         }
         Dispatch d;
@@ -292,11 +321,13 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         // A flush waits for this run if any run it covers was due by its
         // target: the earliest one, before skip coalescing moves d.due_ns.
         pass_min_due_ns_ = std::min(pass_min_due_ns_, due);
-        if (StateWord::periodic(w) && slot.on_missed == Missed::skip) {
-          // Coalesce every run due before the boundary into the latest one.
-          // In 128 bits: boundary - due spans up to 2^64 ns; the result,
-          // at most boundary - 1, fits.
-          const __int128 k = (static_cast<__int128>(boundary) - 1 - due) / slot.period_ns;
+        if (StateWord::periodic(w) && slot.on_missed != Missed::catch_up) {
+          // skip, delay: coalesce every run that may run now (due before the
+          // boundary, or at or before due_now_ns) into the latest one.
+          // In 128 bits: last - due spans up to 2^64 ns; the result, at most
+          // last, fits.
+          const std::int64_t last = std::max(boundary - 1, due_now_ns);
+          const __int128 k = (static_cast<__int128>(last) - due) / slot.period_ns;
           d.due_ns = static_cast<std::int64_t>(due + k * slot.period_ns);
           d.missed = static_cast<std::uint64_t>(k);
         }

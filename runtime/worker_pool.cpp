@@ -31,8 +31,9 @@
 //
 // Race: cancel vs a periodic run in progress.
 //   producer                                   worker
-//   CAS Running -> Cancelled (C3), true        callback returns
+//   CAS Running -> RunningCancelled (C3), true callback returns
 //                                              CAS Running -> Pending (F2) fails
+//                                              RunningCancelled -> Cancelled (F4),
 //                                              free the slot; no further run
 // Whichever CAS comes first decides; if F2 wins, the cancel sees Pending and
 // takes C1 instead (and the next run never starts).
@@ -44,7 +45,7 @@
 
 namespace chime::detail {
 
-void set_running_callback(const RuntimeCore* core) noexcept;  // producer_ops.cpp
+void set_running_callback(const RuntimeCore* core, TimerId id) noexcept;  // producer_ops.cpp
 
 namespace {
 // Records a worker takes per dequeue: enough to amortize the dequeue and the
@@ -76,11 +77,17 @@ void RuntimeCore::worker_main() {
 
 void RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired) {
   if (n == 0) return;
-  const std::int64_t now = clock_->now().time_since_epoch().count();  // once per batch
+  // Per batch: one read of the runtime clock (for the lateness samples)
+  // unless it is the steady clock, whose reads the run times need anyway;
+  // then one steady-clock read per run, at its end, which is also the next
+  // run's start.
+  std::int64_t steady = steady_clock_.now().time_since_epoch().count();
+  const bool steady_runtime_clock = clock_kind_ == ClockKind::steady;
+  const std::int64_t clock_now = steady_runtime_clock ? 0 : clock_->now().time_since_epoch().count();
   std::uint64_t ran = 0;
   for (std::size_t i = 0; i < n; ++i) {
     CHIME_ASSERT((d[i].flags & Dispatch::stop) == 0, "a stop record before the end of a batch");
-    if (run(d[i], now, retired)) ++ran;
+    if (run(d[i], steady_runtime_clock ? steady : clock_now, steady, retired)) ++ran;
   }
   if (ran != 0) fired_.add(ran);
   retired.flush();
@@ -94,8 +101,10 @@ void RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& reti
 }
 
 // Runs one handed-over timer. Returns true iff its callback ran (false: a
-// cancel won before it started).
-bool RuntimeCore::run(const Dispatch& d, std::int64_t now_ns, RetiredSlots& retired) {
+// cancel won before it started). `steady_ns` is the steady clock's time at
+// the start (the previous run's end); it is set to the time this run ended.
+bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns,
+                      RetiredSlots& retired) {
   TimerSlot& slot = slab_[d.slot];
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   for (;;) {
@@ -115,14 +124,14 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t now_ns, RetiredSlots& reti
       break;
     }
   }
-  const TimerId id(d.slot, d.generation);
+  const TimerId id(d.slot, d.generation, tag_);
   const Firing firing{id, TimePoint(Duration(d.due_ns)), TimePoint(Duration(d.fired_at_ns)), d.missed};
   if (!(d.flags & Dispatch::drained)) {
     // In 128 bits: a due time far in the past could overflow the difference.
-    const __int128 late = static_cast<__int128>(now_ns) - d.due_ns;
+    const __int128 late = static_cast<__int128>(clock_now_ns) - d.due_ns;
     lateness_.record(late > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(late));
   }
-  set_running_callback(this);
+  set_running_callback(this, id);
   try {
     slot.task(firing);
   } catch (...) {
@@ -135,20 +144,57 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t now_ns, RetiredSlots& reti
       }
     }
   }
-  set_running_callback(nullptr);
+  set_running_callback(nullptr, TimerId{});
+  const std::int64_t start = steady_ns;
+  steady_ns = steady_clock_.now().time_since_epoch().count();
+  const std::int64_t took = steady_ns - start;
+  run_time_.record(took);
+  if (took > options_.slow_run.count()) [[unlikely]] {
+    slow_runs_.add();
+    if (options_.on_slow_run) {
+      try {
+        options_.on_slow_run(id, Duration(took));
+      } catch (...) {
+        // like on_error: never takes the worker down
+      }
+    }
+  }
+  end_run(slot, d, steady_ns, retired);
+  return true;
+}
 
-  w = slot.word.load(std::memory_order_acquire);
+namespace {
+// The transition that ends a run read the waiter bit: wake the
+// cancel_and_wait callers sleeping on the word (timer_state.hpp, WB).
+void wake_waiters_if_any(TimerSlot& slot, std::uint64_t old_word) noexcept {
+  if (StateWord::has_waiter(old_word)) [[unlikely]] futex_wake_all_low_half(slot.word);
+}
+}  // namespace
+
+// After the callback returned: finish the timer (F1, F2, F3 or F4) and wake
+// whoever waits for the run to end.
+void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired) {
+  std::uint64_t w = slot.word.load(std::memory_order_acquire);
   if (!StateWord::periodic(w)) {
     CHIME_ASSERT(StateWord::state(w) == SlotState::running, "only the worker leaves Running for a one-shot");
-    // (F1) release: the run's effects happen-before whoever reads Fired.
-    // Only this worker may leave Running for a one-shot: a plain store.
-    slot.word.store(StateWord::with_state(w, SlotState::fired), std::memory_order_release);
-    end_timer();
+    // The task (and what it captured) is destroyed before the run is
+    // published as over: a cancel_and_wait that returns may free what the
+    // captures point to.
     slot.task.reset();
+    // (F1) acq_rel exchange: release so the run's effects happen-before
+    // whoever reads Fired; an RMW, so it reads a waiter bit set by WB. Only
+    // this worker leaves Running for a one-shot, so the word it writes is w
+    // with the state changed (a waiter changes nothing but its bit).
+    const std::uint64_t old = slot.word.exchange(StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel);
+    end_timer();
     retired.add(d.slot);
-  } else if (d.flags & Dispatch::final) {
-    // (F3) Only from Running: if a cancel (C3) won, the state stays Cancelled
-    // (and that cancel ended the timer).
+    wake_waiters_if_any(slot, old);
+    return;
+  }
+  if (d.flags & Dispatch::final) {
+    slot.task.reset();  // before the run is published as over (as for F1)
+    // (F3) Only from Running: if a cancel (C3) won, F4 ends it (and that
+    // cancel ended the timer).
     bool f3 = false;
     while (StateWord::state(w) == SlotState::running) {
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel,
@@ -157,43 +203,57 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t now_ns, RetiredSlots& reti
         break;
       }
     }
-    if (f3) end_timer();
-    slot.task.reset();
-    retired.add(d.slot);
-  } else {
-    // We own `due` while Running. A next run past TimePoint::max() saturates
-    // there: beyond the horizon, it is parked and never runs.
-    const std::int64_t next = (d.flags & Dispatch::keep_due)               ? d.due_ns
-                              : d.due_ns > INT64_MAX - slot.period_ns ? INT64_MAX
-                                                                        : d.due_ns + slot.period_ns;
-    slot.due_ns.store(next, std::memory_order_relaxed);
-    bool rearmed = false;
-    while (StateWord::state(w) == SlotState::running) {
-      // (F2) acq_rel: release publishes the new due with the new version.
-      if (slot.word.compare_exchange_weak(w, StateWord::bumped(w, SlotState::pending), std::memory_order_acq_rel,
-                                          std::memory_order_acquire)) {
-        rearmed = true;
-        break;
-      }
-    }
-    if (rearmed) {
-      if (workers_.empty()) {
-        // Inline, on the wheel thread, outside any wheel iteration: file it
-        // now (a re-arm that is already due lands on the overdue list and
-        // runs next pass), instead of a command that would keep the queue
-        // from ever emptying under sustained periodic load.
-        slot.filed_generation = d.generation;
-        file(d.slot, slot);
-      } else {
-        post_and_wake(Command{CommandKind::add, d.slot, d.generation, nullptr}, nullptr, next);
-      }
+    if (f3) {
+      end_timer();
     } else {
-      CHIME_ASSERT(StateWord::state(w) == SlotState::cancelled, "F2 lost to something other than C3");
-      slot.task.reset();
-      retired.add(d.slot);  // cancelled while running (C3)
+      CHIME_ASSERT(StateWord::state(w) == SlotState::running_cancelled, "F3 lost to something other than C3");
+      w = slot.word.exchange(StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel);  // (F4)
+    }
+    retired.add(d.slot);
+    wake_waiters_if_any(slot, w);
+    return;
+  }
+  // We own `due` while Running. A next run past TimePoint::max() saturates
+  // there: beyond the horizon, it is parked and never runs. Missed::delay
+  // restarts the fixed rate from the end of this run (on the runtime clock).
+  std::int64_t base = d.due_ns;
+  if (slot.on_missed == Missed::delay && !(d.flags & Dispatch::keep_due)) {
+    base = clock_kind_ == ClockKind::steady ? steady_end_ns : clock_->now().time_since_epoch().count();
+  }
+  const std::int64_t next = (d.flags & Dispatch::keep_due)         ? d.due_ns
+                            : base > INT64_MAX - slot.period_ns ? INT64_MAX
+                                                                : base + slot.period_ns;
+  slot.due_ns.store(next, std::memory_order_relaxed);
+  bool rearmed = false;
+  while (StateWord::state(w) == SlotState::running) {
+    // (F2) acq_rel: release publishes the new due with the new version (and
+    // the run's effects, for a waiter); the waiter bit is dropped.
+    if (slot.word.compare_exchange_weak(w, StateWord::bumped(w, SlotState::pending), std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+      rearmed = true;
+      break;
     }
   }
-  return true;
+  if (rearmed) {
+    wake_waiters_if_any(slot, w);
+    if (workers_.empty()) {
+      // Inline, on the wheel thread, outside any wheel iteration: file it
+      // now (a re-arm already behind the wheel's interval runs next pass),
+      // instead of a command that would keep the queue from ever emptying
+      // under sustained periodic load.
+      slot.filed_generation = d.generation;
+      file(d.slot, slot, false);
+    } else {
+      post_and_wake(Command{CommandKind::rearm, d.slot, d.generation, nullptr}, nullptr, next);
+    }
+    return;
+  }
+  // Cancelled while running (C3): (F4) end the run, free the slot.
+  CHIME_ASSERT(StateWord::state(w) == SlotState::running_cancelled, "F2 lost to something other than C3");
+  slot.task.reset();  // before the run is published as over (as for F1)
+  w = slot.word.exchange(StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel);
+  retired.add(d.slot);
+  wake_waiters_if_any(slot, w);
 }
 
 }  // namespace chime::detail

@@ -69,7 +69,10 @@ class Log {
 class KeyedTimersTest : public ::testing::Test {
  protected:
   // Moves the clock to kStart + d and waits for the runtime to catch up.
+  // Commands posted before are applied at the old time first (see
+  // runtime_test_support.hpp, advance_to).
   void advance_to(Duration d) {
+    runtime_.flush();
     clock_.set(kStart + d);
     runtime_.flush();
   }

@@ -108,26 +108,77 @@ TEST_P(ScheduleTest, due_before_the_wheel_start_fires_at_next_flush) {
   EXPECT_EQ(rec.count(), 1u);
 }
 
-// A past due time inside the wheel's current interval still waits for that interval's end (never early).
-TEST_P(ScheduleTest, past_due_in_current_interval_waits_for_interval_end) {
+// A due time in the current interval, already reached when its command is applied, is due now: it fires at
+// that application (the flush), not at the interval's end.
+TEST_P(ScheduleTest, past_due_in_current_interval_fires_at_application) {
   advance_to(clock, rt, at(50ms + 500us));
-  rt.schedule_at(at(50ms + 200us), rec.task());
+  const TimerId id = rt.schedule_at(at(50ms + 200us), rec.task());
   rt.flush();
-  EXPECT_EQ(rec.count(), 0u) << "fired before interval_start(due) + precision";
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.due, at(50ms + 200us));
+  EXPECT_EQ(rec.runs()[0].firing.fired_at, at(50ms + 500us));
+  EXPECT_EQ(rt.state(id), TimerState::fired);
+}
+
+// A due time exactly at the clock's time when its command is applied is due now: it fires at that flush.
+TEST_P(ScheduleTest, due_exactly_now_fires_at_application) {
+  advance_to(clock, rt, at(50ms));
+  rt.schedule_at(at(50ms), rec.task());
+  rt.flush();
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.fired_at, at(50ms));
+}
+
+// schedule_after(0ns) then flush() runs the callback with a ManualClock that never moves.
+TEST_P(ScheduleTest, schedule_after_zero_fires_at_flush_with_a_clock_that_never_moves) {
+  const TimerId id = rt.schedule_after(0ns, rec.task());
+  rt.flush();
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.due, clock.now());
+  EXPECT_EQ(rec.runs()[0].firing.fired_at, clock.now());
+  EXPECT_EQ(rt.state(id), TimerState::fired);
+}
+
+// A due time one nanosecond after the clock's time keeps the interval rule: not due now, and not fired
+// before interval_start(due) + precision.
+TEST_P(ScheduleTest, due_just_after_now_keeps_the_interval_rule) {
+  advance_to(clock, rt, at(50ms));
+  rt.schedule_at(at(50ms) + 1ns, rec.task());
+  rt.flush();
+  EXPECT_EQ(rec.count(), 0u);
   advance_to(clock, rt, at(51ms) - 1ns);
   EXPECT_EQ(rec.count(), 0u);
   advance_to(clock, rt, at(51ms));
   EXPECT_EQ(rec.count(), 1u);
 }
 
-// A timer due exactly now has not fired after a flush at now.
-TEST_P(ScheduleTest, due_exactly_now_does_not_fire_until_next_interval) {
-  advance_to(clock, rt, at(50ms));
-  rt.schedule_at(at(50ms), rec.task());
+// A reschedule to a due time at or before the clock's time is due now as well.
+TEST_P(ScheduleTest, reschedule_to_now_fires_at_application) {
+  const TimerId id = rt.schedule_at(at(30ms), rec.task());
+  advance_to(clock, rt, at(10ms + 300us));
+  ASSERT_TRUE(rt.reschedule_at(id, at(10ms + 100us)));
   rt.flush();
-  EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(51ms));
-  EXPECT_EQ(rec.count(), 1u);
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.due, at(10ms + 100us));
+}
+
+// Timers due now in one application go out in nondecreasing due order, merged with the wheel's own alarms of
+// that advance in nondecreasing interval order (workers = 0 and 1 run them in that order).
+TEST_P(ScheduleTest, due_now_timers_merge_with_the_advance_in_interval_order) {
+  if (GetParam() > 1) GTEST_SKIP() << "order of callbacks is only defined for workers = 0 or 1";
+  rt.schedule_at(at(2ms), rec.task(2));  // filed in the wheel, fires with the advance below
+  rt.schedule_at(at(6ms), rec.task(6));
+  rt.flush();
+  clock.set(at(9ms + 500us));
+  rt.schedule_at(at(9ms + 200us), rec.task(9));  // due now at application, in the current interval
+  rt.schedule_at(at(4ms), rec.task(4));           // due now, before the wheel's interval
+  rt.flush();
+  const auto runs = rec.runs();
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].tag, 2);
+  EXPECT_EQ(runs[1].tag, 4);
+  EXPECT_EQ(runs[2].tag, 6);
+  EXPECT_EQ(runs[3].tag, 9);
 }
 
 // Firing carries the id schedule_at returned, the due time given, the clock time of the advance, missed == 0.

@@ -48,7 +48,12 @@ inline chime::RuntimeOptions steady_options(unsigned workers) {
 }
 
 // Moves the clock to `t` and waits for the runtime to catch up.
+// Commands posted before the call are applied first, at the clock's old
+// time: a timer scheduled "now" is filed then, not found due at the new time
+// (a due time at or before the clock's time when its command is applied is
+// due now: include/chime/runtime.hpp).
 inline void advance_to(chime::ManualClock& clock, chime::Runtime& rt, chime::TimePoint t) {
+  rt.flush();
   clock.set(t);
   rt.flush();
 }

@@ -23,8 +23,12 @@
 //   its schedule has not been applied yet).
 // - Within one wheel advance, timers go to the workers in nondecreasing
 //   interval order; with workers = 0 or 1 callbacks run in that order.
-//   Timers already past due when their commands are applied go out with the
-//   next advance, in nondecreasing due order (ties: posting order).
+//   A timer whose due time is at or before the clock's time when its command
+//   (schedule, or reschedule to an earlier time) is applied is due now: it
+//   goes out with that application (schedule_after(0ns, f) then flush()
+//   runs f with a ManualClock that never moves); those applied in one pass
+//   go out in nondecreasing due order (ties: posting order), merged with the
+//   advance's timers in nondecreasing interval order.
 // - A periodic timer's runs never overlap; its n-th run is due at
 //   first + n * period (fixed rate, no drift).
 // - No heap allocation per timer in steady state: timers live in a slab of
@@ -104,7 +108,20 @@ class StoppedError : public std::runtime_error {
 };
 
 enum class TimerState { pending, running, fired, cancelled, unknown };
-enum class Missed { skip, catch_up };
+// What a periodic timer does with runs it missed (due at or before the
+// dispatch of a late run): skip coalesces them into one run; catch_up runs
+// each; delay runs once, like skip, then restarts the fixed rate from the end
+// of that run (Tokio's MissedTickBehavior::Delay).
+enum class Missed { skip, catch_up, delay };
+// The outcome of try_cancel / cancel_and_wait (docs/state-machine.md):
+// - cancelled: this call won; no run of the timer starts after it returns
+//   (a run handed to a worker but not started counts as not started);
+// - running: a run has started and not returned (one-shot: its only run;
+//   periodic: no further run starts after the call returned);
+// - done: it already fired and finished, or was cancelled before;
+// - unknown: a default id, a stale id (its slot was reused), or an id from
+//   another runtime.
+enum class CancelResult { cancelled, running, done, unknown };
 enum class ShutdownMode { cancel_pending, fire_pending };
 // Which lock-free queue carries commands to the wheel thread. moodycamel is
 // the default; see docs/benchmarks.md for the comparison.
@@ -115,12 +132,15 @@ struct PeriodicOptions {
   Missed on_missed = Missed::skip;
 };
 
-struct LatenessStats {
+// A histogram's summary: percentiles are the upper edge of their bucket (at
+// most 12.5 % above the true value); max is exact.
+struct DurationStats {
   Duration p50{0};
   Duration p99{0};
   Duration p999{0};
   Duration max{0};
 };
+using LatenessStats = DurationStats;
 
 struct Stats {
   std::uint64_t scheduled = 0;        // timers accepted by schedule_*
@@ -132,7 +152,9 @@ struct Stats {
   std::uint64_t queue_depth = 0;      // commands posted but not yet applied (approximate)
   std::uint64_t wakeups = 0;          // times the wheel thread woke up
   std::uint64_t zombie_sweeps = 0;    // passes over the wheel that reclaimed cancelled timers in one go
+  std::uint64_t slow_runs = 0;        // callback runs longer than RuntimeOptions::slow_run
   LatenessStats lateness;             // callback start minus due, drained runs excluded
+  DurationStats run_time;             // how long callbacks ran (steady clock), every run
 };
 
 struct RuntimeOptions {
@@ -141,13 +163,18 @@ struct RuntimeOptions {
   unsigned workers = std::thread::hardware_concurrency();  // 0: callbacks run on the wheel thread
   Clock* clock = nullptr;                                  // non-owning; null: the steady clock
   std::size_t max_pending = 0;  // 0: unbounded; a timer stops counting once cancel returned true or its last run ended
-  std::function<void(TimerId, std::exception_ptr)> on_error;
+  std::function<void(TimerId, std::exception_ptr)> on_error{};
   CommandQueueBackend command_queue = CommandQueueBackend::moodycamel;
   // Timers to make room for up front: the slot slab (128 bytes per timer)
   // and the wheel's alarm pool (see WheelConfig::capacity) are allocated and
   // pre-faulted at construction, so the first `reserve` schedules take no
   // page fault. Both still grow past it. 0: nothing up front.
   std::size_t reserve = 0;
+  // A run longer than this (on the steady clock) counts in Stats::slow_runs
+  // and is reported to on_slow_run, after it returned, on the thread that
+  // ran it (an exception from on_slow_run is swallowed).
+  Duration slow_run = std::chrono::milliseconds(10);
+  std::function<void(TimerId, Duration)> on_slow_run{};
 };
 
 namespace detail {
@@ -170,6 +197,8 @@ class Producer {
   TimerId schedule_after(Duration delay, Task task);
   TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
   bool cancel(TimerId id);
+  CancelResult try_cancel(TimerId id);
+  CancelResult cancel_and_wait(TimerId id);
   bool reschedule_at(TimerId id, TimePoint due);
   bool reschedule_after(TimerId id, Duration delay);
 
@@ -209,7 +238,26 @@ class Runtime {
   // started, was cancelled, or a stale/invalid id. Any thread. Lock-free:
   // one CAS loop on the timer's state word, and nothing else (no command to
   // the wheel thread, which reclaims the slot lazily). Never allocates.
+  // true iff this call stopped at least one run from starting: try_cancel
+  // would say `cancelled`, or `running` for a periodic timer whose later runs
+  // this very call stopped. A second cancel of the same timer returns false.
   bool cancel(TimerId id);
+
+  // The same decision, with the outcome told apart (CancelResult above):
+  // `running` means a run is in progress now, so what its callback uses must
+  // not be freed yet. Any thread. Lock-free, never blocks, never allocates.
+  CancelResult try_cancel(TimerId id);
+
+  // Like try_cancel; when the result is `running` it returns only after that
+  // run has returned, so the caller may then free what the callback uses
+  // (the Linux kernel's timer_delete_sync). Waiting blocks on a futex, never
+  // spins; when there is no run to wait for it costs what try_cancel costs.
+  // Called from the timer's own callback it does not wait (it would wait for
+  // itself) and returns `running`. Deadlock the caller can still build: two
+  // callbacks each waiting for the other's timer (debug builds abort with a
+  // message on that form); a callback waiting for a timer whose callback
+  // blocks on something the first holds. Any thread.
+  CancelResult cancel_and_wait(TimerId id);
 
   // True iff the timer was still pending and now has the new due time. A
   // later due time is one CAS pair on the state word and never involves the
@@ -219,8 +267,11 @@ class Runtime {
   bool reschedule_at(TimerId id, TimePoint due);
   bool reschedule_after(TimerId id, Duration delay);
 
-  // pending, running, fired, cancelled; unknown for a reused slot, an id never
-  // issued, or the default id. Any thread. Lock-free. Never allocates.
+  // pending (a run handed to a worker but not started is still pending),
+  // running (a run is in progress, cancelled meanwhile or not), fired,
+  // cancelled (once a cancelled timer's last run returned); unknown for a
+  // reused slot, an id never issued, an id from another runtime, or the
+  // default id. Any thread. Lock-free. Never allocates.
   TimerState state(TimerId id) const noexcept;
 
   // Returns once every command posted before the call is applied, the wheel

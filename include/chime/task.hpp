@@ -25,20 +25,28 @@ namespace chime {
 
 class TimerId;
 
-// A timer's identity: {slot, generation}. Default-constructed is invalid and
-// never names a timer; an id whose slot was reused is detected as stale.
+// A timer's identity: {slot, generation, runtime}. Default-constructed is
+// invalid and never names a timer; an id whose slot was reused is detected
+// as stale (the generation); an id issued by another Runtime is never taken
+// for one of this runtime's timers (the runtime tag: a process-wide counter,
+// 32 bits, so no two live runtimes share one until 2^32 - 1 runtimes have
+// been created).
 class TimerId {
  public:
   constexpr TimerId() noexcept = default;
-  constexpr TimerId(std::uint32_t slot, std::uint32_t generation) noexcept : slot_(slot), generation_(generation) {}
+  constexpr TimerId(std::uint32_t slot, std::uint32_t generation, std::uint32_t runtime = 0) noexcept
+      : slot_(slot), generation_(generation), runtime_(runtime) {}
   constexpr explicit operator bool() const noexcept { return generation_ != 0; }
   friend constexpr bool operator==(TimerId, TimerId) noexcept = default;
   constexpr std::uint32_t slot() const noexcept { return slot_; }
   constexpr std::uint32_t generation() const noexcept { return generation_; }
+  // The tag of the Runtime that issued it (0: none, never a runtime's tag).
+  constexpr std::uint32_t runtime() const noexcept { return runtime_; }
 
  private:
   std::uint32_t slot_ = 0;
   std::uint32_t generation_ = 0;
+  std::uint32_t runtime_ = 0;
 };
 
 // What a run is told about itself.
