@@ -521,58 +521,89 @@ class Progress {
   bool open_ = false;
 };
 
-int run(const HarnessOptions& options) {
-  using chime_stress::current_rss_bytes;
-  using chime_stress::peak_rss_bytes;
-  const bool json_stdout = options.json && *options.json == "-";
-  FILE* out = json_stdout ? stderr : stdout;
-  Progress progress(out, isatty(fileno(out)) != 0);
+// ---- the run, phase by phase ----
+//
+// run() is the table of phases; each phase is one function below, in order:
+// announce, start the periodic timers, produce (sampling the runtime while the
+// producers run), settle and flush, check what the flush promised, cancel the
+// periodic timers, shut down, tally every record, judge each invariant,
+// report, and write the JSON.
 
-  const std::uint64_t seed = options.seed ? *options.seed
-                                          : (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  // Default pace: N over S seconds, 5% faster so that N is reached just before the deadline.
-  const double rate = options.rate ? *options.rate : 1.05 * static_cast<double>(options.timers) / options.seconds;
-  const std::int64_t precision_ns = options.precision.count();
+std::uint64_t producer_total(const Shared& shared, std::atomic<std::uint64_t> ProducerCounters::*field) {
+  std::uint64_t sum = 0;
+  for (const auto& c : shared.counters) sum += (c.*field).load(std::memory_order_relaxed);
+  return sum;
+}
 
+void announce(FILE* out, const HarnessOptions& options, std::uint64_t seed, double rate) {
   std::fprintf(out,
                "chime-stress: %u producers, %s one-shot timers %s for at most %g s, cancel ratio %.2f, reschedule "
                "ratio %.2f, %u periodic, precision %s, %u workers\n",
                options.producers, with_commas(options.timers).c_str(),
                rate > 0 ? ("at " + with_commas(static_cast<std::uint64_t>(rate)) + "/s").c_str() : "unpaced",
                options.seconds, options.cancel_ratio, options.reschedule_ratio, options.periodic,
-               format_duration(precision_ns).c_str(), options.workers);
+               format_duration(options.precision.count()).c_str(), options.workers);
   std::fprintf(out, "seed %" PRIu64 " (replay the random choices: --seed %" PRIu64 ")\n", seed, seed);
   std::fflush(out);
+}
 
-  // The records first (value-initialized, so their pages are resident before the baseline).
-  std::unique_ptr<TimerRecord[]> records(new TimerRecord[options.timers]);
-  std::vector<PeriodicRecord> periodic(options.periodic);
-
-  chime::RuntimeOptions rt_options;
-  rt_options.precision = options.precision;
-  rt_options.workers = options.workers;
-  chime::Runtime rt(rt_options);
+// Periodic timers, periods 1-16 x precision, first run one period from now. Returns how many.
+std::uint64_t schedule_periodic(chime::Runtime& rt, std::vector<PeriodicRecord>& periodic, std::int64_t precision_ns) {
   const chime::Clock& clock = rt.clock();
-
-  Shared shared(options, seed, rate, rt, records.get());
-  std::vector<std::unique_ptr<Producer>> producers;
-  for (unsigned p = 0; p < options.producers; ++p) producers.push_back(std::make_unique<Producer>(shared, p));
-
-  const std::uint64_t baseline_rss = current_rss_bytes();
-
-  // Periodic timers, periods 1-16 x precision, first run one period from now.
-  std::uint64_t periodic_scheduled = 0;
-  for (unsigned k = 0; k < options.periodic; ++k) {
+  std::uint64_t scheduled = 0;
+  for (std::size_t k = 0; k < periodic.size(); ++k) {
     PeriodicRecord& pr = periodic[k];
-    pr.period_ns = precision_ns * (1 + k % 16);
+    pr.period_ns = precision_ns * static_cast<std::int64_t>(1 + k % 16);
     pr.first_due_ns = ns(clock.now()) + pr.period_ns;
     chime::PeriodicOptions po;
     po.first_due = TimePoint(Duration(pr.first_due_ns));
     pr.id = pack(rt.schedule_every(Duration(pr.period_ns), periodic_task(pr, clock), po));
-    ++periodic_scheduled;
+    ++scheduled;
   }
+  return scheduled;
+}
 
-  // ---- producing ----
+// Reads the runtime's stats and the RSS; keeps the peak of pending timers and the RSS then.
+class Sampler {
+ public:
+  Sampler(chime::Runtime& rt, const Shared& shared, Progress& progress, std::uint64_t baseline_rss)
+      : rt_(rt), shared_(shared), progress_(progress), rss_at_peak_pending_(baseline_rss) {}
+
+  chime::Stats sample(bool print) {
+    const chime::Stats s = rt_.stats();
+    const std::uint64_t rss = chime_stress::current_rss_bytes();
+    if (s.pending > peak_pending_) {
+      peak_pending_ = s.pending;
+      rss_at_peak_pending_ = rss;
+    }
+    if (print) {
+      progress_.line(seconds_between(shared_.start, std::chrono::steady_clock::now()),
+                     producer_total(shared_, &ProducerCounters::scheduled),
+                     producer_total(shared_, &ProducerCounters::cancel_calls),
+                     producer_total(shared_, &ProducerCounters::resched_calls), s, rss);
+    }
+    return s;
+  }
+  std::uint64_t peak_pending() const { return peak_pending_; }
+  std::uint64_t rss_at_peak_pending() const { return rss_at_peak_pending_; }
+
+ private:
+  chime::Runtime& rt_;
+  const Shared& shared_;
+  Progress& progress_;
+  std::uint64_t peak_pending_ = 0;
+  std::uint64_t rss_at_peak_pending_;
+};
+
+struct Produced {
+  SteadyTime at;       // when the last producer was joined
+  chime::Stats stats;  // the runtime's stats then
+};
+
+// Starts the producer threads, samples the runtime until they are done, joins them. Returns
+// false (after printing the error) if a producer failed.
+bool produce(const HarnessOptions& options, Shared& shared, std::vector<std::unique_ptr<Producer>>& producers,
+             Sampler& sampler, Progress& progress, Produced& produced) {
   std::vector<std::thread> threads;
   shared.producers_running.store(options.producers);
   for (unsigned p = 0; p < options.producers; ++p) {
@@ -592,160 +623,181 @@ int run(const HarnessOptions& options) {
                                        std::chrono::duration<double>(options.seconds));
   shared.go.store(true, std::memory_order_release);
 
-  auto producer_totals = [&](auto field) {
-    std::uint64_t sum = 0;
-    for (auto& c : shared.counters) sum += (c.*field).load(std::memory_order_relaxed);
-    return sum;
-  };
-  std::uint64_t peak_pending = 0, rss_at_peak_pending = baseline_rss;
-  auto sample = [&](bool print) {
-    const chime::Stats s = rt.stats();
-    const std::uint64_t rss = current_rss_bytes();
-    if (s.pending > peak_pending) {
-      peak_pending = s.pending;
-      rss_at_peak_pending = rss;
-    }
-    if (print) {
-      progress.line(seconds_between(shared.start, std::chrono::steady_clock::now()),
-                    producer_totals(&ProducerCounters::scheduled), producer_totals(&ProducerCounters::cancel_calls),
-                    producer_totals(&ProducerCounters::resched_calls), s, rss);
-    }
-    return s;
-  };
   const auto print_every = progress.tty() ? 100ms : 1000ms;
   auto next_print = shared.start + print_every;
   while (shared.producers_running.load(std::memory_order_acquire) != 0) {
     std::this_thread::sleep_for(20ms);
     const bool print = std::chrono::steady_clock::now() >= next_print;
     if (print) next_print += print_every;
-    sample(print);
+    sampler.sample(print);
   }
   for (auto& t : threads) t.join();
-  const SteadyTime produced_at = std::chrono::steady_clock::now();
-  const chime::Stats at_end_of_producing = sample(true);
+  produced.at = std::chrono::steady_clock::now();
+  produced.stats = sampler.sample(true);
   progress.end();
   if (!shared.error.empty()) {
     std::fprintf(stderr, "chime-stress: error: %s\n", shared.error.c_str());
-    return 1;
+    return false;
   }
+  return true;
+}
 
-  // ---- settle, flush, check ----
-  // Let the near timers (due within 4 x precision, touched up to 8 x precision per reschedule) come due.
+struct Flushed {
+  std::int64_t called_ns = 0;  // the runtime clock just before flush()
+  SteadyTime at;               // when flush() returned
+};
+
+// Lets the near timers (due within 4 x precision, touched up to 8 x precision per reschedule)
+// come due, then flushes.
+Flushed settle_and_flush(chime::Runtime& rt, Sampler& sampler, std::int64_t precision_ns) {
   std::this_thread::sleep_for(std::min<Duration>(Duration(40 * precision_ns), 2s) + 10ms);
-  const std::int64_t flush_called_ns = ns(clock.now());
+  Flushed f;
+  f.called_ns = ns(rt.clock().now());
   rt.flush();
-  const SteadyTime flushed_at = std::chrono::steady_clock::now();
-  sample(false);
+  f.at = std::chrono::steady_clock::now();
+  sampler.sample(false);
+  return f;
+}
 
-  Checks checks;
-  const std::uint64_t n = options.timers;
-  std::uint64_t due_by_flush = 0, due_by_flush_missing = 0;
+struct DueByFlush {
+  std::uint64_t due = 0;      // one-shot timers due before the flush's interval
+  std::uint64_t missing = 0;  // ... of which did not run
+};
+
+// Nothing lost: every one-shot timer due before the flush's wheel interval ran (or was cancelled).
+DueByFlush check_one_shots_due_by_flush(const TimerRecord* records, std::uint64_t n, std::int64_t flush_called_ns,
+                                        std::int64_t precision_ns, Checks& checks) {
+  DueByFlush d;
   for (std::uint64_t i = 0; i < n; ++i) {
     const TimerRecord& r = records[i];
     if (!(r.flags & kScheduled) || (r.flags & kCancelWon)) continue;
     if (r.due_ns < flush_called_ns - precision_ns) {
-      ++due_by_flush;
+      ++d.due;
       if (r.fires.load(std::memory_order_acquire) == 0) {
-        ++due_by_flush_missing;
+        ++d.missing;
         checks.example("nothing lost: due by the flush at " + std::to_string(flush_called_ns) +
                        " ns but not run: " + describe(i, r));
       }
     }
   }
-  std::uint64_t periodic_behind = 0;
-  for (unsigned k = 0; k < options.periodic; ++k) {
+  return d;
+}
+
+// Periodic run counts: no periodic timer's next run is behind the flush's wheel interval.
+std::uint64_t check_periodic_behind_flush(const std::vector<PeriodicRecord>& periodic, std::int64_t flush_called_ns,
+                                          std::int64_t precision_ns, Checks& checks) {
+  std::uint64_t behind = 0;
+  for (std::size_t k = 0; k < periodic.size(); ++k) {
     const PeriodicRecord& pr = periodic[k];
     const std::int64_t last = pr.last_due_ns.load(std::memory_order_relaxed);
     const std::int64_t next_due = last == INT64_MIN ? pr.first_due_ns : last + pr.period_ns;
     if (next_due <= flush_called_ns - precision_ns) {
-      ++periodic_behind;
+      ++behind;
       checks.example("periodic run counts: periodic #" + std::to_string(k) + " (period " +
                      std::to_string(pr.period_ns) + " ns, " + std::to_string(pr.runs.load()) +
                      " runs) has its next run due at " + std::to_string(next_due) +
                      " ns, behind the flush at " + std::to_string(flush_called_ns) + " ns");
     }
   }
+  return behind;
+}
 
-  // Cancel the periodic timers; at most the run in progress may start after cancel returned.
-  std::uint64_t periodic_cancel_won = 0, periodic_cancel_lost = 0;
-  for (unsigned k = 0; k < options.periodic; ++k) {
+struct PeriodicCancels {
+  std::uint64_t won = 0, lost = 0;
+};
+
+// Cancels the periodic timers; at most the run in progress may start after cancel returned.
+PeriodicCancels cancel_periodic(chime::Runtime& rt, std::vector<PeriodicRecord>& periodic, Checks& checks) {
+  PeriodicCancels c;
+  for (std::size_t k = 0; k < periodic.size(); ++k) {
     PeriodicRecord& pr = periodic[k];
     if (rt.cancel(unpack(pr.id))) {
       pr.cancel_returned.store(true, std::memory_order_release);
-      ++periodic_cancel_won;
+      ++c.won;
     } else {
-      ++periodic_cancel_lost;
+      ++c.lost;
       checks.example("periodic run counts: cancel of periodic #" + std::to_string(k) + " returned false");
     }
   }
-  rt.flush();
-  const chime::Stats before_shutdown = rt.stats();
-  const std::size_t not_fired = rt.shutdown(chime::ShutdownMode::cancel_pending);
-  const SteadyTime shut_down_at = std::chrono::steady_clock::now();
-  const chime::Stats final_stats = rt.stats();
+  return c;
+}
 
-  // ---- per-timer checks, now that every thread of the runtime is joined ----
+// What the one-shot records say, once every thread of the runtime is joined.
+struct OneShotTally {
   std::uint64_t scheduled = 0, ran = 0, runs = 0, cancelled = 0, swept = 0;
   std::uint64_t fired_twice = 0, both = 0, neither = 0, lost_to_nothing = 0;
   std::uint64_t early = 0, wrong_due = 0, wrong_id = 0;
-  std::vector<std::int64_t> lateness;
-  lateness.reserve(static_cast<std::size_t>(before_shutdown.fired));
+  std::vector<std::int64_t> lateness;  // callback's now - final due, one per run timer
+};
+
+OneShotTally tally_one_shots(const chime::Runtime& rt, const TimerRecord* records, std::uint64_t n,
+                             std::uint64_t fired_hint, Checks& checks) {
+  OneShotTally t;
+  t.lateness.reserve(static_cast<std::size_t>(fired_hint));
   for (std::uint64_t i = 0; i < n; ++i) {
     const TimerRecord& r = records[i];
     if (!(r.flags & kScheduled)) continue;
-    ++scheduled;
+    ++t.scheduled;
     const std::uint32_t fires = r.fires.load(std::memory_order_acquire);
     const bool won = (r.flags & kCancelWon) != 0;
-    if (fires > 0) ++ran;
-    runs += fires;
-    if (won) ++cancelled;
+    if (fires > 0) ++t.ran;
+    t.runs += fires;
+    if (won) ++t.cancelled;
     if (fires > 1) {
-      ++fired_twice;
+      ++t.fired_twice;
       checks.example("exactly once: ran " + std::to_string(fires) + " times: " + describe(i, r));
     }
     if (fires > 0 && won) {
-      ++both;
+      ++t.both;
       checks.example("exactly once: ran although cancel returned true: " + describe(i, r));
     }
     if (fires == 0 && !won) {
       if (rt.state(unpack(r.id)) == chime::TimerState::cancelled) {
-        ++swept;
+        ++t.swept;
       } else {
-        ++neither;
+        ++t.neither;
         checks.example("exactly once: neither ran, nor cancelled, nor swept by shutdown: " + describe(i, r));
       }
     }
     if (fires == 0 && (r.flags & (kCancelLost | kReschedLost)) && !won) {
-      ++lost_to_nothing;
+      ++t.lost_to_nothing;
       checks.example("exactly once: a cancel/reschedule returned false but the timer never ran: " + describe(i, r));
     }
     if (fires > 0) {
       const std::int64_t fired_due = r.fired_due_ns.load(std::memory_order_relaxed);
       const std::int64_t fired_now = r.fired_now_ns.load(std::memory_order_relaxed);
       if (fired_now < fired_due || fired_now < r.due_ns) {
-        ++early;
+        ++t.early;
         checks.example("never early: the callback saw now < due: " + describe(i, r));
       }
       if (fired_due != r.due_ns) {
-        ++wrong_due;
+        ++t.wrong_due;
         checks.example("never early: ran with a due other than its final one: " + describe(i, r));
       }
       if (r.fired_id.load(std::memory_order_relaxed) != r.id) {
-        ++wrong_id;
+        ++t.wrong_id;
         checks.example("never early: ran with a Firing::id other than its own: " + describe(i, r));
       }
-      lateness.push_back(fired_now - r.due_ns);
+      t.lateness.push_back(fired_now - r.due_ns);
     }
   }
-  std::uint64_t periodic_runs = 0, periodic_missed = 0, overlaps = 0, periodic_early = 0, off_rate = 0,
-                after_cancel = 0;
-  for (unsigned k = 0; k < options.periodic; ++k) {
+  return t;
+}
+
+// What the periodic records say, once every thread of the runtime is joined.
+struct PeriodicTally {
+  std::uint64_t runs = 0, missed = 0, overlaps = 0, early = 0, off_rate = 0, after_cancel = 0;
+};
+
+PeriodicTally tally_periodic(const std::vector<PeriodicRecord>& periodic, Checks& checks) {
+  PeriodicTally t;
+  for (std::size_t k = 0; k < periodic.size(); ++k) {
     const PeriodicRecord& pr = periodic[k];
-    periodic_runs += pr.runs.load();
-    periodic_missed += pr.missed.load();
-    overlaps += pr.overlaps.load();
-    periodic_early += pr.early.load();
-    off_rate += pr.off_rate.load();
+    t.runs += pr.runs.load();
+    t.missed += pr.missed.load();
+    t.overlaps += pr.overlaps.load();
+    t.early += pr.early.load();
+    t.off_rate += pr.off_rate.load();
     if (pr.overlaps.load() != 0) {
       checks.example("periodic no overlap: periodic #" + std::to_string(k) + " had " +
                      std::to_string(pr.overlaps.load()) + " overlapping runs");
@@ -761,165 +813,210 @@ int run(const HarnessOptions& options) {
                      std::to_string(pr.off_rate_expected_ns.load()) + " ns");
     }
     if (pr.after_cancel.load() > 1) {
-      ++after_cancel;
+      ++t.after_cancel;
       checks.example("periodic run counts: periodic #" + std::to_string(k) + " started " +
                      std::to_string(pr.after_cancel.load()) + " runs after its cancel returned true (at most 1)");
     }
   }
+  return t;
+}
 
-  std::vector<Invariant> inv;
+// Everything the invariants and the report read.
+struct Outcome {
+  const HarnessOptions* options = nullptr;
+  const Shared* shared = nullptr;
+  std::uint64_t periodic_scheduled = 0;
+  DueByFlush due_by_flush;
+  std::uint64_t periodic_behind = 0;
+  PeriodicCancels periodic_cancels;
+  std::size_t not_fired = 0;  // shutdown's return
+  chime::Stats final_stats;
+  OneShotTally one_shot;
+  PeriodicTally periodic;
+};
+
+// ---- the invariants, one function each (the list at the top of this file) ----
+
+Invariant exactly_once(const Outcome& o) {
+  const OneShotTally& t = o.one_shot;
+  Invariant v{"exactly_once", "exactly once"};
+  v.checked = t.scheduled;
+  v.violations = t.fired_twice + t.both + t.neither + t.lost_to_nothing;
   char buf[512];
-  {
-    Invariant v{"exactly_once", "exactly once"};
-    v.checked = scheduled;
-    v.violations = fired_twice + both + neither + lost_to_nothing;
-    std::snprintf(buf, sizeof buf,
-                  "%s one-shot timers: %s ran, %s cancelled, %s swept by shutdown; %s ran twice, %s ran and were "
-                  "cancelled, %s neither, %s lost a race to a run that never came",
-                  with_commas(scheduled).c_str(), with_commas(ran).c_str(), with_commas(cancelled).c_str(),
-                  with_commas(swept).c_str(), with_commas(fired_twice).c_str(), with_commas(both).c_str(),
-                  with_commas(neither).c_str(), with_commas(lost_to_nothing).c_str());
-    v.detail = buf;
-    inv.push_back(v);
+  std::snprintf(buf, sizeof buf,
+                "%s one-shot timers: %s ran, %s cancelled, %s swept by shutdown; %s ran twice, %s ran and were "
+                "cancelled, %s neither, %s lost a race to a run that never came",
+                with_commas(t.scheduled).c_str(), with_commas(t.ran).c_str(), with_commas(t.cancelled).c_str(),
+                with_commas(t.swept).c_str(), with_commas(t.fired_twice).c_str(), with_commas(t.both).c_str(),
+                with_commas(t.neither).c_str(), with_commas(t.lost_to_nothing).c_str());
+  v.detail = buf;
+  return v;
+}
+
+Invariant never_early(const Outcome& o) {
+  const OneShotTally& t = o.one_shot;
+  const std::uint64_t periodic_runs = o.periodic.runs;
+  Invariant v{"never_early", "never early"};
+  v.checked = t.ran + periodic_runs;
+  v.violations = t.early + t.wrong_due + t.wrong_id + o.periodic.early;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s runs (%s one-shot, %s periodic): %s early, %s with a due other than the final one, %s with "
+                "another id",
+                with_commas(t.ran + periodic_runs).c_str(), with_commas(t.ran).c_str(),
+                with_commas(periodic_runs).c_str(), with_commas(t.early + o.periodic.early).c_str(),
+                with_commas(t.wrong_due).c_str(), with_commas(t.wrong_id).c_str());
+  v.detail = buf;
+  return v;
+}
+
+Invariant nothing_lost(const Outcome& o, Checks& checks) {
+  const OneShotTally& t = o.one_shot;
+  Invariant v{"nothing_lost", "nothing lost"};
+  v.checked = t.scheduled;
+  const bool balance = t.scheduled == t.ran + t.cancelled + t.swept;
+  const bool sweep_matches = t.swept == o.not_fired;
+  v.violations = o.due_by_flush.missing + (balance ? 0 : 1) + (sweep_matches ? 0 : 1);
+  if (!sweep_matches) {
+    checks.example("nothing lost: shutdown returned " + std::to_string(o.not_fired) + " not fired, but " +
+                   std::to_string(t.swept) + " one-shot timers were found swept");
   }
-  {
-    Invariant v{"never_early", "never early"};
-    v.checked = ran + periodic_runs;
-    v.violations = early + wrong_due + wrong_id + periodic_early;
-    std::snprintf(buf, sizeof buf,
-                  "%s runs (%s one-shot, %s periodic): %s early, %s with a due other than the final one, %s with "
-                  "another id",
-                  with_commas(ran + periodic_runs).c_str(), with_commas(ran).c_str(),
-                  with_commas(periodic_runs).c_str(), with_commas(early + periodic_early).c_str(),
-                  with_commas(wrong_due).c_str(), with_commas(wrong_id).c_str());
-    v.detail = buf;
-    inv.push_back(v);
-  }
-  {
-    Invariant v{"nothing_lost", "nothing lost"};
-    v.checked = scheduled;
-    const bool balance = scheduled == ran + cancelled + swept;
-    const bool sweep_matches = swept == not_fired;
-    v.violations = due_by_flush_missing + (balance ? 0 : 1) + (sweep_matches ? 0 : 1);
-    if (!sweep_matches) {
-      checks.example("nothing lost: shutdown returned " + std::to_string(not_fired) + " not fired, but " +
-                     std::to_string(swept) + " one-shot timers were found swept");
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "scheduled %s %s ran %s + cancelled %s + shutdown's not-fired %s (%s swept per timer); %s of %s "
+                "due by the flush not run",
+                with_commas(t.scheduled).c_str(), balance && sweep_matches ? "==" : "!=", with_commas(t.ran).c_str(),
+                with_commas(t.cancelled).c_str(), with_commas(o.not_fired).c_str(), with_commas(t.swept).c_str(),
+                with_commas(o.due_by_flush.missing).c_str(), with_commas(o.due_by_flush.due).c_str());
+  v.detail = buf;
+  return v;
+}
+
+Invariant periodic_no_overlap(const Outcome& o) {
+  Invariant v{"periodic_no_overlap", "periodic no overlap"};
+  v.checked = o.periodic.runs;
+  v.violations = o.periodic.overlaps;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%u timers, %s runs: %s overlapping", o.options->periodic,
+                with_commas(o.periodic.runs).c_str(), with_commas(o.periodic.overlaps).c_str());
+  v.detail = buf;
+  return v;
+}
+
+Invariant periodic_run_counts(const Outcome& o) {
+  const PeriodicTally& t = o.periodic;
+  Invariant v{"periodic_run_counts", "periodic run counts"};
+  v.checked = o.options->periodic;
+  v.violations = t.off_rate + o.periodic_behind + o.periodic_cancels.lost + t.after_cancel;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%u timers, %s runs + %s coalesced (skip): %s off the fixed rate, %s behind at the flush, %s "
+                "cancels lost, %s with > 1 run after cancel",
+                o.options->periodic, with_commas(t.runs).c_str(), with_commas(t.missed).c_str(),
+                with_commas(t.off_rate).c_str(), with_commas(o.periodic_behind).c_str(),
+                with_commas(o.periodic_cancels.lost).c_str(), with_commas(t.after_cancel).c_str());
+  v.detail = buf;
+  return v;
+}
+
+Invariant stats_agree(const Outcome& o, Checks& checks) {
+  const chime::Stats& s = o.final_stats;
+  Invariant v{"stats_agree", "runtime stats agree"};
+  const std::uint64_t cancel_won_total = o.one_shot.cancelled + o.periodic_cancels.won;
+  struct Row {
+    const char* name;
+    std::uint64_t runtime, harness;
+  } rows[] = {
+      {"scheduled", s.scheduled, o.one_shot.scheduled + o.periodic_scheduled},
+      {"fired", s.fired, o.one_shot.runs + o.periodic.runs},
+      {"cancelled", s.cancelled, cancel_won_total + o.not_fired},
+      {"rescheduled", s.rescheduled, producer_total(*o.shared, &ProducerCounters::resched_won)},
+      {"pending", s.pending, 0},
+      {"callback_errors", s.callback_errors, 0},
+  };
+  std::string mismatches;
+  for (const Row& row : rows) {
+    ++v.checked;
+    if (row.runtime != row.harness) {
+      ++v.violations;
+      mismatches += std::string(mismatches.empty() ? "" : ", ") + row.name + " " + with_commas(row.runtime) +
+                    " (harness: " + with_commas(row.harness) + ")";
+      checks.example(std::string("runtime stats agree: stats().") + row.name + " = " + std::to_string(row.runtime) +
+                     ", the harness counted " + std::to_string(row.harness));
     }
-    std::snprintf(buf, sizeof buf,
-                  "scheduled %s %s ran %s + cancelled %s + shutdown's not-fired %s (%s swept per timer); %s of %s "
-                  "due by the flush not run",
-                  with_commas(scheduled).c_str(), balance && sweep_matches ? "==" : "!=", with_commas(ran).c_str(),
-                  with_commas(cancelled).c_str(), with_commas(not_fired).c_str(), with_commas(swept).c_str(),
-                  with_commas(due_by_flush_missing).c_str(), with_commas(due_by_flush).c_str());
-    v.detail = buf;
-    inv.push_back(v);
   }
-  {
-    Invariant v{"periodic_no_overlap", "periodic no overlap"};
-    v.checked = periodic_runs;
-    v.violations = overlaps;
-    std::snprintf(buf, sizeof buf, "%u timers, %s runs: %s overlapping", options.periodic,
-                  with_commas(periodic_runs).c_str(), with_commas(overlaps).c_str());
-    v.detail = buf;
-    inv.push_back(v);
-  }
-  {
-    Invariant v{"periodic_run_counts", "periodic run counts"};
-    v.checked = options.periodic;
-    v.violations = off_rate + periodic_behind + periodic_cancel_lost + after_cancel;
-    std::snprintf(buf, sizeof buf,
-                  "%u timers, %s runs + %s coalesced (skip): %s off the fixed rate, %s behind at the flush, %s "
-                  "cancels lost, %s with > 1 run after cancel",
-                  options.periodic, with_commas(periodic_runs).c_str(), with_commas(periodic_missed).c_str(),
-                  with_commas(off_rate).c_str(), with_commas(periodic_behind).c_str(),
-                  with_commas(periodic_cancel_lost).c_str(), with_commas(after_cancel).c_str());
-    v.detail = buf;
-    inv.push_back(v);
-  }
-  {
-    Invariant v{"stats_agree", "runtime stats agree"};
-    const std::uint64_t cancel_won_total = cancelled + periodic_cancel_won;
-    struct Row {
-      const char* name;
-      std::uint64_t runtime, harness;
-    } rows[] = {
-        {"scheduled", final_stats.scheduled, scheduled + periodic_scheduled},
-        {"fired", final_stats.fired, runs + periodic_runs},
-        {"cancelled", final_stats.cancelled, cancel_won_total + not_fired},
-        {"rescheduled", final_stats.rescheduled, producer_totals(&ProducerCounters::resched_won)},
-        {"pending", final_stats.pending, 0},
-        {"callback_errors", final_stats.callback_errors, 0},
-    };
-    std::string mismatches;
-    for (const Row& row : rows) {
-      ++v.checked;
-      if (row.runtime != row.harness) {
-        ++v.violations;
-        mismatches += std::string(mismatches.empty() ? "" : ", ") + row.name + " " + with_commas(row.runtime) +
-                      " (harness: " + with_commas(row.harness) + ")";
-        checks.example(std::string("runtime stats agree: stats().") + row.name + " = " +
-                       std::to_string(row.runtime) + ", the harness counted " + std::to_string(row.harness));
-      }
-    }
-    v.detail = mismatches.empty() ? "scheduled, fired, cancelled, rescheduled, pending (0), callback_errors (0)"
-                                  : "differ: " + mismatches;
-    inv.push_back(v);
-  }
+  v.detail = mismatches.empty() ? "scheduled, fired, cancelled, rescheduled, pending (0), callback_errors (0)"
+                                : "differ: " + mismatches;
+  return v;
+}
+
+std::vector<Invariant> judge(const Outcome& o, Checks& checks) {
+  std::vector<Invariant> inv;
+  inv.push_back(exactly_once(o));
+  inv.push_back(never_early(o));
+  inv.push_back(nothing_lost(o, checks));
+  inv.push_back(periodic_no_overlap(o));
+  inv.push_back(periodic_run_counts(o));
+  inv.push_back(stats_agree(o, checks));
+  return inv;
+}
+
+// ---- the report ----
+
+// The figures of the text report and the JSON.
+struct Figures {
+  double producing_s = 0, total_s = 0, settle_s = 0;
+  std::uint64_t cancel_calls = 0, cancel_won = 0, resched_calls = 0, resched_won = 0, resched_earlier = 0;
+  std::uint64_t near = 0, mid = 0, far = 0;
+  std::uint64_t fired_producing = 0, fires_total = 0;
+  Percentiles own;
+  std::uint64_t peak_rss = 0, baseline_rss = 0, peak_pending = 0, rss_at_peak_pending = 0;
+  double growth = 0, bytes_per_pending = 0;
   std::uint64_t total_violations = 0;
-  for (const Invariant& v : inv) total_violations += v.violations;
+  double per_s(std::uint64_t count) const { return producing_s > 0 ? static_cast<double>(count) / producing_s : 0.0; }
+};
 
-  // ---- report ----
-  const double producing_s = seconds_between(shared.start, produced_at);
-  const double total_s = seconds_between(shared.start, shut_down_at);
-  const double settle_s = seconds_between(produced_at, flushed_at);
-  const std::uint64_t cancel_calls = producer_totals(&ProducerCounters::cancel_calls);
-  const std::uint64_t cancel_won = producer_totals(&ProducerCounters::cancel_won);
-  const std::uint64_t resched_calls = producer_totals(&ProducerCounters::resched_calls);
-  const std::uint64_t resched_won = producer_totals(&ProducerCounters::resched_won);
-  const std::uint64_t resched_earlier = producer_totals(&ProducerCounters::resched_earlier);
-  const std::uint64_t near = producer_totals(&ProducerCounters::near), mid = producer_totals(&ProducerCounters::mid),
-                      far = producer_totals(&ProducerCounters::far);
-  const std::uint64_t fired_producing = at_end_of_producing.fired;
-  auto per_s = [&](std::uint64_t count) { return producing_s > 0 ? static_cast<double>(count) / producing_s : 0.0; };
-  const Percentiles own = percentiles(lateness);
-  const chime::LatenessStats& rl = final_stats.lateness;
-  const std::uint64_t peak_rss = peak_rss_bytes();
-  const double growth = rss_at_peak_pending > baseline_rss ? static_cast<double>(rss_at_peak_pending - baseline_rss) : 0;
-  const double bytes_per_pending = peak_pending > 0 ? growth / static_cast<double>(peak_pending) : 0;
-  const std::uint64_t fires_total = final_stats.fired;
-  const double mix_total = static_cast<double>(std::max<std::uint64_t>(near + mid + far, 1));
-
-  std::fprintf(out, "\nreport: producing %.2f s, then settling + flush %.2f s; %.2f s in all\n", producing_s,
-               settle_s, total_s);
+void print_report(FILE* out, std::uint64_t seed, const Outcome& o, const Figures& f, const std::vector<Invariant>& inv,
+                  const Checks& checks) {
+  const chime::LatenessStats& rl = o.final_stats.lateness;
+  const std::uint64_t scheduled = o.one_shot.scheduled;
+  const double mix_total = static_cast<double>(std::max<std::uint64_t>(f.near + f.mid + f.far, 1));
+  std::fprintf(out, "\nreport: producing %.2f s, then settling + flush %.2f s; %.2f s in all\n", f.producing_s,
+               f.settle_s, f.total_s);
   std::fprintf(out, "  operations        count      per second while producing\n");
   std::fprintf(out, "    schedule   %12s  %12s   due: %.0f%% near, %.0f%% level 1, %.0f%% far\n",
-               with_commas(scheduled).c_str(), with_commas(static_cast<std::uint64_t>(per_s(scheduled))).c_str(),
-               100.0 * static_cast<double>(near) / mix_total, 100.0 * static_cast<double>(mid) / mix_total,
-               100.0 * static_cast<double>(far) / mix_total);
-  std::fprintf(out, "    cancel     %12s  %12s   %s won, %s lost to a run\n", with_commas(cancel_calls).c_str(),
-               with_commas(static_cast<std::uint64_t>(per_s(cancel_calls))).c_str(), with_commas(cancel_won).c_str(),
-               with_commas(cancel_calls - cancel_won).c_str());
+               with_commas(scheduled).c_str(), with_commas(static_cast<std::uint64_t>(f.per_s(scheduled))).c_str(),
+               100.0 * static_cast<double>(f.near) / mix_total, 100.0 * static_cast<double>(f.mid) / mix_total,
+               100.0 * static_cast<double>(f.far) / mix_total);
+  std::fprintf(out, "    cancel     %12s  %12s   %s won, %s lost to a run\n", with_commas(f.cancel_calls).c_str(),
+               with_commas(static_cast<std::uint64_t>(f.per_s(f.cancel_calls))).c_str(),
+               with_commas(f.cancel_won).c_str(), with_commas(f.cancel_calls - f.cancel_won).c_str());
   std::fprintf(out, "    reschedule %12s  %12s   %s won, %s lost to a run or cancel; %s earlier, %s later\n",
-               with_commas(resched_calls).c_str(), with_commas(static_cast<std::uint64_t>(per_s(resched_calls))).c_str(),
-               with_commas(resched_won).c_str(), with_commas(resched_calls - resched_won).c_str(),
-               with_commas(resched_earlier).c_str(), with_commas(resched_calls - resched_earlier).c_str());
+               with_commas(f.resched_calls).c_str(),
+               with_commas(static_cast<std::uint64_t>(f.per_s(f.resched_calls))).c_str(),
+               with_commas(f.resched_won).c_str(), with_commas(f.resched_calls - f.resched_won).c_str(),
+               with_commas(f.resched_earlier).c_str(), with_commas(f.resched_calls - f.resched_earlier).c_str());
   std::fprintf(out, "    fire       %12s  %12s   %s one-shot, %s periodic runs (%s while producing)\n",
-               with_commas(fires_total).c_str(), with_commas(static_cast<std::uint64_t>(per_s(fired_producing))).c_str(),
-               with_commas(ran).c_str(), with_commas(periodic_runs).c_str(), with_commas(fired_producing).c_str());
+               with_commas(f.fires_total).c_str(),
+               with_commas(static_cast<std::uint64_t>(f.per_s(f.fired_producing))).c_str(),
+               with_commas(o.one_shot.ran).c_str(), with_commas(o.periodic.runs).c_str(),
+               with_commas(f.fired_producing).c_str());
   std::fprintf(out, "  fire lateness          p50         p99        p999         max\n");
   std::fprintf(out, "    runtime stats() %11s %11s %11s %11s   worker start - due, all runs (buckets: +12.5%%)\n",
                format_duration(rl.p50.count()).c_str(), format_duration(rl.p99.count()).c_str(),
                format_duration(rl.p999.count()).c_str(), format_duration(rl.max.count()).c_str());
   std::fprintf(out, "    harness         %11s %11s %11s %11s   callback's clock().now() - final due, %s one-shots\n",
-               format_duration(own.p50).c_str(), format_duration(own.p99).c_str(),
-               format_duration(own.p999).c_str(), format_duration(own.max).c_str(), with_commas(own.count).c_str());
-  std::fprintf(out, "  wheel wake-ups    %s (%s/s; %.3f per fire)\n", with_commas(final_stats.wakeups).c_str(),
-               with_commas(static_cast<std::uint64_t>(static_cast<double>(final_stats.wakeups) / total_s)).c_str(),
-               fires_total ? static_cast<double>(final_stats.wakeups) / static_cast<double>(fires_total) : 0.0);
+               format_duration(f.own.p50).c_str(), format_duration(f.own.p99).c_str(),
+               format_duration(f.own.p999).c_str(), format_duration(f.own.max).c_str(),
+               with_commas(f.own.count).c_str());
+  std::fprintf(out, "  wheel wake-ups    %s (%s/s; %.3f per fire)\n", with_commas(o.final_stats.wakeups).c_str(),
+               with_commas(static_cast<std::uint64_t>(static_cast<double>(o.final_stats.wakeups) / f.total_s)).c_str(),
+               f.fires_total ? static_cast<double>(o.final_stats.wakeups) / static_cast<double>(f.fires_total) : 0.0);
   std::fprintf(out, "  memory            peak RSS %s; peak pending %s timers at RSS %s over the start",
-               format_bytes(static_cast<double>(peak_rss)).c_str(), with_commas(peak_pending).c_str(),
-               format_bytes(growth).c_str());
-  if (peak_pending > 0) std::fprintf(out, " = %.0f bytes per pending timer\n", bytes_per_pending);
+               format_bytes(static_cast<double>(f.peak_rss)).c_str(), with_commas(f.peak_pending).c_str(),
+               format_bytes(f.growth).c_str());
+  if (f.peak_pending > 0)
+    std::fprintf(out, " = %.0f bytes per pending timer\n", f.bytes_per_pending);
   else std::fprintf(out, "\n");
   std::fprintf(out, "invariants\n");
   for (const Invariant& v : inv) {
@@ -929,76 +1026,163 @@ int run(const HarnessOptions& options) {
   if (checks.example_total > checks.examples.size()) {
     std::fprintf(out, "  ... and %s more\n", with_commas(checks.example_total - checks.examples.size()).c_str());
   }
-  if (total_violations == 0) {
+  if (f.total_violations == 0) {
     std::fprintf(out, "result: every invariant holds (seed %" PRIu64 ")\n", seed);
   } else {
     std::fprintf(out, "result: %s violation(s) (seed %" PRIu64 ", replay: --seed %" PRIu64 ")\n",
-                 with_commas(total_violations).c_str(), seed, seed);
+                 with_commas(f.total_violations).c_str(), seed, seed);
   }
   std::fflush(out);
+}
 
-  if (options.json) {
-    FILE* jf = json_stdout ? stdout : std::fopen(options.json->c_str(), "w");
-    if (jf == nullptr) {
-      std::fprintf(stderr, "chime-stress: cannot write --json %s\n", options.json->c_str());
-      return 1;
-    }
-    auto op = [&](const char* name, std::uint64_t count, double rate_s, bool last) {
-      std::fprintf(jf, "    \"%s\": {\"count\": %" PRIu64 ", \"per_second\": %.1f}%s\n", name, count, rate_s,
-                   last ? "" : ",");
-    };
-    std::fprintf(jf, "{\n  \"seed\": %" PRIu64 ",\n", seed);
-    std::fprintf(jf,
-                 "  \"options\": {\"producers\": %u, \"timers\": %" PRIu64
-                 ", \"cancel_ratio\": %g, \"reschedule_ratio\": %g, \"periodic\": %u, \"seconds\": %g, "
-                 "\"precision_ns\": %" PRId64 ", \"rate\": %.1f, \"workers\": %u},\n",
-                 options.producers, options.timers, options.cancel_ratio, options.reschedule_ratio, options.periodic,
-                 options.seconds, precision_ns, rate, options.workers);
-    std::fprintf(jf, "  \"seconds\": {\"producing\": %.3f, \"settling\": %.3f, \"total\": %.3f},\n", producing_s,
-                 settle_s, total_s);
-    std::fprintf(jf, "  \"operations\": {\n");
-    op("schedule", scheduled, per_s(scheduled), false);
-    op("cancel", cancel_calls, per_s(cancel_calls), false);
-    op("reschedule", resched_calls, per_s(resched_calls), false);
-    op("fire", fires_total, per_s(fired_producing), true);
-    std::fprintf(jf, "  },\n");
-    std::fprintf(jf,
-                 "  \"outcomes\": {\"cancel_won\": %" PRIu64 ", \"reschedule_won\": %" PRIu64
-                 ", \"reschedule_earlier\": %" PRIu64 ", \"one_shot_ran\": %" PRIu64 ", \"periodic_runs\": %" PRIu64
-                 ", \"periodic_missed\": %" PRIu64 ", \"shutdown_not_fired\": %zu},\n",
-                 cancel_won, resched_won, resched_earlier, ran, periodic_runs, periodic_missed, not_fired);
-    std::fprintf(jf,
-                 "  \"lateness_ns\": {\n    \"runtime\": {\"p50\": %" PRId64 ", \"p99\": %" PRId64
-                 ", \"p999\": %" PRId64 ", \"max\": %" PRId64 "},\n",
-                 static_cast<std::int64_t>(rl.p50.count()), static_cast<std::int64_t>(rl.p99.count()),
-                 static_cast<std::int64_t>(rl.p999.count()), static_cast<std::int64_t>(rl.max.count()));
-    std::fprintf(jf,
-                 "    \"harness\": {\"p50\": %" PRId64 ", \"p99\": %" PRId64 ", \"p999\": %" PRId64
-                 ", \"max\": %" PRId64 ", \"count\": %" PRIu64 "}\n  },\n",
-                 own.p50, own.p99, own.p999, own.max, own.count);
-    std::fprintf(jf, "  \"wakeups\": %" PRIu64 ",\n", final_stats.wakeups);
-    std::fprintf(jf,
-                 "  \"memory\": {\"peak_rss_bytes\": %" PRIu64 ", \"baseline_rss_bytes\": %" PRIu64
-                 ", \"rss_at_peak_pending_bytes\": %" PRIu64 ", \"peak_pending\": %" PRIu64
-                 ", \"bytes_per_pending_timer\": %.1f},\n",
-                 peak_rss, baseline_rss, rss_at_peak_pending, peak_pending, bytes_per_pending);
-    std::fprintf(jf, "  \"invariants\": {\n");
-    for (std::size_t k = 0; k < inv.size(); ++k) {
-      std::fprintf(jf, "    \"%s\": {\"ok\": %s, \"checked\": %" PRIu64 ", \"violations\": %" PRIu64
-                       ", \"detail\": \"%s\"}%s\n",
-                   inv[k].key.c_str(), inv[k].violations == 0 ? "true" : "false", inv[k].checked, inv[k].violations,
-                   json_escape(inv[k].detail).c_str(), k + 1 == inv.size() ? "" : ",");
-    }
-    std::fprintf(jf, "  },\n  \"violation_examples\": [");
-    for (std::size_t k = 0; k < checks.examples.size(); ++k) {
-      std::fprintf(jf, "%s\"%s\"", k == 0 ? "" : ", ", json_escape(checks.examples[k]).c_str());
-    }
-    std::fprintf(jf, "],\n  \"violations\": %" PRIu64 ",\n  \"ok\": %s\n}\n", total_violations,
-                 total_violations == 0 ? "true" : "false");
-    if (jf != stdout) std::fclose(jf);
-    else std::fflush(jf);
+// --json FILE (or - for stdout). Returns false if the file cannot be opened.
+bool write_json(const HarnessOptions& options, bool json_stdout, std::uint64_t seed, double rate, const Outcome& o,
+                const Figures& f, const std::vector<Invariant>& inv, const Checks& checks) {
+  FILE* jf = json_stdout ? stdout : std::fopen(options.json->c_str(), "w");
+  if (jf == nullptr) {
+    std::fprintf(stderr, "chime-stress: cannot write --json %s\n", options.json->c_str());
+    return false;
   }
-  return total_violations == 0 ? 0 : 1;
+  const chime::LatenessStats& rl = o.final_stats.lateness;
+  const std::uint64_t scheduled = o.one_shot.scheduled;
+  auto op = [&](const char* name, std::uint64_t count, double rate_s, bool last) {
+    std::fprintf(jf, "    \"%s\": {\"count\": %" PRIu64 ", \"per_second\": %.1f}%s\n", name, count, rate_s,
+                 last ? "" : ",");
+  };
+  std::fprintf(jf, "{\n  \"seed\": %" PRIu64 ",\n", seed);
+  std::fprintf(jf,
+               "  \"options\": {\"producers\": %u, \"timers\": %" PRIu64
+               ", \"cancel_ratio\": %g, \"reschedule_ratio\": %g, \"periodic\": %u, \"seconds\": %g, "
+               "\"precision_ns\": %" PRId64 ", \"rate\": %.1f, \"workers\": %u},\n",
+               options.producers, options.timers, options.cancel_ratio, options.reschedule_ratio, options.periodic,
+               options.seconds, static_cast<std::int64_t>(options.precision.count()), rate, options.workers);
+  std::fprintf(jf, "  \"seconds\": {\"producing\": %.3f, \"settling\": %.3f, \"total\": %.3f},\n", f.producing_s,
+               f.settle_s, f.total_s);
+  std::fprintf(jf, "  \"operations\": {\n");
+  op("schedule", scheduled, f.per_s(scheduled), false);
+  op("cancel", f.cancel_calls, f.per_s(f.cancel_calls), false);
+  op("reschedule", f.resched_calls, f.per_s(f.resched_calls), false);
+  op("fire", f.fires_total, f.per_s(f.fired_producing), true);
+  std::fprintf(jf, "  },\n");
+  std::fprintf(jf,
+               "  \"outcomes\": {\"cancel_won\": %" PRIu64 ", \"reschedule_won\": %" PRIu64
+               ", \"reschedule_earlier\": %" PRIu64 ", \"one_shot_ran\": %" PRIu64 ", \"periodic_runs\": %" PRIu64
+               ", \"periodic_missed\": %" PRIu64 ", \"shutdown_not_fired\": %zu},\n",
+               f.cancel_won, f.resched_won, f.resched_earlier, o.one_shot.ran, o.periodic.runs, o.periodic.missed,
+               o.not_fired);
+  std::fprintf(jf,
+               "  \"lateness_ns\": {\n    \"runtime\": {\"p50\": %" PRId64 ", \"p99\": %" PRId64 ", \"p999\": %" PRId64
+               ", \"max\": %" PRId64 "},\n",
+               static_cast<std::int64_t>(rl.p50.count()), static_cast<std::int64_t>(rl.p99.count()),
+               static_cast<std::int64_t>(rl.p999.count()), static_cast<std::int64_t>(rl.max.count()));
+  std::fprintf(jf,
+               "    \"harness\": {\"p50\": %" PRId64 ", \"p99\": %" PRId64 ", \"p999\": %" PRId64 ", \"max\": %" PRId64
+               ", \"count\": %" PRIu64 "}\n  },\n",
+               f.own.p50, f.own.p99, f.own.p999, f.own.max, f.own.count);
+  std::fprintf(jf, "  \"wakeups\": %" PRIu64 ",\n", o.final_stats.wakeups);
+  std::fprintf(jf,
+               "  \"memory\": {\"peak_rss_bytes\": %" PRIu64 ", \"baseline_rss_bytes\": %" PRIu64
+               ", \"rss_at_peak_pending_bytes\": %" PRIu64 ", \"peak_pending\": %" PRIu64
+               ", \"bytes_per_pending_timer\": %.1f},\n",
+               f.peak_rss, f.baseline_rss, f.rss_at_peak_pending, f.peak_pending, f.bytes_per_pending);
+  std::fprintf(jf, "  \"invariants\": {\n");
+  for (std::size_t k = 0; k < inv.size(); ++k) {
+    std::fprintf(
+        jf, "    \"%s\": {\"ok\": %s, \"checked\": %" PRIu64 ", \"violations\": %" PRIu64 ", \"detail\": \"%s\"}%s\n",
+        inv[k].key.c_str(), inv[k].violations == 0 ? "true" : "false", inv[k].checked, inv[k].violations,
+        json_escape(inv[k].detail).c_str(), k + 1 == inv.size() ? "" : ",");
+  }
+  std::fprintf(jf, "  },\n  \"violation_examples\": [");
+  for (std::size_t k = 0; k < checks.examples.size(); ++k) {
+    std::fprintf(jf, "%s\"%s\"", k == 0 ? "" : ", ", json_escape(checks.examples[k]).c_str());
+  }
+  std::fprintf(jf, "],\n  \"violations\": %" PRIu64 ",\n  \"ok\": %s\n}\n", f.total_violations,
+               f.total_violations == 0 ? "true" : "false");
+  if (jf != stdout)
+    std::fclose(jf);
+  else
+    std::fflush(jf);
+  return true;
+}
+
+int run(const HarnessOptions& options) {
+  const bool json_stdout = options.json && *options.json == "-";
+  FILE* out = json_stdout ? stderr : stdout;
+  Progress progress(out, isatty(fileno(out)) != 0);
+
+  const std::uint64_t seed =
+      options.seed ? *options.seed : (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  // Default pace: N over S seconds, 5% faster so that N is reached just before the deadline.
+  const double rate = options.rate ? *options.rate : 1.05 * static_cast<double>(options.timers) / options.seconds;
+  const std::int64_t precision_ns = options.precision.count();
+  announce(out, options, seed, rate);
+
+  // The records first (value-initialized, so their pages are resident before the baseline).
+  std::unique_ptr<TimerRecord[]> records(new TimerRecord[options.timers]);
+  std::vector<PeriodicRecord> periodic(options.periodic);
+
+  chime::RuntimeOptions rt_options;
+  rt_options.precision = options.precision;
+  rt_options.workers = options.workers;
+  chime::Runtime rt(rt_options);
+
+  Shared shared(options, seed, rate, rt, records.get());
+  std::vector<std::unique_ptr<Producer>> producers;
+  for (unsigned p = 0; p < options.producers; ++p) producers.push_back(std::make_unique<Producer>(shared, p));
+
+  const std::uint64_t baseline_rss = chime_stress::current_rss_bytes();
+  Outcome o;
+  o.options = &options;
+  o.shared = &shared;
+  o.periodic_scheduled = schedule_periodic(rt, periodic, precision_ns);
+
+  Sampler sampler(rt, shared, progress, baseline_rss);
+  Produced produced;
+  if (!produce(options, shared, producers, sampler, progress, produced)) return 1;
+
+  // Settle, flush, and check what the flush promises.
+  const Flushed flushed = settle_and_flush(rt, sampler, precision_ns);
+  Checks checks;
+  o.due_by_flush = check_one_shots_due_by_flush(records.get(), options.timers, flushed.called_ns, precision_ns, checks);
+  o.periodic_behind = check_periodic_behind_flush(periodic, flushed.called_ns, precision_ns, checks);
+  o.periodic_cancels = cancel_periodic(rt, periodic, checks);
+  rt.flush();
+  const chime::Stats before_shutdown = rt.stats();
+  o.not_fired = rt.shutdown(chime::ShutdownMode::cancel_pending);
+  const SteadyTime shut_down_at = std::chrono::steady_clock::now();
+  o.final_stats = rt.stats();
+
+  // Every thread of the runtime is joined: tally the records and judge.
+  o.one_shot = tally_one_shots(rt, records.get(), options.timers, before_shutdown.fired, checks);
+  o.periodic = tally_periodic(periodic, checks);
+  const std::vector<Invariant> inv = judge(o, checks);
+
+  Figures f;
+  for (const Invariant& v : inv) f.total_violations += v.violations;
+  f.producing_s = seconds_between(shared.start, produced.at);
+  f.total_s = seconds_between(shared.start, shut_down_at);
+  f.settle_s = seconds_between(produced.at, flushed.at);
+  f.cancel_calls = producer_total(shared, &ProducerCounters::cancel_calls);
+  f.cancel_won = producer_total(shared, &ProducerCounters::cancel_won);
+  f.resched_calls = producer_total(shared, &ProducerCounters::resched_calls);
+  f.resched_won = producer_total(shared, &ProducerCounters::resched_won);
+  f.resched_earlier = producer_total(shared, &ProducerCounters::resched_earlier);
+  f.near = producer_total(shared, &ProducerCounters::near);
+  f.mid = producer_total(shared, &ProducerCounters::mid);
+  f.far = producer_total(shared, &ProducerCounters::far);
+  f.fired_producing = produced.stats.fired;
+  f.fires_total = o.final_stats.fired;
+  f.own = percentiles(o.one_shot.lateness);
+  f.peak_rss = chime_stress::peak_rss_bytes();
+  f.baseline_rss = baseline_rss;
+  f.peak_pending = sampler.peak_pending();
+  f.rss_at_peak_pending = sampler.rss_at_peak_pending();
+  f.growth = f.rss_at_peak_pending > baseline_rss ? static_cast<double>(f.rss_at_peak_pending - baseline_rss) : 0;
+  f.bytes_per_pending = f.peak_pending > 0 ? f.growth / static_cast<double>(f.peak_pending) : 0;
+
+  print_report(out, seed, o, f, inv, checks);
+  if (options.json && !write_json(options, json_stdout, seed, rate, o, f, inv, checks)) return 1;
+  return f.total_violations == 0 ? 0 : 1;
 }
 
 }  // namespace
