@@ -23,6 +23,8 @@ CHIME_BUILD_PACKAGES=(
 CHIME_TEST_PACKAGES=(
   "${CHIME_BUILD_PACKAGES[@]}"
   clang                   # header self-containment check with a second compiler
+  clang-format            # scripts/lint: formatting of changed lines
+  clang-tidy              # scripts/lint: .clang-tidy on changed files
 )
 
 CHIME_SCRIPT_START=${CHIME_SCRIPT_START:-$SECONDS}
