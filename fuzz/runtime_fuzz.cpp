@@ -1,44 +1,70 @@
 // fuzz/runtime_fuzz.cpp: libFuzzer target that drives chime::Runtime with a
-// ManualClock and workers = 0 (callbacks run on the wheel thread, in the
-// batches the wheel thread hands over) from the fuzzer's bytes, and checks
-// every outcome against a model. It is linked against runtime sources built
-// with CHIME_ZOMBIE_SWEEP_MIN=2 (fuzz/CMakeLists.txt): cancels of filed
-// timers leave zombies that the wheel reclaims lazily, and two of them
-// already trigger a sweep, so the lazy-cancel paths (ADD no-op, reclaim at
-// the alarm, sweep, slot reuse after a sweep) are all reached by small
-// inputs.
+// ManualClock from the fuzzer's bytes, and checks every outcome against a
+// model. Most inputs use workers = 0 (callbacks run on the wheel thread, in
+// the batches the wheel thread hands over); some use 1 or 2 workers, so that
+// cancel_and_wait waits for a run on another thread. It is linked against
+// runtime sources built with CHIME_ZOMBIE_SWEEP_MIN=2 (fuzz/CMakeLists.txt):
+// cancels of filed timers leave zombies that the wheel reclaims lazily, and
+// two of them already trigger a sweep, so the lazy-cancel paths (ADD no-op,
+// reclaim at the alarm, sweep, slot reuse after a sweep) are all reached by
+// small inputs.
 //
 // Input layout (every read past the end is 0, so any byte string is valid):
-//   byte 0   precision, from {1, 3, 1000, 1000000} ns
+//   byte 0   precision, from {1, 3, 1000, 1000000} ns (bits 0-1); workers (bits 2-4: 0, or 1-2 when bits 2-3 are set)
 //   byte 1   level bits, from kBitSets (tiny ones make the due-time range a few intervals)
 //   byte 2   start of the clock: a selector byte and its operand (see pick_start)
-//   next     max_pending (0 = unbounded, else 1..8) and the command queue backend
+//   next     max_pending (0 = unbounded, else 1..8), the command queue backend (0x80) and
+//            RuntimeOptions::slow_run (0x40: 0 ns, every run is slow; else the default 10 ms)
 //   then     operations, at most kMaxOps: an op byte and its operand bytes (see step()).
 //
-// The model. The clock moves only in the "advance + flush" operation, so
+// The model (include/chime/runtime.hpp's rules). The clock moves only in the
+// "advance + flush" operation, which flushes before it moves the clock and
+// again after (as tests/runtime_test_support.hpp's advance_to does), so every
+// command is applied while the clock is at the time the model knows (c_), and
 // between operations the wheel's time W equals the clock (clamped to the
-// wheel's last interval, and frozen by shutdown). A one-shot due at d is ripe
-// once W >= interval_start(d) + precision (interval_start relative to the
-// clock's time at construction). A timer that is not ripe has not run:
-// cancel and reschedule must return true, state() must be pending. A timer
-// that became ripe without a flush (scheduled or rescheduled into the past)
-// may run at any moment on the wheel thread, so cancel/reschedule may return
-// either value there, but every ripe timer that was not cancelled must have
-// run by the next flush(), exactly once, with Firing::due its current due
-// time. Periodic timers are only made ripe by a flush (the harness flushes
-// right after scheduling or rescheduling one into the past), so their runs are
-// exact: Missed::skip coalesces every due run before the boundary into one
-// (due = the latest, missed = the others), Missed::catch_up runs each in
-// order. Inside each callback the harness checks state(self) == running and
-// that the clock has reached interval_start(due) + precision (never early),
-// except in drain() and shutdown(fire_pending), which run timers early by
-// contract. It also checks the due-time range (std::out_of_range exactly at
-// the limit the wheel guarantees), max_pending (CapacityError when the model
-// says the runtime must be full, success when it cannot be), drain()'s count,
-// stats() after each flush, on_error for throwing callbacks, the
-// std::logic_error of flush/drain/shutdown inside a callback, stale and
-// forged TimerIds, and at the end shutdown()'s count of pending timers and
-// the behaviour after shutdown.
+// wheel's last interval, and frozen by shutdown).
+// - Due now at application: a timer scheduled (or rescheduled to an EARLIER
+//   due, which posts a command) with its due d <= the clock is due now: it may
+//   run at any moment after the call, and must have run by the next flush,
+//   exactly once, with Firing::due = d and never before d by the clock. Such
+//   a one-shot is `ambiguous` in the model until that flush: cancel /
+//   try_cancel / reschedule may see either outcome.
+// - Otherwise the interval rule: a run due at d is ripe once
+//   W >= interval_start(d) + precision (interval_start relative to the
+//   clock's time at construction). A timer that is not ripe and not due now
+//   has not run: cancel and reschedule must return true, try_cancel
+//   `cancelled`, state() pending.
+// - A reschedule to a LATER due (a "touch") posts no command: the timer keeps
+//   the interval rule of its filed alarm; one due now stays so iff its new
+//   due is still <= the clock.
+// - Periodic timers are only made runnable under a flush (the harness
+//   flushes right after scheduling one due now, or rescheduling one earlier
+//   to a due <= the clock), so their runs are exact. Their first run after
+//   such an application is due now: Missed::skip / delay coalesce the runs due
+//   up to the clock (the wheel's fired_at) into one (due = the latest,
+//   missed = the others); catch_up runs the first due one. Their re-arms keep
+//   the interval rule: skip / delay coalesce every run due before the
+//   boundary (the wheel's interval start), catch_up runs each in order. The
+//   next run after a skip / catch_up run is due + period; after a delay run,
+//   the clock's time when the run returned + period (the ManualClock cannot
+//   move during a run).
+// Inside each callback the harness checks state(self) == running and that
+// the run is not early (by the rule that applies to it), except in drain()
+// and shutdown(fire_pending), which run timers early by contract. Callbacks
+// may cancel themselves (cancel, try_cancel, cancel_and_wait: `running`,
+// without waiting, and state(self) stays `running` until the run returns),
+// throw, call flush/drain/shutdown (std::logic_error), or sleep (so that the
+// harness's cancel_and_wait finds a run in progress and must return only
+// after it ended). The harness checks try_cancel / cancel_and_wait against
+// the model (cancelled / running / done / unknown), the due-time range
+// (std::out_of_range exactly at the limit the wheel guarantees), max_pending
+// (CapacityError when the model says the runtime must be full, success when
+// it cannot be), drain()'s count, stats() after each flush (run_time's
+// percentiles ordered, slow_runs and on_slow_run), on_error for throwing
+// callbacks, stale and forged TimerIds (forged with this runtime's tag to
+// alias, with another tag, tag 0, or an id from a second Runtime, which must
+// be unknown everywhere), and at the end shutdown()'s count of pending
+// timers and the behaviour after shutdown.
 //
 // No input is skipped for a known bug: the ten findings so far are fixed
 // and their inputs replay as fuzz/corpus/runtime/regression-*. Each input is
@@ -48,6 +74,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -59,12 +86,14 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fuzz_input.hpp"
 
 namespace {
 
+using chime::CancelResult;
 using chime::Duration;
 using chime::Missed;
 using chime::TimePoint;
@@ -102,6 +131,15 @@ const char* state_name(TimerState s) {
   }
 }
 unsigned bit(TimerState s) { return 1u << static_cast<unsigned>(s); }
+const char* result_name(CancelResult r) {
+  switch (r) {
+    case CancelResult::cancelled: return "cancelled";
+    case CancelResult::running: return "running";
+    case CancelResult::done: return "done";
+    default: return "unknown";
+  }
+}
+unsigned bit(CancelResult r) { return 1u << static_cast<unsigned>(r); }
 
 
 const std::vector<std::vector<int>>& bit_sets() {
@@ -116,10 +154,14 @@ enum class Action : std::uint8_t {
   throw_std,      // throws std::runtime_error: on_error must see it
   throw_other,    // throws an int
   try_blocking,   // flush, drain, shutdown: each must throw std::logic_error
-  cancel_self,    // periodic: true, and no later run; one-shot: false (it is running)
-  reschedule_self // false: it is running, not pending
+  cancel_self,    // periodic: true, and no later run; one-shot: false (it is running); state(self) stays running
+  reschedule_self, // false: it is running, not pending
+  try_cancel_self, // `running` (periodic: and no later run); a second cancel is false; state(self) stays running
+  wait_self,       // cancel_and_wait(self): `running` at once, without waiting for itself (periodic: no later run)
+  slow             // sleeps 1 ms (at most kMaxSlowRuns times per input): a run the harness can find in progress
 };
-constexpr int kNumActions = 6;
+constexpr int kNumActions = 9;
+constexpr int kMaxSlowRuns = 8;
 
 // One callback run, as seen from inside the callback (on the wheel thread).
 struct Run {
@@ -130,6 +172,8 @@ struct Run {
   bool draining = false;  // drain() or shutdown(fire_pending) was in progress
   bool blocking_refused = true;
   bool self_result = false;
+  CancelResult self_cancel = CancelResult::unknown;  // try_cancel_self, wait_self
+  TimerState state_after = TimerState::running;      // state(self) after cancelling itself
 };
 
 // The model of one timer.
@@ -141,8 +185,13 @@ struct MTimer {
   std::int64_t due = 0;  // one-shot: its due time; periodic: its next run's due time
   Action action = Action::record;
   enum class St { pending, fired, cancelled } st = St::pending;
-  bool ambiguous = false;         // one-shot made ripe outside a flush: may run at any moment
+  // One-shot due now at its application (scheduled, or rescheduled earlier, to a due <= the clock), outside
+  // a flush: it may run at any moment, and has run by the next flush. Stays set once it ran.
+  bool ambiguous = false;
   std::uint64_t ripe_sched = 0;   // schedules counted when it became ambiguous
+  // Periodic: its next run is due now (the harness flushed right after the application that made it so):
+  // the run coalesces up to the clock, not the boundary. Cleared by that run.
+  bool due_now = false;
   std::uint64_t terminal_sched = 0;  // schedules counted when its slot could first have been freed
   bool settled = false;           // terminal and its slot certainly freed (a flush or drain since)
   std::uint64_t runs = 0;
@@ -165,7 +214,9 @@ struct BigCallback {
 class RuntimeFuzz {
  public:
   explicit RuntimeFuzz(Input& in) : in_(in) {
-    p_ = kPrecisions[in_.u8() % 4];
+    const std::uint8_t b0 = in_.u8();
+    p_ = kPrecisions[b0 % 4];
+    workers_ = ((b0 >> 2) & 3) == 3 ? 1 + ((b0 >> 4) & 1) : 0;
     const auto& sets = bit_sets();
     bits_v_ = sets[in_.u8() % sets.size()];
     num_bits_ = 0;
@@ -174,22 +225,30 @@ class RuntimeFuzz {
     const std::uint8_t opts = in_.u8();
     const std::size_t max_pending = (opts & 7) < 5 ? 0 : 1 + (opts >> 3) % 8;
     const bool boost_queue = (opts & 0x80) != 0;
+    slow_all_ = (opts & 0x40) != 0;
     clock_.emplace(T(start_));
     c_ = wheel_now_ = start_;
     k_max_ = (static_cast<i128>(kI64Max) - start_) / p_;
     FUZZ_TRACE("Runtime precision=" << p_ << "ns bits=" << num_bits_ << "(" << bits_v_.size()
                                     << " levels) start=" << start_ << " max_pending=" << max_pending
-                                    << " queue=" << (boost_queue ? "boost" : "moodycamel"));
+                                    << " queue=" << (boost_queue ? "boost" : "moodycamel") << " workers=" << workers_
+                                    << (slow_all_ ? " slow_run=0" : ""));
     chime::RuntimeOptions o;
     o.precision = Duration{p_};
     o.level_bits = chime::LevelBits::create(std::span<const int>(bits_v_));
-    o.workers = 0;
+    o.workers = workers_;
     o.clock = &*clock_;
     o.max_pending = max_pending;
     o.on_error = [this](TimerId id, std::exception_ptr e) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ids_.push_back(id);
       if (!e) bad_error_ = true;
+    };
+    if (slow_all_) o.slow_run = Duration{0};  // every run is slow (a run takes more than 0 ns)
+    o.on_slow_run = [this](TimerId id, Duration took) {
+      const std::uint64_t n = slow_calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (!id || took <= (slow_all_ ? Duration{0} : Duration{std::chrono::milliseconds(10)})) bad_slow_ = true;
+      if (n % 3 == 0) throw std::runtime_error("chime fuzz: on_slow_run throws (swallowed)");
     };
     o.command_queue = boost_queue ? chime::CommandQueueBackend::boost_lockfree : chime::CommandQueueBackend::moodycamel;
     max_pending_ = max_pending;
@@ -224,6 +283,12 @@ class RuntimeFuzz {
 
   // On the wheel thread.
   void on_run(std::size_t tag, const chime::Firing& f) {
+    // The timer's callback is in progress until this returns (or throws): what cancel_and_wait waits for.
+    active_.at(tag).fetch_add(1, std::memory_order_acq_rel);
+    struct Leave {
+      std::atomic<int>& a;
+      ~Leave() { a.fetch_sub(1, std::memory_order_acq_rel); }
+    } leave{active_[tag]};
     Run r;
     r.tag = tag;
     r.firing = f;
@@ -256,7 +321,24 @@ class RuntimeFuzz {
         r.blocking_refused = refused == 3;
         break;
       }
-      case Action::cancel_self: r.self_result = rt_->cancel(f.id); break;
+      case Action::cancel_self:
+        r.self_result = rt_->cancel(f.id);
+        r.state_after = rt_->state(f.id);
+        break;
+      case Action::try_cancel_self:
+        r.self_cancel = rt_->try_cancel(f.id);
+        r.self_result = rt_->cancel(f.id);  // a second cancel: false
+        r.state_after = rt_->state(f.id);
+        break;
+      case Action::wait_self:
+        r.self_cancel = rt_->cancel_and_wait(f.id);  // must not wait for itself
+        r.state_after = rt_->state(f.id);
+        break;
+      case Action::slow:
+        if (slow_left_.fetch_sub(1, std::memory_order_relaxed) > 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        break;
       case Action::reschedule_self:
         // The timer is running, so the answer must be false. (Its own due may be out of range: a periodic
         // timer's next due can be beyond the wheel's range, and the wheel's last interval accepts nothing;
@@ -310,11 +392,12 @@ class RuntimeFuzz {
     return start_ + k * p_;
   }
 
-  // Catch-up runs a periodic timer due at `due` makes when the clock reaches c.
-  i128 catch_up_runs(i128 due, i128 period, i128 c) const {
+  // Catch-up runs a periodic timer due at `due` makes when the clock reaches c: each run due before the
+  // boundary; when it is due now (applied with due <= c), its first run whatever the boundary.
+  i128 catch_up_runs(i128 due, i128 period, i128 c, bool due_now = false) const {
     const i128 boundary = interval_start(wheel_at(c));
-    if (due >= boundary) return 0;
-    return (boundary - due + period - 1) / period;
+    const i128 n = due >= boundary ? 0 : (boundary - due + period - 1) / period;
+    return due_now ? std::max<i128>(n, 1) : n;
   }
   // Runs the next flush to clock c will make, at most.
   i128 runs_at(i128 c) const {
@@ -322,15 +405,18 @@ class RuntimeFuzz {
     for (const MTimer& t : timers_) {
       if (t.st != MTimer::St::pending) continue;
       if (!t.periodic) {
-        n += ripe_at(t.due) <= wheel_at(c) ? 1 : 0;
+        n += t.ambiguous || ripe_at(t.due) <= wheel_at(c) ? 1 : 0;
       } else if (t.on_missed == Missed::catch_up) {
-        n += catch_up_runs(t.due, t.period, c);
+        n += catch_up_runs(t.due, t.period, c, t.due_now);
       } else {
-        n += interval_start(wheel_at(c)) > t.due ? 1 : 0;
+        n += t.due_now || interval_start(wheel_at(c)) > t.due ? 1 : 0;
       }
     }
     return n;
   }
+  // A pending timer that may have run (or be running) already: a one-shot due now at its application.
+  // Periodic timers never are (the harness flushes them at once).
+  static bool may_run(const MTimer& t) { return !t.periodic && t.ambiguous; }
 
   std::optional<std::size_t> pick_timer() {
     if (timers_.empty()) return std::nullopt;
@@ -388,7 +474,10 @@ class RuntimeFuzz {
 
   Action pick_action() {
     const std::uint8_t b = in_.u8();
-    return b < 160 ? Action::record : static_cast<Action>(1 + (b - 160) % (kNumActions - 1));
+    return b < 150 ? Action::record : static_cast<Action>(1 + (b - 150) % (kNumActions - 1));
+  }
+  static const char* missed_name(Missed m) {
+    return m == Missed::catch_up ? "catch_up" : m == Missed::delay ? "delay" : "skip";
   }
 
   // ---- operations ---------------------------------------------------------
@@ -425,7 +514,7 @@ class RuntimeFuzz {
     for (const MTimer& t : timers_) {
       if (t.st == MTimer::St::pending) {
         ++possible;
-        if (t.periodic || !ripe(t.due)) ++definite;
+        if (!may_run(t)) ++definite;
       } else if (!t.settled) {
         ++possible;
       }
@@ -503,6 +592,9 @@ class RuntimeFuzz {
     }
     if (got != Outcome::accepted) return;
     FUZZ_CHECK(static_cast<bool>(id), what << " returned an invalid TimerId");
+    if (tag_ == 0) tag_ = id.runtime();
+    FUZZ_CHECK(id.runtime() != 0 && id.runtime() == tag_,
+               what << " returned an id tagged " << id.runtime() << ", the runtime's earlier ids " << tag_);
     for (const MTimer& t : timers_) {
       if (t.id == id) FUZZ_CHECK(t.st != MTimer::St::pending, what << " returned the id of a pending timer");
     }
@@ -515,9 +607,14 @@ class RuntimeFuzz {
     t.period = static_cast<std::int64_t>(period);
     t.due = static_cast<std::int64_t>(due);
     t.action = action;
-    if (!periodic && ripe(t.due)) {
-      t.ambiguous = true;
-      t.ripe_sched = sched_count_;
+    // Due now at its application (the clock cannot move before the command is applied).
+    if (t.due <= c_) {
+      if (periodic) {
+        t.due_now = true;  // the caller flushes at once
+      } else {
+        t.ambiguous = true;
+        t.ripe_sched = sched_count_;
+      }
     }
     FUZZ_CHECK(tag == timers_.size(), "tag bookkeeping");
     timers_.push_back(t);
@@ -577,7 +674,8 @@ class RuntimeFuzz {
     const i128 period = pick_period();
     const bool has_first = in_.flag();
     const i128 first = has_first ? pick_due() : 0;
-    const Missed on_missed = in_.flag() ? Missed::catch_up : Missed::skip;
+    const std::uint8_t m = in_.u8();
+    const Missed on_missed = (m & 1) ? Missed::catch_up : (m & 2) ? Missed::delay : Missed::skip;
     const Action action = pick_action();
     const Via via = in_.flag() ? Via::producer : Via::runtime;
     const std::int64_t per = clamp64(period);
@@ -586,11 +684,12 @@ class RuntimeFuzz {
     const i128 due = has_first ? i128{f} : clamp64(c_ + i128{per});  // saturating, as schedule_after
     if (!period_invalid) {
       // Bound the work: the runs it makes now (it is flushed at once if ripe) must fit in the budget.
-      const i128 now_runs = on_missed == Missed::catch_up ? catch_up_runs(due, per, c_) : (due < interval_start(wheel_now_));
+      const bool due_now = due <= c_;
+      const i128 now_runs = on_missed == Missed::catch_up ? catch_up_runs(due, per, c_, due_now) : i128{due_now};
       if (runs_seen_ + runs_at(c_) + now_runs > kMaxRuns) return;
     }
     FUZZ_TRACE("schedule_every period=" << per << " first=" << (has_first ? std::to_string(f) : "default") << " "
-                                        << (on_missed == Missed::catch_up ? "catch_up" : "skip") << " (clock=" << c_
+                                        << missed_name(on_missed) << " (clock=" << c_
                                         << " limit=" << static_cast<std::int64_t>(limit()) << ") action="
                                         << int(action));
     const std::size_t tag = reserve_tag(action);
@@ -604,8 +703,8 @@ class RuntimeFuzz {
         id);
     if (got != Outcome::accepted) release_tag();
     schedule_outcome("schedule_every", got, id, due, true, on_missed, per, action, tag, period_invalid);
-    // A periodic timer is made ripe only under a flush, so that its runs are deterministic.
-    if (got == Outcome::accepted && due < interval_start(wheel_now_)) op_flush("periodic scheduled into the past");
+    // A periodic timer is made runnable only under a flush, so that its runs are deterministic.
+    if (got == Outcome::accepted && timers_.back().due_now) op_flush("periodic scheduled due now");
   }
 
   // An id to operate on: a model timer's (most of the time), the default id, or a forged one.
@@ -622,23 +721,85 @@ class RuntimeFuzz {
     if (b < 240) return {std::nullopt, TimerId{}};
     return {std::nullopt, forged_id()};
   }
-  // An id no timer was issued with: a slot the model knows with a generation it never saw, or a far slot.
+  // An id this runtime never issued, so `unknown` / false everywhere: with this runtime's tag, a slot the
+  // model knows with a generation it never saw, or a far slot; a real timer's slot and generation with
+  // another tag (0, or one no runtime of ours has); or an id issued by a second runtime.
   TimerId forged_id() {
-    const std::uint32_t slot = in_.flag() ? in_.u8() % 16 : in_.u32();
+    const std::uint8_t how = in_.u8();
+    if (how % 4 == 2 && !timers_.empty()) {
+      const TimerId real = timers_[in_.below(timers_.size())].id;
+      const std::uint32_t foreign = (how & 4) ? 0u : tag_ + 1u + in_.u8();
+      return TimerId(real.slot(), real.generation(), foreign);
+    }
+    if (how % 4 == 3) {
+      if (const auto id = other_runtime_id()) return *id;
+    }
+    const std::uint32_t slot = (how & 4) ? in_.u8() % 16 : in_.u32();
     std::uint32_t gen = in_.u32() | 1u;
     for (;;) {
       bool clash = false;
-      for (const MTimer& t : timers_) clash = clash || (t.id == TimerId(slot, gen));
-      if (!clash) return TimerId(slot, gen);
+      for (const MTimer& t : timers_) clash = clash || (t.id.slot() == slot && t.id.generation() == gen);
+      if (!clash) return TimerId(slot, gen, tag_);
       gen += 2;
     }
   }
+  // A pending timer's id in a second runtime (made once per input, on its own ManualClock that never
+  // moves, so its timer never runs); nullopt if that runtime refuses the clock or the due time.
+  std::optional<TimerId> other_runtime_id() {
+    if (!other_rt_ && !other_clock_) {
+      other_clock_.emplace(T(start_));
+      try {
+        chime::RuntimeOptions o;
+        o.precision = Duration{1};
+        o.workers = 0;
+        o.clock = &*other_clock_;
+        other_rt_.emplace(o);
+        other_id_ = other_rt_->schedule_after(Duration{1}, [] {});
+      } catch (const std::exception&) {
+        other_rt_.reset();
+      }
+      if (other_rt_) {
+        FUZZ_CHECK(other_id_.runtime() != 0 && other_id_.runtime() != tag_, "two runtimes share the tag " << tag_);
+        // Ours are unknown to it.
+        for (const MTimer& t : timers_) {
+          FUZZ_CHECK(other_rt_->state(t.id) == TimerState::unknown && !other_rt_->cancel(t.id) &&
+                         other_rt_->try_cancel(t.id) == CancelResult::unknown,
+                     "another runtime took timer " << t.id.slot() << "/" << t.id.generation() << " for its own");
+        }
+      }
+    }
+    if (!other_rt_) return std::nullopt;
+    return other_id_;
+  }
 
+  // What try_cancel / cancel_and_wait of model timer t may answer, decided from the model before the call.
+  unsigned allowed_cancel_results(const MTimer& t) const {
+    switch (t.st) {
+      case MTimer::St::pending:
+        if (!may_run(t)) return bit(CancelResult::cancelled);  // not started, and cannot start before a flush
+        // Due now: it may have started, or finished (and its slot been reused by a later schedule).
+        return bit(CancelResult::cancelled) | bit(CancelResult::running) | bit(CancelResult::done) |
+               (sched_count_ != t.ripe_sched ? bit(CancelResult::unknown) : 0);
+      case MTimer::St::fired:
+      case MTimer::St::cancelled:
+        // `running` while the run that ended it has not returned (the model learns of a run from inside it).
+        return bit(CancelResult::done) | (t.settled ? 0 : bit(CancelResult::running)) |
+               (sched_count_ != t.terminal_sched ? bit(CancelResult::unknown) : 0);
+    }
+    return 0;
+  }
+
+  // cancel, try_cancel or cancel_and_wait (the operand's bits 1-2), through the Runtime or the Producer.
   void op_cancel() {
     const Target tg = pick_target();
-    const Via via = in_.flag() ? Via::producer : Via::runtime;
-    FUZZ_TRACE("cancel " << (tg.index ? "timer #" + std::to_string(*tg.index) : std::string("forged/default id"))
-                         << " slot=" << tg.id.slot() << " gen=" << tg.id.generation());
+    const std::uint8_t how = in_.u8();
+    const Via via = (how & 1) ? Via::producer : Via::runtime;
+    const int kind = (how >> 1) % 4;  // 0, 1: cancel; 2: try_cancel; 3: cancel_and_wait
+    const char* what = kind == 2 ? "try_cancel" : kind == 3 ? "cancel_and_wait" : "cancel";
+    FUZZ_TRACE(what << " " << (tg.index ? "timer #" + std::to_string(*tg.index) : std::string("forged/default id"))
+                    << " slot=" << tg.id.slot() << " gen=" << tg.id.generation() << " tag=" << tg.id.runtime()
+                    << (via == Via::producer ? " via producer" : ""));
+    if (kind >= 2) return op_try_cancel(tg, via, kind == 3);
     // The model is updated from the answer before the runs recorded meanwhile are checked: a run that started
     // before the call is consistent with either answer, one after a successful cancel is a bug.
     const bool got = via == Via::producer ? producer_->cancel(tg.id) : rt_->cancel(tg.id);
@@ -656,15 +817,56 @@ class RuntimeFuzz {
                                       << " timer returned true");
       return;
     }
-    if (t.periodic || !ripe(t.due)) {
+    if (!may_run(t)) {
       FUZZ_CHECK(got, "cancel of timer #" << *tg.index << " (due " << t.due << ", clock " << c_
-                                          << ", not ripe) returned false");
+                                          << ", not due) returned false");
     }
-    if (got) {
-      t.st = MTimer::St::cancelled;
-      t.terminal_sched = sched_count_;
-      t.settled = false;
-      ++cancels_;
+    if (got) mark_cancelled(t);
+  }
+
+  void mark_cancelled(MTimer& t) {
+    t.st = MTimer::St::cancelled;
+    t.terminal_sched = sched_count_;
+    t.settled = false;
+    ++cancels_;
+  }
+
+  void op_try_cancel(const Target& tg, Via via, bool wait) {
+    const CancelResult got = wait ? (via == Via::producer ? producer_->cancel_and_wait(tg.id) : rt_->cancel_and_wait(tg.id))
+                                  : (via == Via::producer ? producer_->try_cancel(tg.id) : rt_->try_cancel(tg.id));
+    // cancel_and_wait returned `running` only after that run returned: the callback is not in progress.
+    const bool still_running = tg.index && active_.at(*tg.index).load(std::memory_order_acquire) != 0;
+    const char* what = wait ? "cancel_and_wait" : "try_cancel";
+    FUZZ_TRACE("  = " << result_name(got));
+    struct After {
+      RuntimeFuzz* h;
+      ~After() { h->process_runs(); }
+    } after{this};
+    if (!tg.index) {
+      FUZZ_CHECK(got == CancelResult::unknown, what << " of a default or forged id is " << result_name(got));
+      return;
+    }
+    MTimer& t = timers_[*tg.index];
+    const bool was_pending = t.st == MTimer::St::pending;
+    const unsigned allowed = allowed_cancel_results(t);
+    FUZZ_CHECK((allowed & bit(got)) != 0, what << " of timer #" << *tg.index << " (model state " << int(t.st)
+                                               << ", due " << t.due << ", clock " << c_ << ") is "
+                                               << result_name(got));
+    if (wait && got == CancelResult::running) {
+      FUZZ_CHECK(!still_running, "cancel_and_wait of timer #" << *tg.index << " returned `running` while its "
+                                                              << "callback was still in progress");
+    }
+    if (got == CancelResult::cancelled) {
+      mark_cancelled(t);
+      return;
+    }
+    if (!was_pending) return;
+    // A one-shot due now that started: its run is recorded before its callback returns, so once the answer
+    // says the run is over (done, or cancel_and_wait's running), the model has seen it.
+    if (got == CancelResult::done || (wait && got == CancelResult::running)) {
+      process_runs();
+      FUZZ_CHECK(t.st == MTimer::St::fired, what << " of timer #" << *tg.index << " said its run is over, but "
+                                                 << "no run was recorded");
     }
   }
 
@@ -690,9 +892,10 @@ class RuntimeFuzz {
     const Via via = in_.flag() ? Via::producer : Via::runtime;
     const bool periodic = tg.index && timers_[*tg.index].periodic;
     const bool pending = tg.index && timers_[*tg.index].st == MTimer::St::pending && !stopped_;
-    if (periodic && pending && due < interval_start(wheel_now_)) {
+    if (periodic && pending && due < timers_[*tg.index].due && due <= c_) {
+      // Earlier, to a due <= the clock: due now at the command's application (flushed at once).
       const MTimer& t = timers_[*tg.index];
-      const i128 now_runs = t.on_missed == Missed::catch_up ? catch_up_runs(due, t.period, c_) : 1;
+      const i128 now_runs = t.on_missed == Missed::catch_up ? catch_up_runs(due, t.period, c_, true) : 1;
       if (runs_seen_ + runs_at(c_) + now_runs > kMaxRuns) return;
     }
     const std::int64_t d = clamp64(due);
@@ -734,19 +937,24 @@ class RuntimeFuzz {
       FUZZ_CHECK(!got, "reschedule of a finished timer #" << *tg.index << " returned true");
       return;
     }
-    if (t.periodic || !ripe(t.due)) {
+    if (!may_run(t)) {
       FUZZ_CHECK(got, "reschedule of pending timer #" << *tg.index << " (due " << t.due << ", clock " << c_
                                                       << ") returned false");
     }
     if (!got) return;  // it ran (or is running): the next flush checks that it did
     ++reschedules_;
+    // Earlier: a command, applied at the clock c_: due now iff d <= c_, else the interval rule (not ripe: d >
+    // c_). Later or equal (a touch): no command; the filed alarm's rule stays: interval (a timer that is not
+    // due now is not ripe, nor at a later due), or due now while d <= c_.
+    const bool earlier = d < t.due;
     t.due = d;
     if (!t.periodic) {
-      const bool now_ripe = ripe(t.due);
-      if (now_ripe && !t.ambiguous) t.ripe_sched = sched_count_;
-      t.ambiguous = now_ripe;
-    } else if (t.due < interval_start(wheel_now_)) {
-      op_flush("periodic rescheduled into the past");
+      const bool now_due = earlier ? d <= c_ : t.ambiguous && d <= c_;
+      if (now_due && !t.ambiguous) t.ripe_sched = sched_count_;
+      t.ambiguous = now_due;
+    } else if (earlier && d <= c_) {
+      t.due_now = true;
+      op_flush("periodic rescheduled earlier, due now");
     }
   }
 
@@ -778,6 +986,8 @@ class RuntimeFuzz {
     if (runs_seen_ + runs_at(to) > kMaxRuns) to = c_;
     FUZZ_TRACE("advance clock " << c_ << " -> " << static_cast<std::int64_t>(to) << " (+"
                                 << static_cast<std::int64_t>(to - c_) << ")");
+    // Commands posted so far are applied at the clock's current time (the model's c_), before it moves.
+    op_flush("flush before the clock moves");
     clock_->set(T(static_cast<std::int64_t>(to)));
     op_flush("flush");
   }
@@ -796,6 +1006,8 @@ class RuntimeFuzz {
     for (std::size_t i = 0; i < timers_.size(); ++i) {
       MTimer& t = timers_[i];
       if (t.st == MTimer::St::pending) {
+        FUZZ_CHECK(!t.ambiguous && !t.due_now, "timer #" << i << " due " << t.due << " was due now at its "
+                                                          << "application and did not run by the flush at " << c_);
         if (!t.periodic) {
           FUZZ_CHECK(!ripe(t.due), "one-shot #" << i << " due " << t.due << " (ripe at "
                                                 << static_cast<std::int64_t>(ripe_at(t.due)) << ") did not run by the "
@@ -821,7 +1033,7 @@ class RuntimeFuzz {
       runs_before[i] = t.runs;
       was_pending[i] = t.st == MTimer::St::pending;
       if (t.st != MTimer::St::pending) continue;
-      if (t.periodic || !ripe(t.due)) {
+      if (!may_run(t)) {
         ++definite;
       } else {
         ++ambiguous;
@@ -830,6 +1042,9 @@ class RuntimeFuzz {
     FUZZ_TRACE("drain (expect " << definite << ".." << definite + ambiguous << ")");
     draining_.store(true, std::memory_order_release);
     const std::size_t n = rt_->drain();
+    // drain() returns once the runs are handed over; with workers they may still be running: wait for them
+    // (the clock has not moved, so this flush runs nothing the drain did not).
+    if (workers_ != 0) rt_->flush();
     draining_.store(false, std::memory_order_release);
     process_runs();
     if (stopped_) {
@@ -861,7 +1076,7 @@ class RuntimeFuzz {
               std::to_string(t.due) + " clock " + std::to_string(c_);
       switch (t.st) {
         case MTimer::St::pending:
-          allowed = (t.periodic || !ripe(t.due))
+          allowed = !may_run(t)
                         ? bit(TimerState::pending)
                         : bit(TimerState::pending) | bit(TimerState::running) | bit(TimerState::fired) |
                               (sched_count_ != t.ripe_sched ? bit(TimerState::unknown) : 0);
@@ -882,11 +1097,23 @@ class RuntimeFuzz {
 
   void op_forged_id() {
     const TimerId id = in_.flag() ? TimerId{} : forged_id();
-    FUZZ_TRACE("forged id slot=" << id.slot() << " gen=" << id.generation());
+    FUZZ_TRACE("forged id slot=" << id.slot() << " gen=" << id.generation() << " tag=" << id.runtime()
+                                 << " (ours " << tag_ << ")");
     FUZZ_CHECK(rt_->state(id) == TimerState::unknown, "state of a forged id");
     FUZZ_CHECK(!rt_->cancel(id) && !producer_->cancel(id), "cancel of a forged id returned true");
+    FUZZ_CHECK(rt_->try_cancel(id) == CancelResult::unknown && producer_->try_cancel(id) == CancelResult::unknown,
+               "try_cancel of a forged id is not unknown");
+    FUZZ_CHECK(rt_->cancel_and_wait(id) == CancelResult::unknown &&
+                   producer_->cancel_and_wait(id) == CancelResult::unknown,
+               "cancel_and_wait of a forged id is not unknown");
     const std::int64_t d = clamp64(std::min<i128>(limit() - 1, c_));
-    FUZZ_CHECK(!rt_->reschedule_at(id, T(d)), "reschedule of a forged id returned true");
+    FUZZ_CHECK(!rt_->reschedule_at(id, T(d)) && !producer_->reschedule_at(id, T(d)),
+               "reschedule of a forged id returned true");
+    if (other_rt_) {
+      FUZZ_CHECK(other_rt_->state(other_id_) == TimerState::pending,
+                 "the second runtime's timer is " << state_name(other_rt_->state(other_id_)));
+    }
+    process_runs();
   }
 
   void op_stats() {
@@ -915,6 +1142,26 @@ class RuntimeFuzz {
     FUZZ_CHECK(s.callback_errors == throws_, "stats().callback_errors " << s.callback_errors << " != " << throws_);
     FUZZ_CHECK(errors == throws_ && !bad, "on_error called " << errors << " times for " << throws_ << " throwing runs");
     FUZZ_CHECK(s.pending == definite, "stats().pending " << s.pending << " != " << definite);
+    check_run_time(s);
+  }
+
+  // Run times and slow runs, once the runs are over (after a flush or shutdown): the percentiles are
+  // ordered and at most max; every run is timed; slow_runs counts runs, each reported to on_slow_run;
+  // with slow_run = 0 every run is slow.
+  void check_run_time(const chime::Stats& s) {
+    const chime::DurationStats& t = s.run_time;
+    FUZZ_CHECK(t.p50 >= Duration{0} && t.p50 <= t.p99 && t.p99 <= t.p999 && t.p999 <= t.max,
+               "run_time p50 " << t.p50.count() << " p99 " << t.p99.count() << " p999 " << t.p999.count()
+                               << " max " << t.max.count() << " not ordered");
+    FUZZ_CHECK(s.lateness.p50 <= s.lateness.p99 && s.lateness.p99 <= s.lateness.p999 &&
+                   s.lateness.p999 <= s.lateness.max,
+               "lateness percentiles not ordered");
+    FUZZ_CHECK(s.slow_runs <= s.fired, "slow_runs " << s.slow_runs << " > fired " << s.fired);
+    if (slow_all_) FUZZ_CHECK(s.slow_runs == s.fired, "slow_run = 0: slow_runs " << s.slow_runs << " != runs " << s.fired);
+    if (s.fired == 0) FUZZ_CHECK(t.max == Duration{0} && s.slow_runs == 0, "run_time without runs");
+    FUZZ_CHECK(slow_calls_.load(std::memory_order_relaxed) == s.slow_runs && !bad_slow_.load(),
+               "on_slow_run called " << slow_calls_.load() << " times for " << s.slow_runs << " slow runs"
+                                     << (bad_slow_.load() ? " (with a bad id or duration)" : ""));
   }
 
   void op_shutdown(chime::ShutdownMode mode) {
@@ -925,7 +1172,7 @@ class RuntimeFuzz {
       const MTimer& t = timers_[i];
       runs_before[i] = t.runs;
       was_pending[i] = t.st == MTimer::St::pending;
-      if (t.st == MTimer::St::pending && (t.periodic || !ripe(t.due))) ++definite;
+      if (t.st == MTimer::St::pending && !may_run(t)) ++definite;
     }
     const bool fire = mode == chime::ShutdownMode::fire_pending;
     FUZZ_TRACE("shutdown(" << (fire ? "fire_pending" : "cancel_pending") << ") expect " << (fire ? 0 : definite));
@@ -951,7 +1198,8 @@ class RuntimeFuzz {
       if (t.st == MTimer::St::pending) {
         FUZZ_CHECK(!fire, "shutdown(fire_pending) left timer #" << i << " pending");
         if (!t.periodic) {
-          FUZZ_CHECK(!ripe(t.due), "shutdown left ripe one-shot #" << i << " (due " << t.due << ") unrun");
+          FUZZ_CHECK(!ripe(t.due) && !t.ambiguous, "shutdown left ripe or due-now one-shot #" << i << " (due "
+                                                                                             << t.due << ") unrun");
         }
         t.st = MTimer::St::cancelled;  // by the sweep
         t.terminal_sched = sched_count_;
@@ -971,6 +1219,7 @@ class RuntimeFuzz {
                                                   << " pending " << s.pending << " errors " << s.callback_errors << "/"
                                                   << throws_ << " rescheduled " << s.rescheduled << "/"
                                                   << reschedules_);
+    check_run_time(s);
   }
 
   void after_shutdown_checks() {
@@ -992,6 +1241,12 @@ class RuntimeFuzz {
       FUZZ_CHECK(s == want || (s == TimerState::unknown && sched_count_ != t.terminal_sched),
                  "after shutdown, timer #" << i << " is " << state_name(s) << ", expected " << state_name(want));
       FUZZ_CHECK(!rt_->cancel(t.id), "cancel after shutdown returned true");
+      const CancelResult tc = rt_->try_cancel(t.id);
+      const CancelResult cw = producer_->cancel_and_wait(t.id);
+      const bool reused = sched_count_ != t.terminal_sched;
+      FUZZ_CHECK((tc == CancelResult::done || (reused && tc == CancelResult::unknown)) && tc == cw,
+                 "after shutdown, try_cancel / cancel_and_wait of timer #" << i << " are " << result_name(tc) << " / "
+                                                                           << result_name(cw));
     }
     process_runs();
     check_stats_final();
@@ -1022,12 +1277,36 @@ class RuntimeFuzz {
     FUZZ_CHECK(r.blocking_refused, who << ": flush/drain/shutdown inside a callback did not throw logic_error");
     FUZZ_CHECK(fired_at <= r.clock_at_start, who << ": fired_at is after the clock");
     if (!r.draining) {
-      // Never early.
-      FUZZ_CHECK(ripe_at(due) <= fired_at && ripe_at(due) <= r.clock_at_start,
-                 who << ": ran before interval_start(due) + precision = " << static_cast<std::int64_t>(ripe_at(due)));
+      // Never early: a run due now at its application (a one-shot's only run, a periodic's first after such an
+      // application) never before its due by the clock; any other not before interval_start(due) + precision.
+      const bool due_now = t.periodic ? t.due_now : t.ambiguous;
+      if (due_now) {
+        FUZZ_CHECK(due <= fired_at, who << ": a run due now at its application ran before its due");
+      } else {
+        FUZZ_CHECK(ripe_at(due) <= fired_at && ripe_at(due) <= r.clock_at_start,
+                   who << ": ran before interval_start(due) + precision = "
+                       << static_cast<std::int64_t>(ripe_at(due)));
+      }
     }
     ++t.runs;
     if (t.action == Action::throw_std || t.action == Action::throw_other) ++throws_;
+    // A callback that cancelled itself: its run is in progress, so state(self) is still running, and
+    // try_cancel / cancel_and_wait say `running` (the latter without waiting for itself). A periodic timer's
+    // later runs are cancelled (C3): the first cancel is true (try_cancel: running), a second is false.
+    const bool self_cancel = t.action == Action::cancel_self || t.action == Action::try_cancel_self ||
+                             t.action == Action::wait_self;
+    if (self_cancel) {
+      FUZZ_CHECK(r.state_after == TimerState::running,
+                 who << ": state(self) after cancelling itself in its run is " << state_name(r.state_after));
+    }
+    if (t.action == Action::try_cancel_self || t.action == Action::wait_self) {
+      FUZZ_CHECK(r.self_cancel == CancelResult::running,
+                 who << ": " << (t.action == Action::wait_self ? "cancel_and_wait" : "try_cancel")
+                     << " of itself in its run is " << result_name(r.self_cancel));
+    }
+    if (t.action == Action::try_cancel_self) {
+      FUZZ_CHECK(!r.self_result, who << ": a second cancel of itself (after try_cancel) returned true");
+    }
     if (!t.periodic) {
       FUZZ_CHECK(due == t.due && r.firing.missed == 0, who << ": model due " << t.due);
       if (t.action == Action::cancel_self || t.action == Action::reschedule_self) {
@@ -1038,33 +1317,41 @@ class RuntimeFuzz {
       t.settled = false;
       return;
     }
-    // Periodic. Never ripe outside a flush, so every run outside drain() and shutdown(fire_pending) is due.
+    // Periodic. Never runnable outside a flush, so every run outside drain() and shutdown(fire_pending) is due.
     if (r.draining) {
       // drain() / shutdown(fire_pending): the next run, early, with its own due; the schedule stays.
       FUZZ_CHECK(due == t.due && r.firing.missed == 0, who << ": a drained run, model next due " << t.due);
     } else {
+      // The runs that may run now: up to the clock (fired_at) when due now at its application, else those due
+      // before the boundary (the start of the wheel's interval). Missed::skip and delay coalesce them into the
+      // latest; catch_up runs the first (and its re-arms the others).
       const i128 boundary = interval_start(fired_at);
-      FUZZ_CHECK(t.due < boundary, who << ": model next due " << t.due << " is not before the boundary "
-                                       << static_cast<std::int64_t>(boundary));
-      if (t.on_missed == Missed::skip) {
-        const i128 k = (boundary - 1 - t.due) / t.period;
+      const i128 last = t.due_now ? std::max<i128>(boundary - 1, fired_at) : boundary - 1;
+      FUZZ_CHECK(t.due <= last, who << ": model next due " << t.due << " is after "
+                                    << static_cast<std::int64_t>(last) << (t.due_now ? " (due now)" : ""));
+      if (t.on_missed != Missed::catch_up) {
+        const i128 k = (last - t.due) / t.period;
         const i128 want = t.due + k * t.period;
         FUZZ_CHECK(due == want && r.firing.missed == static_cast<std::uint64_t>(k),
-                   who << ": skip expected due " << static_cast<std::int64_t>(want) << " missed "
-                       << static_cast<std::int64_t>(k) << ", got missed " << r.firing.missed);
-        t.due = clamp64(want + t.period);
+                   who << ": " << missed_name(t.on_missed) << " expected due " << static_cast<std::int64_t>(want)
+                       << " missed " << static_cast<std::int64_t>(k) << ", got missed " << r.firing.missed
+                       << (t.due_now ? " (due now)" : ""));
+        // delay: the fixed rate restarts from the end of the run, on the runtime clock (the ManualClock does
+        // not move while a run is in progress).
+        t.due = t.on_missed == Missed::delay ? clamp64(static_cast<i128>(r.clock_at_start) + t.period)
+                                             : clamp64(want + t.period);
       } else {
         FUZZ_CHECK(due == t.due && r.firing.missed == 0, who << ": catch_up expected due " << t.due);
         t.due = clamp64(static_cast<i128>(t.due) + t.period);
       }
+      t.due_now = false;  // its re-arms keep the interval rule
     }
     if (t.action == Action::reschedule_self) FUZZ_CHECK(!r.self_result, who << ": reschedule of itself returned true");
     if (t.action == Action::cancel_self) {
       FUZZ_CHECK(r.self_result, who << ": a periodic timer cancelling itself inside its run got false");
-      t.st = MTimer::St::cancelled;
-      t.terminal_sched = sched_count_;
-      t.settled = false;
-      ++cancels_;
+    }
+    if (self_cancel) {
+      mark_cancelled(t);
     } else if (fire_shutdown_) {
       t.st = MTimer::St::fired;  // shutdown(fire_pending): its last run
       t.terminal_sched = sched_count_;
@@ -1078,6 +1365,12 @@ class RuntimeFuzz {
   std::int64_t start_ = 0;
   i128 k_max_ = 0;
   std::size_t max_pending_ = 0;
+  unsigned workers_ = 0;
+  bool slow_all_ = false;   // RuntimeOptions::slow_run = 0: every run counts as slow
+  std::uint32_t tag_ = 0;   // this runtime's tag (from the first id it issued; 0 before)
+  std::optional<chime::ManualClock> other_clock_;  // a second runtime, for ids from another runtime
+  std::optional<chime::Runtime> other_rt_;
+  TimerId other_id_;
   std::optional<chime::ManualClock> clock_;
   std::optional<chime::Runtime> rt_;
   std::optional<chime::Producer> producer_;
@@ -1101,6 +1394,10 @@ class RuntimeFuzz {
   std::vector<TimerId> error_ids_;
   bool bad_error_ = false;
   std::atomic<bool> draining_{false};
+  std::atomic<std::uint64_t> slow_calls_{0};  // on_slow_run calls
+  std::atomic<bool> bad_slow_{false};         // on_slow_run got an invalid id or a run not slower than slow_run
+  std::atomic<int> slow_left_{kMaxSlowRuns};  // sleeps the `slow` action may still take
+  std::array<std::atomic<int>, kMaxOps + 1> active_{};  // by tag: callbacks of the timer in progress
 };
 
 void Callback::operator()(const chime::Firing& f) const { h->on_run(tag, f); }
