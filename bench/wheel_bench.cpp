@@ -474,7 +474,8 @@ void BM_Protocol(benchmark::State& state, std::string name) {
   }
 
   using benchmark::Counter;
-  const double half = static_cast<double>(n / 2);
+  const std::size_t removed = n / 2;  // the protocol removes the first half (rounded down)
+  const double half = static_cast<double>(removed);
   const double steps = static_cast<double>(protocol.steps());
   state.counters["add_ns"] = Counter(sum.add * 1e9 / static_cast<double>(n), Counter::kAvgIterations);
   state.counters["remove_ns"] = Counter(sum.remove * 1e9 / half, Counter::kAvgIterations);
