@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,6 +40,10 @@
 #include "wake_signal.hpp"
 
 namespace chime::detail {
+
+// now + delay, saturating at the ends of time (the range check then rejects
+// it). runtime.cpp.
+TimePoint saturating_after(TimePoint now, Duration delay);
 
 // A claimed run, handed from the wheel thread to a worker (state Handed
 // until the worker starts it: B1).
@@ -128,6 +133,13 @@ class RuntimeCore {
   // The id of the run the calling thread is in (of this runtime), or {}.
   TimerId current_run() const noexcept;
   std::uint32_t tag() const noexcept { return tag_; }
+  // What schedule() would throw before it takes a slot: StoppedError after
+  // shutdown, std::out_of_range for a due beyond the wheel's range. For an
+  // arm that is carried out later (chime::Timer, during a run).
+  void check_schedulable(const char* what, TimePoint due) const {
+    if (stopped_.load(std::memory_order_acquire)) throw StoppedError(std::string("chime::") + what + " after shutdown");
+    check_due_in_range(what, due);
+  }
   bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token);
   TimerState state(TimerId id) const noexcept;
   TimePoint now() const noexcept { return clock_->now(); }
@@ -160,7 +172,7 @@ class RuntimeCore {
   static CancelResult result_of(CancelOutcome o) noexcept;
   void wait_for_run_end(TimerSlot& slot, TimerId id);
   TimerSlot* slot_of(TimerId id) const noexcept;
-  void check_due_in_range(const char* what, TimePoint due) const;
+  void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
   bool try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);

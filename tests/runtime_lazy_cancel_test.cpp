@@ -25,26 +25,6 @@ using chime::Runtime;
 using chime::TimerId;
 using chime::TimerState;
 
-// A callback that blocks its thread until released, and says when it started.
-struct Gate {
-  std::atomic<bool> started{false};
-  std::atomic<bool> released{false};
-  chime::Task blocker() {
-    return [this] {
-      started.store(true);
-      started.notify_all();
-      while (!released.load()) released.wait(false);
-    };
-  }
-  void wait_started() {
-    while (!started.load()) started.wait(false);
-  }
-  void release() {
-    released.store(true);
-    released.notify_all();
-  }
-};
-
 // With workers = 0 the wheel thread runs the batch itself; with workers = 1
 // the only worker takes the whole batch. Either way the blocker runs first and
 // the timer behind it in the same batch is handed over but not started.

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -134,6 +135,31 @@ inline chime::PeriodicOptions first_at(chime::TimePoint t, chime::Missed missed 
   o.on_missed = missed;
   return o;
 }
+
+// A callback that blocks its thread until released, and says when it
+// started and when it returned.
+struct Gate {
+  std::atomic<bool> started{false};
+  std::atomic<bool> released{false};
+  std::atomic<bool> returned{false};
+  chime::Task blocker() {
+    return [this] { block(); };
+  }
+  // The blocker's body, for callbacks that do more around it.
+  void block() {
+    started.store(true);
+    started.notify_all();
+    while (!released.load()) released.wait(false);
+    returned.store(true);
+  }
+  void wait_started() {
+    while (!started.load()) started.wait(false);
+  }
+  void release() {
+    released.store(true);
+    released.notify_all();
+  }
+};
 
 // "workers0", "workers1", ... for parameterized test names.
 inline std::string workers_name(const testing::TestParamInfo<unsigned>& info) {

@@ -309,6 +309,7 @@ class Runtime {
   Duration precision() const noexcept;
 
  private:
+  friend class Timer;  // chime/timer.hpp: arms through the core
   std::unique_ptr<detail::RuntimeCore> core_;
 };
 

@@ -1,0 +1,110 @@
+// chime/timer.hpp: chime::Timer, a reusable timer handle (RAII).
+//
+// What it is: the object a server or a game holds per connection or entity
+// (Linux timer_list + mod_timer, Go's time.Timer.Reset, Tokio's
+// Sleep::reset, Folly's HHWheelTimer::Callback). It is bound to a Runtime
+// and keeps one task, which every arm reuses:
+//
+//   chime::Timer t(rt, [&](const chime::Firing& f) { ... });   // bound, not armed
+//   t.arm_after(30s);        // arm, or re-arm: replaces a pending due time
+//   t.arm_after(30s);        // a later due: the reschedule fast path (no wheel round trip)
+//   t.disarm();              // true iff a pending run was prevented
+//   // ~Timer(): disarm_and_wait(): the task no longer runs, and is destroyed
+//
+// Guarantees:
+// - The task is invoked once per arm (or per period), never concurrently
+//   with itself: an arm made while a run is in progress (from inside the
+//   callback, which is how variable-delay self-rescheduling is written, or
+//   from another thread) takes effect when that run returns.
+// - After a run finished or after a disarm, arming arms it again.
+// - Re-arming an armed one-shot to a later time takes the runtime's
+//   reschedule fast path (a CAS on the timer's state word; no command).
+// - No allocation per arm: each arm schedules a runtime timer whose task is
+//   an 8-byte trampoline to this handle's state (stored inline in the slot).
+// - The destructor is disarm_and_wait(): when it returns, no run is pending
+//   or in progress (a run that started finishes first; an arm its callback
+//   makes meanwhile is dropped), and the task is destroyed. This holds even
+//   when the destructor races a run that re-arms the timer on a worker.
+// - At shutdown an armed Timer's pending run is fired or cancelled as the
+//   mode says, like any pending timer; arming after shutdown throws
+//   chime::StoppedError.
+//
+// Preconditions (documented, checked by assertions in debug builds where
+// they can be): a Timer does not outlive its Runtime (the Runtime's
+// destructor checks no Timer is alive); it is not destroyed or move-assigned
+// from its own callback (that would free the state its run is using). Use
+// from several threads at once is serialized by a small mutex in the handle
+// (uncontended in the intended use: the owner's thread, and the callback).
+//
+// Errors: arming an empty Timer (default-constructed or moved-from) throws
+// std::logic_error; a due time beyond the wheel's range throws
+// std::out_of_range, a period <= 0 std::invalid_argument, after shutdown
+// chime::StoppedError, over max_pending chime::CapacityError, all naming the
+// values and all at the arm call: an arm deferred until a run returns is
+// checked when it is made, and if the schedule then still fails (shutdown
+// or capacity reached meanwhile) the Timer is left disarmed.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "chime/runtime.hpp"
+
+namespace chime {
+
+namespace detail {
+struct TimerHandleState;
+}
+
+class Timer {
+ public:
+  // Empty: arming it throws std::logic_error.
+  Timer() noexcept;
+  // Bound to `runtime`, not armed; `task` is kept and reused by every arm.
+  // Allocates the handle's state once.
+  Timer(Runtime& runtime, Task task);
+  Timer(Timer&& other) noexcept;
+  // Disarms and waits for this Timer (as the destructor does), then takes
+  // other's.
+  Timer& operator=(Timer&& other) noexcept;
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  // disarm_and_wait().
+  ~Timer();
+
+  // Arm (or re-arm) one run at `due` / `delay` from now (the runtime's
+  // clock), replacing a pending run. A due at or before the clock's time is
+  // due now. Called while a run is in progress (from its callback or
+  // elsewhere), it takes effect when that run returns; a periodic timer's
+  // further runs are then stopped.
+  void arm_at(TimePoint due);
+  void arm_after(Duration delay);
+  // Arm a fixed-rate periodic run (Runtime::schedule_every), replacing a
+  // pending run.
+  void arm_every(Duration period, PeriodicOptions options = {});
+
+  // True iff a pending run was prevented (a pending run, or an arm waiting
+  // for the run in progress to return). Does not wait for a run in progress.
+  bool disarm();
+  // Disarms; when a run is in progress, returns only after it has returned
+  // (from the Timer's own callback it does not wait). cancelled: a pending
+  // run was prevented; running: a run was in progress (and has returned,
+  // unless called from the callback); done: nothing was armed or running.
+  CancelResult disarm_and_wait();
+
+  // A run is pending: armed and not yet started (or periodic and not
+  // disarmed), or an arm waits for the run in progress to return.
+  bool armed() const;
+  // The pending run's due time, if armed().
+  std::optional<TimePoint> due() const;
+  // The runtime timer the last arm scheduled ({} before the first arm, and
+  // while an arm waits for a run in progress).
+  TimerId id() const;
+  // Bound to a runtime (not empty).
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+
+ private:
+  std::unique_ptr<detail::TimerHandleState> state_;
+};
+
+}  // namespace chime

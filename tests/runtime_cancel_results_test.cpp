@@ -1,0 +1,374 @@
+// Safe teardown (runtime.hpp: try_cancel, cancel_and_wait, state; design
+// "Safe teardown"): every result of try_cancel and cancel_and_wait, state()
+// while a run is in progress, ids bound to their runtime, Missed::delay, and
+// the callback observability stats (run_time, slow_runs, on_slow_run).
+// Deterministic: ManualClock + flush(), and Gates that hold a callback.
+
+#include "runtime_test_support.hpp"
+
+#include <chime/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace chime_test;
+using chime::CancelResult;
+using chime::ManualClock;
+using chime::Runtime;
+using chime::TimerId;
+using chime::TimerState;
+
+class CancelResultTest : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, CancelResultTest, testing::Values(0u, 1u, 2u), workers_name);
+
+// A pending timer: try_cancel wins (cancelled), and a second try reports done.
+TEST_P(CancelResultTest, try_cancel_of_a_pending_timer_is_cancelled_then_done) {
+  const TimerId id = rt.schedule_at(at(5ms), rec.task());
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::cancelled);
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::done);
+  EXPECT_FALSE(rt.cancel(id));
+  EXPECT_EQ(rt.state(id), TimerState::cancelled);
+  advance_to(clock, rt, at(10ms));
+  EXPECT_EQ(rec.count(), 0u);
+}
+
+// A timer that fired and returned: done; cancel_and_wait does not wait.
+TEST_P(CancelResultTest, try_cancel_of_a_fired_timer_is_done) {
+  const TimerId id = rt.schedule_at(at(1ms), rec.task());
+  advance_to(clock, rt, at(2ms));
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::done);
+  EXPECT_EQ(rt.cancel_and_wait(id), CancelResult::done);
+  EXPECT_EQ(rt.state(id), TimerState::fired);
+}
+
+// The default id, an id never issued and a stale id (its slot reused) are unknown.
+TEST_P(CancelResultTest, default_unissued_and_stale_ids_are_unknown) {
+  EXPECT_EQ(rt.try_cancel(TimerId{}), CancelResult::unknown);
+  EXPECT_EQ(rt.cancel_and_wait(TimerId{}), CancelResult::unknown);
+  const TimerId id = rt.schedule_at(at(1ms), rec.task());
+  EXPECT_EQ(rt.try_cancel(TimerId(id.slot() + 1000, 1, id.runtime())), CancelResult::unknown);
+  ASSERT_TRUE(rt.cancel(id));
+  advance_to(clock, rt, at(3ms));  // its alarm comes up: the zombie is reclaimed
+  TimerId reused;
+  for (int i = 0; i < 64 && !(reused && reused.slot() == id.slot()); ++i) reused = rt.schedule_at(at(9ms), rec.task());
+  ASSERT_EQ(reused.slot(), id.slot()) << "the freed slot was not reused (LIFO free list)";
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::unknown);
+  EXPECT_EQ(rt.state(id), TimerState::unknown);
+  EXPECT_EQ(rt.state(reused), TimerState::pending);
+}
+
+class RunningTest : public ManualRuntimeTest {};
+// A worker runs the callback while the test thread looks at it.
+INSTANTIATE_TEST_SUITE_P(Runtime, RunningTest, testing::Values(1u, 2u), workers_name);
+
+// A one-shot whose callback is running: try_cancel says running (cancel: false), state() running; once it
+// returned, done and fired.
+TEST_P(RunningTest, one_shot_in_progress_is_running_then_done) {
+  Gate gate;
+  const TimerId id = rt.schedule_at(at(1ms), gate.blocker());
+  rt.flush();
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  EXPECT_EQ(rt.state(id), TimerState::running);
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::running);
+  EXPECT_FALSE(rt.cancel(id)) << "a one-shot that started cannot be cancelled";
+  gate.release();
+  flusher.join();
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::done);
+  EXPECT_EQ(rt.state(id), TimerState::fired);
+}
+
+// A periodic timer whose run is in progress: the first cancel stops its later runs (cancel true, try_cancel
+// running); while the run lasts state() is running and a second cancel returns false; then cancelled.
+TEST_P(RunningTest, periodic_in_progress_cancel_stops_later_runs_and_state_stays_running) {
+  Gate gate;
+  std::atomic<int> runs{0};
+  const TimerId id = rt.schedule_every(
+      5ms,
+      [&] {
+        runs.fetch_add(1);
+        gate.block();
+      },
+      first_at(at(5ms)));
+  rt.flush();
+  clock.set(at(6ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::running) << "the first cancel of a running periodic stops it";
+  EXPECT_EQ(rt.state(id), TimerState::running) << "cancelled, but its run is in progress";
+  EXPECT_FALSE(rt.cancel(id)) << "a second cancel of the same timer returns false";
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::running);
+  gate.release();
+  flusher.join();
+  EXPECT_EQ(rt.state(id), TimerState::cancelled);
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::done);
+  advance_to(clock, rt, at(50ms));
+  EXPECT_EQ(runs.load(), 1) << "a periodic timer cancelled during its run ran again";
+}
+
+// cancel(bool) on a running periodic: true iff this very call stopped its later runs.
+TEST_P(RunningTest, cancel_of_a_running_periodic_is_true_once) {
+  Gate gate;
+  const TimerId id = rt.schedule_every(5ms, gate.blocker(), first_at(at(5ms)));
+  rt.flush();
+  clock.set(at(6ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  EXPECT_TRUE(rt.cancel(id));
+  EXPECT_FALSE(rt.cancel(id));
+  gate.release();
+  flusher.join();
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// cancel_and_wait of a running one-shot returns running only after the callback returned.
+TEST_P(RunningTest, cancel_and_wait_returns_after_the_run_returned) {
+  Gate gate;
+  const TimerId id = rt.schedule_at(at(1ms), gate.blocker());
+  rt.flush();
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(50ms);
+    gate.release();
+  });
+  EXPECT_EQ(rt.cancel_and_wait(id), CancelResult::running);
+  EXPECT_TRUE(gate.returned.load()) << "cancel_and_wait returned while the callback was still running";
+  releaser.join();
+  flusher.join();
+}
+
+// cancel_and_wait of a running periodic stops it and waits for the run in progress.
+TEST_P(RunningTest, cancel_and_wait_of_a_running_periodic_stops_it_and_waits) {
+  Gate gate;
+  const TimerId id = rt.schedule_every(5ms, gate.blocker(), first_at(at(5ms)));
+  rt.flush();
+  clock.set(at(6ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(30ms);
+    gate.release();
+  });
+  EXPECT_EQ(rt.cancel_and_wait(id), CancelResult::running);
+  EXPECT_TRUE(gate.returned.load());
+  EXPECT_EQ(rt.state(id), TimerState::cancelled);
+  releaser.join();
+  flusher.join();
+}
+
+// Two threads waiting for the same run both return after it.
+TEST_P(RunningTest, several_waiters_all_wake) {
+  Gate gate;
+  const TimerId id = rt.schedule_at(at(1ms), gate.blocker());
+  rt.flush();
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  std::atomic<int> woke_after_return{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 3; ++i) {
+    waiters.emplace_back([&] {
+      EXPECT_EQ(rt.cancel_and_wait(id), CancelResult::running);
+      if (gate.returned.load()) woke_after_return.fetch_add(1);
+    });
+  }
+  std::this_thread::sleep_for(30ms);
+  gate.release();
+  for (auto& t : waiters) t.join();
+  flusher.join();
+  EXPECT_EQ(woke_after_return.load(), 3);
+}
+
+// From the timer's own callback, cancel_and_wait does not wait for itself: it returns running at once
+// (one-shot and periodic; the periodic runs no more).
+TEST_P(CancelResultTest, cancel_and_wait_from_its_own_callback_returns_running_without_waiting) {
+  std::atomic<TimerId> self{TimerId{}};
+  std::vector<CancelResult> seen;
+  std::mutex mu;
+  auto task = [&](const chime::Firing& f) {
+    const CancelResult r = rt.cancel_and_wait(f.id);
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(r);
+  };
+  rt.schedule_at(at(1ms), task);
+  const TimerId periodic = rt.schedule_every(2ms, task, first_at(at(1ms)));
+  advance_to(clock, rt, at(2ms));
+  advance_to(clock, rt, at(20ms));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(seen.size(), 2u) << "the periodic timer ran again after cancel_and_wait from its callback";
+  EXPECT_EQ(seen[0], CancelResult::running);
+  EXPECT_EQ(seen[1], CancelResult::running);
+  EXPECT_EQ(rt.state(periodic), TimerState::cancelled);
+}
+
+// A run handed over but not started counts as not started: try_cancel wins it (cancelled) and it never runs.
+class HandedTest : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, HandedTest, testing::Values(0u, 1u), workers_name);
+TEST_P(HandedTest, try_cancel_of_a_run_handed_over_but_not_started_is_cancelled) {
+  Gate gate;
+  rt.schedule_at(at(1ms), gate.blocker());
+  const TimerId behind = rt.schedule_at(at(1ms) + 500us, rec.task(1));
+  rt.flush();
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  EXPECT_EQ(rt.state(behind), TimerState::pending) << "handed over, not started: still pending";
+  EXPECT_EQ(rt.try_cancel(behind), CancelResult::cancelled);
+  gate.release();
+  flusher.join();
+  EXPECT_EQ(rec.count(1), 0u);
+  EXPECT_EQ(rt.state(behind), TimerState::cancelled);
+}
+
+// Ids are bound to their runtime: two runtimes with identical slot histories issue ids with the same slot
+// and generation; each treats the other's as unknown and never touches its own timer through it.
+TEST(RuntimeIds, an_id_from_another_runtime_is_unknown_everywhere) {
+  ManualClock clock{kStart};
+  Recorder rec;
+  Runtime a{manual_options(clock, 1)};
+  Runtime b{manual_options(clock, 1)};
+  const TimerId ida = a.schedule_at(at(5ms), rec.task(1));
+  const TimerId idb = b.schedule_at(at(5ms), rec.task(2));
+  ASSERT_EQ(ida.slot(), idb.slot());
+  ASSERT_EQ(ida.generation(), idb.generation());
+  EXPECT_NE(ida.runtime(), idb.runtime());
+  EXPECT_FALSE(ida == idb);
+  EXPECT_FALSE(a.cancel(idb));
+  EXPECT_EQ(a.try_cancel(idb), CancelResult::unknown);
+  EXPECT_EQ(a.cancel_and_wait(idb), CancelResult::unknown);
+  EXPECT_FALSE(a.reschedule_at(idb, at(1ms)));
+  EXPECT_EQ(a.state(idb), TimerState::unknown);
+  EXPECT_EQ(a.state(TimerId(ida.slot(), ida.generation(), 0)), TimerState::unknown) << "tag 0 is no runtime's";
+  chime::Producer p = a.producer();
+  EXPECT_FALSE(p.cancel(idb));
+  EXPECT_EQ(p.try_cancel(idb), CancelResult::unknown);
+  EXPECT_EQ(a.state(ida), TimerState::pending);
+  EXPECT_EQ(b.state(idb), TimerState::pending);
+  advance_to(clock, a, at(6ms));
+  advance_to(clock, b, at(6ms));
+  EXPECT_EQ(rec.count(1), 1u);
+  EXPECT_EQ(rec.count(2), 1u);
+}
+
+// Missed::delay: a run that ends late restarts the fixed rate from its end: the next run is due one period
+// after the callback returned (the callback moves the manual clock by 5 ms to stand for a long run).
+TEST_P(CancelResultTest, missed_delay_restarts_the_rate_from_the_end_of_the_run) {
+  std::atomic<int> runs{0};
+  std::vector<chime::Firing> firings;
+  std::mutex mu;
+  rt.schedule_every(
+      10ms,
+      [&](const chime::Firing& f) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          firings.push_back(f);
+        }
+        if (runs.fetch_add(1) == 0) clock.advance(5ms);  // the first run "takes" 5 ms: ends at 16 ms
+      },
+      first_at(at(10ms), chime::Missed::delay));
+  advance_to(clock, rt, at(11ms));  // runs at 11 ms, returns at 16 ms
+  ASSERT_EQ(runs.load(), 1);
+  advance_to(clock, rt, at(26ms));  // the next is due at 26 ms (interval rule: fires from 27 ms)
+  EXPECT_EQ(runs.load(), 1) << "Missed::delay ran on the original rate";
+  advance_to(clock, rt, at(27ms));
+  ASSERT_EQ(runs.load(), 2);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(firings[1].due, at(26ms));
+  EXPECT_EQ(firings[1].missed, 0u);
+}
+
+// Missed::delay coalesces missed runs into one, like skip, then goes on from the end of that run.
+TEST_P(CancelResultTest, missed_delay_coalesces_like_skip_then_restarts_from_the_run) {
+  std::vector<chime::Firing> firings;
+  std::mutex mu;
+  rt.schedule_every(
+      10ms,
+      [&](const chime::Firing& f) {
+        std::lock_guard<std::mutex> lock(mu);
+        firings.push_back(f);
+      },
+      first_at(at(10ms), chime::Missed::delay));
+  advance_to(clock, rt, at(45ms));  // due 10, 20, 30, 40 ms: one run, due 40, missed 3
+  advance_to(clock, rt, at(55ms));  // next: 45 + 10 = 55 ms: not yet (interval rule)
+  advance_to(clock, rt, at(56ms));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(firings.size(), 2u);
+  EXPECT_EQ(firings[0].due, at(40ms));
+  EXPECT_EQ(firings[0].missed, 3u);
+  EXPECT_EQ(firings[1].due, at(55ms));
+}
+
+// Stats::run_time measures callbacks on the steady clock; a run longer than slow_run is counted and
+// reported to on_slow_run with its id and duration.
+TEST(RuntimeObservability, slow_runs_are_counted_and_reported) {
+  ManualClock clock{kStart};
+  std::mutex mu;
+  std::vector<std::pair<TimerId, chime::Duration>> reported;
+  chime::RuntimeOptions o = manual_options(clock, 1);
+  o.slow_run = 2ms;
+  o.on_slow_run = [&](TimerId id, chime::Duration d) {
+    std::lock_guard<std::mutex> lock(mu);
+    reported.emplace_back(id, d);
+  };
+  Runtime rt{o};
+  const TimerId slow = rt.schedule_at(at(1ms), [] { std::this_thread::sleep_for(5ms); });
+  rt.schedule_at(at(1ms), [] {});
+  advance_to(clock, rt, at(2ms));
+  const chime::Stats s = rt.stats();
+  EXPECT_EQ(s.slow_runs, 1u);
+  EXPECT_GE(s.run_time.max, 5ms);
+  EXPECT_LE(s.run_time.p50, s.run_time.max);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_EQ(reported[0].first, slow);
+  EXPECT_GE(reported[0].second, 5ms);
+}
+
+// The default slow_run is 10 ms, and quick runs are not slow.
+TEST(RuntimeObservability, quick_runs_are_not_slow) {
+  EXPECT_EQ(chime::RuntimeOptions{}.slow_run, 10ms);
+  ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, 1)};
+  for (int i = 0; i < 100; ++i) rt.schedule_at(at(1ms), [] {});
+  advance_to(clock, rt, at(2ms));
+  EXPECT_EQ(rt.stats().slow_runs, 0u);
+  EXPECT_EQ(rt.stats().fired, 100u);
+  EXPECT_LT(rt.stats().run_time.p99, 10ms);
+}
+
+#if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__)
+// Debug builds catch the simplest deadlock: two callbacks each cancel_and_wait the other's running timer.
+TEST(RuntimeDeadlockCheck, two_callbacks_waiting_for_each_other_abort_with_a_message) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ManualClock clock{kStart};
+        Runtime rt{manual_options(clock, 2)};
+        std::atomic<TimerId> a_id{TimerId{}}, b_id{TimerId{}};
+        std::atomic<int> started{0};
+        auto body = [&](std::atomic<TimerId>& other) {
+          return [&] {
+            started.fetch_add(1);
+            while (started.load() < 2) std::this_thread::yield();
+            rt.cancel_and_wait(other.load());
+          };
+        };
+        a_id = rt.schedule_at(at(1ms), body(b_id));
+        b_id = rt.schedule_at(at(1ms), body(a_id));
+        advance_to(clock, rt, at(2ms));
+      },
+      "cancel_and_wait deadlock");
+}
+#endif
+
+}  // namespace
