@@ -799,7 +799,15 @@ class RuntimeFuzz {
     FUZZ_TRACE(what << " " << (tg.index ? "timer #" + std::to_string(*tg.index) : std::string("forged/default id"))
                     << " slot=" << tg.id.slot() << " gen=" << tg.id.generation() << " tag=" << tg.id.runtime()
                     << (via == Via::producer ? " via producer" : ""));
-    if (kind >= 2) return op_try_cancel(tg, via, kind == 3);
+    if (kind >= 2) {
+      // Bit 3: first give a due-now timer up to 2 ms to start, so that a slow callback is found in progress.
+      if ((how & 8) && tg.index && timers_[*tg.index].st == MTimer::St::pending && may_run(timers_[*tg.index])) {
+        for (int i = 0; i < 40 && active_.at(*tg.index).load(std::memory_order_acquire) == 0; ++i) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+      return op_try_cancel(tg, via, kind == 3);
+    }
     // The model is updated from the answer before the runs recorded meanwhile are checked: a run that started
     // before the call is consistent with either answer, one after a successful cancel is a bug.
     const bool got = via == Via::producer ? producer_->cancel(tg.id) : rt_->cancel(tg.id);
@@ -1271,6 +1279,7 @@ class RuntimeFuzz {
     const std::string who = "run of " + std::string(t.periodic ? "periodic" : "one-shot") + " #" +
                             std::to_string(r.tag) + " (due " + std::to_string(due) + ", fired_at " +
                             std::to_string(fired_at) + ", clock " + std::to_string(r.clock_at_start) + ")";
+    FUZZ_TRACE("  " << who << " missed " << r.firing.missed << (r.draining ? " drained" : ""));
     FUZZ_CHECK(r.firing.id == t.id, who << ": Firing::id is not the timer's id");
     FUZZ_CHECK(t.st == MTimer::St::pending, who << ": the timer is " << (t.st == MTimer::St::fired ? "fired" : "cancelled"));
     FUZZ_CHECK(r.state_inside == TimerState::running, who << ": state inside the callback is " << state_name(r.state_inside));
