@@ -326,9 +326,10 @@ void RuntimeCore::wait_for_run_end(TimerSlot& slot, TimerId id) {
   for (;;) {
     if (StateWord::generation(w) != id.generation() || !StateWord::run_in_progress(w)) return;
     if (!StateWord::has_waiter(w)) {
-      // relaxed: the CAS only has to be ordered with the worker's RMW on the
-      // same word, which any RMW is; the acquire is the load above/below.
-      if (!slot.word.compare_exchange_weak(w, w | StateWord::waiter_bit, std::memory_order_relaxed,
+      // The CAS only has to be ordered with the worker's RMW on the same
+      // word, which any RMW is; acquire (both ways) so a failed CAS reads
+      // the word as the loads do.
+      if (!slot.word.compare_exchange_weak(w, w | StateWord::waiter_bit, std::memory_order_acquire,
                                            std::memory_order_acquire)) {
         continue;
       }

@@ -48,7 +48,7 @@
 //  {g,v,RunningCancelled} {g,v,Cancelled}  worker: the run returned  exchange (acq_rel)     (F4)
 //  {g,v,Running}     {g,v,Fired}        worker: periodic's last run (shutdown) CAS (acq_rel) (F3)
 //  {g,v,R}           {g,v,R|waiter}     cancel_and_wait, R = Running or RunningCancelled:
-//                                       CAS (relaxed), then futex-wait on the low half     (WB)
+//                                       CAS (acquire), then futex-wait on the low half     (WB)
 //  {g,v,Pending}     {g,v,Cancelled}    shutdown sweep / a schedule that lost to shutdown  CAS (X1)
 //
 // Cancel posts no command: a timer cancelled while filed in the wheel stays

@@ -6,15 +6,29 @@
 
 #include <chime/runtime.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <thread>
 
 namespace stress_support {
 
-inline std::uint64_t pack(chime::TimerId id) { return (std::uint64_t{id.slot()} << 32) | id.generation(); }
+// A TimerId is {slot, generation, runtime tag}: 96 bits, too wide for a
+// lock-free atomic. The stress tests pack {slot, generation} into 64 bits and
+// keep the tag of the runtime they drive aside: pack() records it (every id
+// packed comes from that runtime), unpack() puts it back. Valid because each
+// test drives one runtime at a time and packs an id of it before unpacking.
+inline std::atomic<std::uint32_t>& runtime_tag_of_packed_ids() {
+  static std::atomic<std::uint32_t> tag{0};
+  return tag;
+}
+inline std::uint64_t pack(chime::TimerId id) {
+  if (id) runtime_tag_of_packed_ids().store(id.runtime(), std::memory_order_relaxed);
+  return (std::uint64_t{id.slot()} << 32) | id.generation();
+}
 inline chime::TimerId unpack(std::uint64_t v) {
-  return chime::TimerId{static_cast<std::uint32_t>(v >> 32), static_cast<std::uint32_t>(v & 0xFFFFFFFFu)};
+  return chime::TimerId{static_cast<std::uint32_t>(v >> 32), static_cast<std::uint32_t>(v & 0xFFFFFFFFu),
+                        runtime_tag_of_packed_ids().load(std::memory_order_relaxed)};
 }
 inline std::int64_t ns(chime::TimePoint t) { return t.time_since_epoch().count(); }
 

@@ -347,27 +347,29 @@ TEST(RuntimeObservability, quick_runs_are_not_slow) {
 }
 
 #if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__)
+// Two timers whose callbacks each cancel_and_wait the other's run, both running at once on two workers.
+void two_callbacks_wait_for_each_other() {
+  ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, 2)};
+  std::atomic<TimerId> a_id{TimerId{}};
+  std::atomic<TimerId> b_id{TimerId{}};
+  std::atomic<int> started{0};
+  auto body = [&](std::atomic<TimerId>& other) {
+    return [&] {
+      started.fetch_add(1);
+      while (started.load() < 2) std::this_thread::yield();
+      rt.cancel_and_wait(other.load());
+    };
+  };
+  a_id = rt.schedule_at(at(1ms), body(b_id));
+  b_id = rt.schedule_at(at(1ms), body(a_id));
+  advance_to(clock, rt, at(2ms));
+}
+
 // Debug builds catch the simplest deadlock: two callbacks each cancel_and_wait the other's running timer.
 TEST(RuntimeDeadlockCheck, two_callbacks_waiting_for_each_other_abort_with_a_message) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(
-      {
-        ManualClock clock{kStart};
-        Runtime rt{manual_options(clock, 2)};
-        std::atomic<TimerId> a_id{TimerId{}}, b_id{TimerId{}};
-        std::atomic<int> started{0};
-        auto body = [&](std::atomic<TimerId>& other) {
-          return [&] {
-            started.fetch_add(1);
-            while (started.load() < 2) std::this_thread::yield();
-            rt.cancel_and_wait(other.load());
-          };
-        };
-        a_id = rt.schedule_at(at(1ms), body(b_id));
-        b_id = rt.schedule_at(at(1ms), body(a_id));
-        advance_to(clock, rt, at(2ms));
-      },
-      "cancel_and_wait deadlock");
+  EXPECT_DEATH(two_callbacks_wait_for_each_other(), "cancel_and_wait deadlock");
 }
 #endif
 
