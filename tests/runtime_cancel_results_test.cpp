@@ -192,7 +192,6 @@ TEST_P(RunningTest, several_waiters_all_wake) {
 // From the timer's own callback, cancel_and_wait does not wait for itself: it returns running at once
 // (one-shot and periodic; the periodic runs no more).
 TEST_P(CancelResultTest, cancel_and_wait_from_its_own_callback_returns_running_without_waiting) {
-  std::atomic<TimerId> self{TimerId{}};
   std::vector<CancelResult> seen;
   std::mutex mu;
   auto task = [&](const chime::Firing& f) {
@@ -351,14 +350,16 @@ TEST(RuntimeObservability, quick_runs_are_not_slow) {
 void two_callbacks_wait_for_each_other() {
   ManualClock clock{kStart};
   Runtime rt{manual_options(clock, 2)};
-  std::atomic<TimerId> a_id{TimerId{}};
-  std::atomic<TimerId> b_id{TimerId{}};
+  // Written before the flush that dispatches the runs: the flush command
+  // carries the happens-before to the callbacks that read them.
+  TimerId a_id;
+  TimerId b_id;
   std::atomic<int> started{0};
-  auto body = [&](std::atomic<TimerId>& other) {
+  auto body = [&](const TimerId& other) {
     return [&] {
       started.fetch_add(1);
       while (started.load() < 2) std::this_thread::yield();
-      rt.cancel_and_wait(other.load());
+      rt.cancel_and_wait(other);
     };
   };
   a_id = rt.schedule_at(at(1ms), body(b_id));
