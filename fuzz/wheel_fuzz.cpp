@@ -39,6 +39,7 @@
 
 #include "fuzz_input.hpp"
 #include "reference_wheel.hpp"
+#include "wheel_observe.hpp"
 
 namespace {
 
@@ -572,42 +573,14 @@ class TimingFuzz {
     FUZZ_CHECK(seen == want, "for_each visited " << seen.size() << " alarms, model has " << want.size());
   }
 
-  // After every operation.
+  // After every operation: the checks shared with the differential tests (tests/wheel_observe.hpp), the
+  // values alive, and check_invariants().
   void observe() {
-    FUZZ_CHECK(wheel_->size() == model_.size(), "size " << wheel_->size() << " != model " << model_.size());
-    FUZZ_CHECK(wheel_->empty() == model_.empty(), "empty()");
-    FUZZ_CHECK(N(wheel_->now()) == now_, "now " << N(wheel_->now()) << " != model " << now_);
+    if (const auto failed = observe_timing_wheel(*wheel_, model_, m_, now_, num_bits_, prev_ub_)) {
+      FUZZ_CHECK(false, *failed);
+    }
     FUZZ_CHECK(Token::live == static_cast<long>(model_.size()), "live values " << Token::live << " != alarms "
                                                                                << model_.size());
-    // alarm_upper_bound: an interval start, within the contract's bounds, nondecreasing.
-    const std::int64_t u = ub();
-    const i128 now_k = m_.num(now_);
-    const i128 km = m_.k_max();
-    const i128 lo_k = std::min<i128>({now_k + (i128{1} << num_bits_), i128{kMaxRepresentableKey} + 1, km});
-    const i128 hi_k = std::min<i128>(i128{kMaxRepresentableKey} + 1, km);
-    FUZZ_CHECK((static_cast<i128>(u) - m_.start) % p_ == 0, "upper bound " << u << " is not an interval start");
-    FUZZ_CHECK(u >= m_.num_start(lo_k), "upper bound " << u << " < " << to_string(m_.num_start(lo_k)));
-    FUZZ_CHECK(u <= m_.num_start(hi_k), "upper bound " << u << " > " << to_string(m_.num_start(hi_k)));
-    FUZZ_CHECK(u >= prev_ub_, "upper bound decreased from " << prev_ub_ << " to " << u);
-    prev_ub_ = u;
-
-    const auto min = wheel_->min_alarm_time();
-    const auto next = wheel_->next_alarm_fires_at();
-    const auto min_k = wheel_->min_alarm_interval_num();
-    FUZZ_CHECK(min.has_value() == !model_.empty() && next.has_value() == !model_.empty() &&
-                   min_k.has_value() == !model_.empty(),
-               "min_alarm_time / next_alarm_fires_at / min_alarm_interval_num presence");
-    if (!model_.empty()) {
-      const std::int64_t want_min = *model_.min_key();
-      FUZZ_CHECK(N(*min) == want_min, "min_alarm_time " << N(*min) << " != " << want_min);
-      FUZZ_CHECK(N(*next) == m_.interval_start(want_min) + p_,
-                 "next_alarm_fires_at " << N(*next) << " != " << to_string(m_.interval_start(want_min) + p_));
-      FUZZ_CHECK(*min_k == m_.num(want_min), "min_alarm_interval_num " << *min_k);
-      // The lateness guarantees, on the earliest alarm.
-      FUZZ_CHECK(m_.num(want_min) >= now_k, "alarm at " << want_min << " is in an interval before now's");
-      FUZZ_CHECK(static_cast<i128>(want_min) > static_cast<i128>(now_) - p_, "alarm at " << want_min
-                                                                                         << " <= now - precision");
-    }
     try {
       wheel_->check_invariants();
     } catch (const std::exception& e) {
@@ -904,22 +877,10 @@ class KeyFuzz {
   }
 
   void observe() {
-    FUZZ_CHECK(wheel_->size() == model_.size(), "size " << wheel_->size() << " != " << model_.size());
-    FUZZ_CHECK(wheel_->empty() == model_.empty(), "empty()");
-    FUZZ_CHECK(Token::live == static_cast<long>(model_.size()), "live values " << Token::live);
-    FUZZ_CHECK(wheel_->min_allowed_key() == min_, "min_allowed_key " << wheel_->min_allowed_key() << " != " << min_);
-    const Key max = wheel_->max_allowed_key();
-    const Key lo = std::min<Key>(kMaxRep, min_ + ((Key{1} << num_bits_) - 1));
-    FUZZ_CHECK(max >= lo && max <= kMaxRep && max >= prev_max_,
-               "max_allowed_key " << max << " outside [" << lo << ", 2^61-1] or decreased from " << prev_max_);
-    prev_max_ = max;
-    const auto mk = wheel_->min_key();
-    const auto me = wheel_->min_elt();
-    FUZZ_CHECK(mk.has_value() == !model_.empty() && me.has_value() == !model_.empty(), "min presence");
-    if (mk) {
-      FUZZ_CHECK(*mk == *model_.min_key(), "min_key " << *mk << " != " << *model_.min_key());
-      FUZZ_CHECK(wheel_->contains(*me) && wheel_->key(*me) == *mk, "min_elt is not a contained minimum element");
+    if (const auto failed = observe_key_wheel(*wheel_, model_, min_, num_bits_, kMaxRep, prev_max_)) {
+      FUZZ_CHECK(false, *failed);
     }
+    FUZZ_CHECK(Token::live == static_cast<long>(model_.size()), "live values " << Token::live);
     try {
       wheel_->check_invariants();
     } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 // message names the seed, the configuration and the operation index.
 
 #include "reference_wheel.hpp"
+#include "wheel_observe.hpp"
 
 #include <chime/wheel.hpp>
 
@@ -692,41 +693,12 @@ class TimingWheelDifferential {
   // Cheap checks after every operation.
   void observe() {
     stats_.max_size = std::max<std::uint64_t>(stats_.max_size, model_.size());
-    DIFF_CHECK(wheel_->size() == model_.size(), "size " << wheel_->size() << " != model " << model_.size());
-    DIFF_CHECK(wheel_->empty() == model_.empty(), "empty()");
-    DIFF_CHECK(N(wheel_->now()) == model_now_, "now " << N(wheel_->now()) << " != model " << model_now_);
+    // The checks shared with the wheel fuzz target (wheel_observe.hpp).
+    if (const auto failed = observe_timing_wheel(*wheel_, model_, m_, model_now_, num_bits_, prev_ub_)) {
+      throw Divergence{*failed};
+    }
     DIFF_CHECK(Token::live == static_cast<long>(model_.size()),
                "live values " << Token::live << " != alarms " << model_.size());
-
-    // alarm_upper_bound: on an interval boundary, within the level-bits bounds, nondecreasing.
-    const std::int64_t ub = upper_bound();
-    const i128 now_k = m_.num(model_now_);
-    const i128 km = m_.k_max();
-    const i128 lo_k = std::min<i128>({now_k + (i128{1} << num_bits_), i128{kMaxRepresentableKey} + 1, km});
-    const i128 hi_k = std::min<i128>(i128{kMaxRepresentableKey} + 1, km);
-    DIFF_CHECK((static_cast<i128>(ub) - m_.start) % precision_ == 0, "upper bound " << ub << " not an interval start");
-    DIFF_CHECK(ub >= m_.num_start(lo_k), "upper bound " << ub << " < " << to_string(m_.num_start(lo_k)));
-    DIFF_CHECK(ub <= m_.num_start(hi_k), "upper bound " << ub << " > " << to_string(m_.num_start(hi_k)));
-    DIFF_CHECK(ub >= prev_ub_, "upper bound decreased from " << prev_ub_ << " to " << ub);
-    prev_ub_ = ub;
-
-    const auto min = wheel_->min_alarm_time();
-    const auto next = wheel_->next_alarm_fires_at();
-    const auto min_k = wheel_->min_alarm_interval_num();
-    DIFF_CHECK(min.has_value() == !model_.empty() && next.has_value() == !model_.empty() &&
-                   min_k.has_value() == !model_.empty(),
-               "min/next presence");
-    if (!model_.empty()) {
-      const std::int64_t want_min = *model_.min_key();
-      DIFF_CHECK(N(*min) == want_min, "min_alarm_time " << N(*min) << " != " << want_min);
-      DIFF_CHECK(N(*next) == m_.interval_start(want_min) + precision_,
-                 "next_alarm_fires_at " << N(*next) << " != " << to_string(m_.interval_start(want_min) + precision_));
-      DIFF_CHECK(*min_k == m_.num(want_min), "min_alarm_interval_num " << *min_k);
-      // The lateness guarantees, on the earliest alarm (the model holds exactly the wheel's alarms).
-      DIFF_CHECK(m_.num(want_min) >= now_k, "alarm at " << want_min << " is in an interval before now's");
-      DIFF_CHECK(static_cast<i128>(want_min) > static_cast<i128>(model_now_) - precision_,
-                 "alarm at " << want_min << " <= now - precision");
-    }
   }
 
   std::int64_t precision_;
@@ -1152,22 +1124,11 @@ class KeyWheelDifferential {
   }
 
   void observe() {
-    DIFF_CHECK(wheel_->size() == model_.size(), "size " << wheel_->size() << " != " << model_.size());
-    DIFF_CHECK(wheel_->empty() == model_.empty(), "empty()");
-    DIFF_CHECK(Token::live == static_cast<long>(model_.size()), "live values " << Token::live);
-    DIFF_CHECK(wheel_->min_allowed_key() == model_min_, "min_allowed_key");
-    const Key max = wheel_->max_allowed_key();
-    const Key lo = std::min<Key>(kMaxRep, model_min_ + ((Key{1} << num_bits_) - 1));
-    DIFF_CHECK(max >= lo && max <= kMaxRep && max >= prev_max_,
-               "max_allowed_key " << max << " outside [" << lo << ", 2^61-1] or decreased from " << prev_max_);
-    prev_max_ = max;
-    const auto mk = wheel_->min_key();
-    const auto me = wheel_->min_elt();
-    DIFF_CHECK(mk.has_value() == !model_.empty() && me.has_value() == !model_.empty(), "min presence");
-    if (mk) {
-      DIFF_CHECK(*mk == *model_.min_key(), "min_key " << *mk << " != " << *model_.min_key());
-      DIFF_CHECK(wheel_->contains(*me) && wheel_->key(*me) == *mk, "min_elt is not a contained minimum element");
+    // The checks shared with the wheel fuzz target (wheel_observe.hpp).
+    if (const auto failed = observe_key_wheel(*wheel_, model_, model_min_, num_bits_, kMaxRep, prev_max_)) {
+      throw Divergence{*failed};
     }
+    DIFF_CHECK(Token::live == static_cast<long>(model_.size()), "live values " << Token::live);
   }
 
   std::vector<int> bits_v_;
