@@ -324,10 +324,12 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         if (StateWord::periodic(w) && slot.on_missed != Missed::catch_up) {
           // skip, delay: coalesce every run that may run now (due before the
           // boundary, or at or before due_now_ns) into the latest one.
-          // In 128 bits: last - due spans up to 2^64 ns; the result, at most
-          // last, fits.
-          const std::int64_t last = std::max(boundary - 1, due_now_ns);
-          const __int128 k = (static_cast<__int128>(last) - due) / slot.period_ns;
+          // In 128 bits: boundary - 1 is below INT64_MIN while the wheel is
+          // in its first interval with a clock that started at
+          // TimePoint::min() (fuzz: regression-skip_boundary_min), and
+          // last - due spans up to 2^64 ns; the result, at most last, fits.
+          const __int128 last = std::max<__int128>(static_cast<__int128>(boundary) - 1, due_now_ns);
+          const __int128 k = (last - due) / slot.period_ns;
           d.due_ns = static_cast<std::int64_t>(due + k * slot.period_ns);
           d.missed = static_cast<std::uint64_t>(k);
         }
