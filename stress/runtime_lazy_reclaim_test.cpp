@@ -76,10 +76,18 @@ TEST(RuntimeLazyReclaim, cancels_touches_and_sweeps_race_fires_and_every_timer_h
     std::mt19937_64 rng(chime_stress::seed() * 31 + 100);
     chime::Producer producer = rt.producer();
     std::size_t next[kProducers] = {};
-    for (bool more = true; more;) {
+    for (bool more = true, filed_first = false; more; filed_first = !filed_first) {
       more = producing.load();
+      std::size_t upto[kProducers];
+      for (std::size_t p = 0; p < kProducers; ++p) upto[p] = published[p].load(std::memory_order_acquire);
+      // Every other round, make sure the ADDs of what it cancels were applied
+      // first, so those cancels make zombies (filed, then cancelled) however
+      // fast this thread runs against the wheel thread (under TSan it can
+      // outrun it, and then every cancel lands before its ADD); the other
+      // rounds cancel timers whose ADD may still be queued.
+      if (filed_first) rt.flush();
       for (std::size_t p = 0; p < kProducers; ++p) {
-        const std::size_t n = published[p].load(std::memory_order_acquire);
+        const std::size_t n = upto[p];
         for (; next[p] < n; ++next[p]) {
           if (rng() % 4 == 0) continue;
           Log& log = logs[p * kPerProducer + next[p]];
