@@ -33,7 +33,6 @@ TimerSlot* RuntimeCore::slot_of(TimerId id) const noexcept {
   return slab_.find(id.slot());
 }
 
-
 void RuntimeCore::throw_if_in_callback(const char* what) const {
   if (tls_running_callback_of == this) {
     throw std::logic_error(std::string("chime::Runtime::") + what +

@@ -92,7 +92,8 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       start_ns_(clock_->now().time_since_epoch().count()),
       max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
       horizon_key_(horizon_key(start_ns_, precision_.count())),
-      max_wheel_now_ns_(static_cast<std::int64_t>(start_ns_ + static_cast<__int128>(horizon_key_) * precision_.count())),
+      max_wheel_now_ns_(
+          static_cast<std::int64_t>(start_ns_ + static_cast<__int128>(horizon_key_) * precision_.count())),
       tag_(next_runtime_tag()),
       commands_(options_.command_queue),
       due_limit_ns_(due_limit_for(start_ns_)),

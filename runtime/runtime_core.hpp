@@ -212,7 +212,7 @@ class RuntimeCore {
   std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
   std::int64_t horizon_key_;          // the last interval the wheel advances into (runtime.cpp, horizon_key)
   std::int64_t max_wheel_now_ns_;     // its start: the wheel's time never passes it
-  std::uint32_t tag_;                  // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
+  std::uint32_t tag_;                 // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
 
   // Shared.
   TimerSlab slab_;
@@ -254,9 +254,9 @@ class RuntimeCore {
     std::uint32_t seq;  // position on overdue_: ties go in filing order
     std::uint32_t index;
   };
-  std::vector<Overdue> overdue_order_;  // overdue timers by due time
-  std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired_;    // this advance's alarms, by interval
-  std::int64_t application_now_ns_ = INT64_MIN;  // the clock when this pass began applying commands
+  std::vector<Overdue> overdue_order_;                               // overdue timers by due time
+  std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired_;  // this advance's alarms, by interval
+  std::int64_t application_now_ns_ = INT64_MIN;                      // the clock when this pass began applying commands
   std::vector<Dispatch> dispatch_batch_;  // claimed this pass, handed over at its end (hand_over)
   std::vector<std::uint32_t> sweep_buffer_;
   std::unique_ptr<RetiredSlots> wheel_retired_;  // created on the wheel thread (its token)

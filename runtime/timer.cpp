@@ -143,7 +143,8 @@ struct TimerHandleState {
 
 namespace {
 [[noreturn]] void throw_empty(const char* what) {
-  throw std::logic_error(std::string("chime::Timer::") + what + " on an empty Timer (default-constructed or moved-from)");
+  throw std::logic_error(std::string("chime::Timer::") + what +
+                         " on an empty Timer (default-constructed or moved-from)");
 }
 }  // namespace
 

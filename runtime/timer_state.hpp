@@ -106,8 +106,8 @@ enum class SlotState : std::uint8_t {
   pending = 1,
   writing = 2,
   cancelling = 3,  // cancelled; the canceller (or rescheduler) is destroying the task (C1/C2 -> K1/R3)
-  handed = 4,     // claimed by the wheel thread for a run, not started (W1)
-  running = 5,    // the callback started (B1)
+  handed = 4,      // claimed by the wheel thread for a run, not started (W1)
+  running = 5,     // the callback started (B1)
   fired = 6,
   cancelled = 7,
   running_cancelled = 8,  // a periodic timer cancelled while its run is in progress (C3); F4 ends it
@@ -162,9 +162,8 @@ struct StateWord {
 static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running)) == SlotState::running);
 static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running_cancelled) | StateWord::waiter_bit) ==
               SlotState::running_cancelled);
-static_assert(!StateWord::has_waiter(StateWord::with_state(StateWord::make(7, 3, SlotState::running) |
-                                                               StateWord::waiter_bit,
-                                                           SlotState::fired)));
+static_assert(!StateWord::has_waiter(
+    StateWord::with_state(StateWord::make(7, 3, SlotState::running) | StateWord::waiter_bit, SlotState::fired)));
 static_assert(StateWord::generation(StateWord::make(7, 3, SlotState::running)) == 7);
 static_assert(StateWord::version(StateWord::bumped(StateWord::make(7, 0xFFFFFF, SlotState::pending),
                                                    SlotState::pending)) == 0,

@@ -297,8 +297,7 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
 // its current due is before `boundary` (the start of the wheel's interval),
 // or at or before `due_now_ns` (overdue timers: the clock's time; INT64_MIN
 // for the wheel's alarms, which keep the interval rule).
-void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int64_t fired_at,
-                           std::int64_t due_now_ns) {
+void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int64_t fired_at, std::int64_t due_now_ns) {
   TimerSlot& slot = slab_[index];
   // acquire: pairs with R2/F2's release, so `due` below is at least as new
   // as the version we read; the claim CAS from exactly this word fails if a

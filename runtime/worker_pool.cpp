@@ -103,8 +103,7 @@ void RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& reti
 // Runs one handed-over timer. Returns true iff its callback ran (false: a
 // cancel won before it started). `steady_ns` is the steady clock's time at
 // the start (the previous run's end); it is set to the time this run ended.
-bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns,
-                      RetiredSlots& retired) {
+bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired) {
   TimerSlot& slot = slab_[d.slot];
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   for (;;) {
@@ -167,7 +166,8 @@ namespace {
 // The transition that ends a run read the waiter bit: wake the
 // cancel_and_wait callers sleeping on the word (timer_state.hpp, WB).
 void wake_waiters_if_any(TimerSlot& slot, std::uint64_t old_word) noexcept {
-  if (StateWord::has_waiter(old_word)) [[unlikely]] futex_wake_all_low_half(slot.word);
+  if (StateWord::has_waiter(old_word)) [[unlikely]]
+    futex_wake_all_low_half(slot.word);
 }
 }  // namespace
 
@@ -220,7 +220,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
   if (slot.on_missed == Missed::delay && !(d.flags & Dispatch::keep_due)) {
     base = clock_kind_ == ClockKind::steady ? steady_end_ns : clock_->now().time_since_epoch().count();
   }
-  const std::int64_t next = (d.flags & Dispatch::keep_due)         ? d.due_ns
+  const std::int64_t next = (d.flags & Dispatch::keep_due)      ? d.due_ns
                             : base > INT64_MAX - slot.period_ns ? INT64_MAX
                                                                 : base + slot.period_ns;
   slot.due_ns.store(next, std::memory_order_relaxed);

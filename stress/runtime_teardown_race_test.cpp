@@ -67,13 +67,14 @@ TEST(RuntimeTeardownRace, cancel_and_wait_racing_run_start_and_end_never_leaves_
       for (auto& p : conn->payload) p += 1;
       if (conn->closed.load(std::memory_order_relaxed)) used_after_close.fetch_add(1);
     };
-    const TimerId id = periodic ? rt.schedule_every(200us, body) : rt.schedule_after(std::chrono::microseconds(rng() % 1500), body);
+    const TimerId id =
+        periodic ? rt.schedule_every(200us, body) : rt.schedule_after(std::chrono::microseconds(rng() % 1500), body);
     // Cancel at once, after a random wait (it lands as the run starts, or
     // ends), or once the run has started (it lands while the run goes on).
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 2600);
     const bool until_started = rng() % 3 == 0;
-    while (std::chrono::steady_clock::now() < until || (until_started && !conn->started.load() &&
-                                                        std::chrono::steady_clock::now() < until + 5ms)) {
+    while (std::chrono::steady_clock::now() < until ||
+           (until_started && !conn->started.load() && std::chrono::steady_clock::now() < until + 5ms)) {
       std::this_thread::yield();
     }
     const CancelResult r = rt.cancel_and_wait(id);

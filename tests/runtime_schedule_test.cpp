@@ -171,7 +171,7 @@ TEST_P(ScheduleTest, due_now_timers_merge_with_the_advance_in_interval_order) {
   rt.flush();
   clock.set(at(9ms + 500us));
   rt.schedule_at(at(9ms + 200us), rec.task(9));  // due now at application, in the current interval
-  rt.schedule_at(at(4ms), rec.task(4));           // due now, before the wheel's interval
+  rt.schedule_at(at(4ms), rec.task(4));          // due now, before the wheel's interval
   rt.flush();
   const auto runs = rec.runs();
   ASSERT_EQ(runs.size(), 4u);

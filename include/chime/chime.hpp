@@ -15,7 +15,5 @@
 #include "chime/keyed_timers.hpp"
 #include "chime/runtime.hpp"
 #include "chime/task.hpp"
-#include "chime/wheel.hpp"
-#if __has_include("chime/timer.hpp")  // being added beside this header
 #include "chime/timer.hpp"
-#endif
+#include "chime/wheel.hpp"

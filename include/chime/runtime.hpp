@@ -9,9 +9,14 @@
 //
 // Guarantees (the state machine behind them is in runtime/timer_state.hpp and
 // docs/state-machine.md; the races are argued there):
-// - Never early: a run due at `d` starts only after the runtime clock has
-//   reached interval_start(d) + precision, as seen by the wheel thread; with
-//   the clock exactly at `d` it has not fired.
+// - Never early: a run never starts before its due time by the runtime's
+//   clock. A timer filed while its due was still ahead starts only after the
+//   clock has reached interval_start(d) + precision, as seen by the wheel
+//   thread (with the clock exactly at `d` it has not fired); one whose due
+//   was already reached when its command was applied is due now (below). A
+//   reschedule to a later due (a touch, no command) keeps its filed alarm:
+//   the interval rule for the new due, except that a timer the wheel finds
+//   mid-reschedule with its new due already reached runs at once.
 // - Exactly one of {fire, successful cancel} happens to every one-shot timer:
 //   `cancel` returns true iff the callback has not started and never will.
 //   Cancel wins until the callback starts: a run already handed to a worker
