@@ -1,14 +1,28 @@
-// idle_timeout_server: a TCP echo server on 127.0.0.1 that closes connections idle for T,
-// with chime::KeyedTimers, checked by a load client in the same program.
+// idle_timeout_server: a TCP echo server on 127.0.0.1 that closes connections idle for T, one
+// chime runtime timer per connection, checked by a load client in the same program.
 //
-// Server: one listening thread (blocking accept4, SOCK_NONBLOCK) hands each connection a
-// unique id and to one of several I/O threads, each with its own epoll fd. The idle timer is
-// keyed by the connection id, never by the fd (an fd is reused as soon as it is closed):
-// accept does `timers.set(id, conn, T)`, every read does `timers.move(id, T)` (the "touch").
-// The execute callback runs on a runtime worker; it only calls shutdown(fd, SHUT_RDWR) under
-// the connection's mutex, and the I/O thread that owns the fd sees EOF/HUP, closes it (under
-// the same mutex, so the callback never touches a closed, possibly reused fd) and records
-// the close time.
+// Server: one listening thread (blocking accept4, SOCK_NONBLOCK) allocates a Conn for each
+// connection, schedules its idle timer (schedule_after(T)) and hands it to one of several I/O
+// threads, each with its own epoll fd (the epoll data is a unique connection id, never the fd,
+// which the kernel reuses as soon as it is closed). Every read pushes the timer later:
+// reschedule_after(timer, T), the "touch", a CAS pair that never involves the wheel thread.
+// The timer's callback runs on a runtime worker and only calls shutdown(fd, SHUT_RDWR); the
+// I/O thread that owns the fd then sees EOF/HUP, closes the fd and frees the Conn.
+//
+// Freeing safely. The callback holds a raw Conn*, so the Conn may be freed, and its fd closed
+// (the number is then reused), only once no callback can be using them. A bare cancel() cannot
+// tell that: false means it lost, and the callback may be running on a worker at that very
+// moment. So close_conn() first calls cancel_and_wait(timer), chime's timer_delete_sync (the
+// Linux kernel's del_timer_sync: deactivate the timer and wait for a handler still running on
+// another CPU). It returns `cancelled` (the callback never runs), `done` (it ran and returned;
+// `unknown`, for an id this runtime issued, says the same: its slot was reused since), or
+// `running`: a run was in progress, and the call returned only after it did. In every case no
+// callback touches the Conn afterwards, so the I/O thread closes the fd and deletes the Conn
+// with no lock shared with the callback. The only other place a timer's memory may be freed
+// is that timer's own callback. (chime::KeyedTimers suits values that own what `execute` uses,
+// an id or a shared_ptr: its remove() does not wait for an execute in progress, so it cannot
+// say when a raw pointer may be freed.) The report counts the frees where cancel_and_wait
+// returned `running`: the cases where waiting mattered.
 //
 // Client: N connections (half idle by default). Every connection sends one byte and reads
 // the echo; then the idle ones stay silent and the busy ones send a byte after a random
@@ -46,7 +60,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <queue>
 #include <random>
 #include <string>
@@ -96,13 +109,21 @@ Summary summarize(std::vector<double> v) {
 
 // ---------------------------------------------------------------- server
 
-struct Conn {
-  std::mutex m;  // guards fd between the owning I/O thread (close) and the timer (shutdown)
-  int fd = -1;
+// A connection's figures for the report: one per accepted connection, kept for the server's
+// life (the Conn itself is freed when the connection closes).
+struct ConnRecord {
   std::atomic<std::int64_t> last_read_ns{0};
   std::atomic<std::int64_t> close_ns{0};
-  std::atomic<std::int64_t> fire_ns{0};  // when the execute callback shut it down
+  std::atomic<std::int64_t> fire_ns{0};  // when the idle callback shut it down
   std::atomic<bool> timed_out{false};
+};
+
+// A live connection: allocated on accept, freed by close_conn() after cancel_and_wait. Its
+// idle callback reads fd and id, set before the timer is scheduled; nothing writes them after.
+struct Conn {
+  int fd = -1;
+  std::uint64_t id = 0;  // unique, never reused: the index of its ConnRecord
+  chime::TimerId timer;  // the idle timer, set before the Conn is published to its I/O thread
 };
 
 chime::RuntimeOptions runtime_options(const Options& o) {
@@ -119,9 +140,9 @@ class Server {
         listen_fd_(listen_fd),
         timeout_(std::chrono::milliseconds(o.timeout_ms)),
         capacity_(o.connections * 2 + 64),
-        conns_(new Conn[capacity_]),
-        runtime_(runtime_options(o)),
-        timers_(runtime_, [this](const std::uint64_t&, Conn*&& c) { on_idle(*c); }) {
+        records_(new ConnRecord[capacity_]),
+        live_(new std::atomic<Conn*>[capacity_]()),
+        runtime_(runtime_options(o)) {
     for (unsigned i = 0; i < o.io_threads; ++i) {
       int ep = epoll_create1(EPOLL_CLOEXEC);
       if (ep < 0) die("epoll_create1");
@@ -138,6 +159,10 @@ class Server {
     ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept4 with EINVAL
     acceptor_.join();
     for (auto& t : io_) t.join();
+    // Connections the I/O threads did not close (none when the client behaved): the same rule.
+    for (std::size_t id = 0; id < accepted_.load(); ++id) {
+      if (Conn* c = live_[id].load(std::memory_order_acquire)) close_conn(-1, c);
+    }
   }
 
   // Returns true iff the server-side checks pass; prints the server's figures.
@@ -146,7 +171,7 @@ class Server {
     std::vector<double> err, fire_err;
     std::size_t timed_out = 0, early = 0;
     for (std::size_t i = 0; i < accepted_.load(); ++i) {
-      Conn& c = conns_[i];
+      const ConnRecord& c = records_[i];
       if (!c.timed_out.load() || c.close_ns.load() == 0) continue;
       ++timed_out;
       double e = static_cast<double>(c.close_ns.load() - c.last_read_ns.load()) / 1e6 - t_ms;
@@ -160,7 +185,7 @@ class Server {
     const std::uint64_t touches = touches_.load();
     std::printf("server: %zu connections accepted, %zu closed idle (expected %zu), %zu closed by the client\n",
                 accepted_.load(), timed_out, expected_idle, closed_by_peer_.load());
-    std::printf("server: %llu touches (KeyedTimers::move) over the %.2f s run = %.0f touches/s\n",
+    std::printf("server: %llu touches (Runtime::reschedule_after) over the %.2f s run = %.0f touches/s\n",
                 static_cast<unsigned long long>(touches), busy_s, busy_s > 0 ? touches / busy_s : 0.0);
     std::printf("server: close time - last read - T: p50 %.1f ms, p99 %.1f ms, max %.1f ms, min %.1f ms\n", s.p50,
                 s.p99, s.max, s.min);
@@ -168,13 +193,23 @@ class Server {
                 "(%lld ms) = %lld ms, and >= 0\n",
                 static_cast<long long>(2 * o_.precision_ms), static_cast<long long>(o_.allowance_ms),
                 static_cast<long long>(2 * o_.precision_ms + o_.allowance_ms));
-    std::printf("server: of which execute ran at last read + T + p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", f.p50,
-                f.p99, f.max);
+    std::printf("server: of which the idle callback ran at last read + T + p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+                f.p50, f.p99, f.max);
+    const std::size_t freed = freed_cancelled_.load() + freed_running_.load() + freed_done_.load();
+    std::printf(
+        "server: %zu connections freed, each after cancel_and_wait on its idle timer returned: %zu "
+        "cancelled (never ran), %zu done (had run), %zu running (waited for the callback to return "
+        "before freeing: the frees where waiting mattered)\n",
+        freed, freed_cancelled_.load(), freed_done_.load(), freed_running_.load());
     const chime::Stats st = runtime_.stats();
     std::printf("server: runtime lateness p50 %.2f ms, p99 %.2f ms, max %.2f ms; %llu timers fired\n",
                 st.lateness.p50.count() / 1e6, st.lateness.p99.count() / 1e6, st.lateness.max.count() / 1e6,
                 static_cast<unsigned long long>(st.fired));
     bool ok = true;
+    if (freed != accepted_.load()) {
+      std::printf("server: FAIL: %zu connections freed, %zu accepted\n", freed, accepted_.load());
+      ok = false;
+    }
     if (timed_out != expected_idle) {
       std::printf("server: FAIL: %zu connections closed idle, expected %zu\n", timed_out, expected_idle);
       ok = false;
@@ -194,20 +229,20 @@ class Server {
  private:
   std::size_t open_count() {
     std::size_t open = 0;
-    for (std::size_t i = 0; i < accepted_.load(); ++i) open += conns_[i].close_ns.load() == 0;
+    for (std::size_t i = 0; i < accepted_.load(); ++i) open += records_[i].close_ns.load() == 0;
     return open;
   }
 
-  // Runs on a runtime worker. Never closes: the I/O thread owning the fd does.
-  void on_idle(Conn& c) {
-    std::lock_guard<std::mutex> lock(c.m);
-    if (c.fd < 0) return;  // closed by the peer meanwhile
+  // The idle timer's callback, on a runtime worker. Never closes or frees: the I/O thread owning
+  // the fd does, after cancel_and_wait, so c.fd is open (and c alive) for as long as this runs.
+  void on_idle(const Conn& c) {
+    ConnRecord& rec = records_[c.id];
     char b;
     // The peer closed first and its EOF waits in the I/O thread's queue: not an idle close.
     const bool peer_closed = ::recv(c.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-    if (!peer_closed) c.timed_out.store(true);
-    c.fire_ns.store(now_ns());
-    ::shutdown(c.fd, SHUT_RDWR);
+    if (!peer_closed) rec.timed_out.store(true);
+    rec.fire_ns.store(now_ns());
+    ::shutdown(c.fd, SHUT_RDWR);  // wakes the owning I/O thread with EOF
   }
 
   void accept_loop() {
@@ -225,11 +260,12 @@ class Server {
         ::close(fd);
         continue;
       }
-      Conn& c = conns_[id];
-      c.fd = fd;
-      c.last_read_ns.store(now_ns());
+      records_[id].last_read_ns.store(now_ns());
+      auto* c = new Conn{fd, id, {}};  // freed by close_conn
+      // The callback may run as soon as T has passed; it uses only c->fd and c->id, set above.
+      c->timer = runtime_.schedule_after(timeout_, [this, c] { on_idle(*c); });
+      live_[id].store(c, std::memory_order_release);  // the I/O thread takes it from here
       accepted_.store(id + 1);
-      timers_.set(id, &c, timeout_);  // key: the unique id, never the fd
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;
       ev.data.u64 = id;
@@ -237,16 +273,31 @@ class Server {
     }
   }
 
-  void close_conn(int ep, std::uint64_t id) {
-    Conn& c = conns_[id];
-    timers_.remove(id);  // false if it fired (then on_idle shut it down)
-    std::lock_guard<std::mutex> lock(c.m);
-    if (c.fd < 0) return;
-    epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
-    ::close(c.fd);
-    c.fd = -1;
-    c.close_ns.store(now_ns());
-    if (!c.timed_out.load()) closed_by_peer_.fetch_add(1);
+  // Closes and frees a connection (on its I/O thread; ep < 0: after they stopped). The rule:
+  // free only after cancel_and_wait returned. A bare cancel() that returned false could have
+  // lost to a callback running right now, which would then use a freed Conn and a closed (or
+  // already reused) fd.
+  void close_conn(int ep, Conn* c) {
+    switch (runtime_.cancel_and_wait(c->timer)) {
+      case chime::CancelResult::cancelled:  // the callback never runs
+        freed_cancelled_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case chime::CancelResult::running:  // it was running: the call returned when it had
+        freed_running_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case chime::CancelResult::done:     // it ran and returned
+      case chime::CancelResult::unknown:  // the same, and its slot was reused since
+        freed_done_.fetch_add(1, std::memory_order_relaxed);
+        break;
+    }
+    // From here on no callback touches *c or its fd, and what the callback wrote is visible.
+    if (ep >= 0) epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
+    ::close(c->fd);
+    ConnRecord& rec = records_[c->id];
+    rec.close_ns.store(now_ns());
+    if (!rec.timed_out.load()) closed_by_peer_.fetch_add(1);
+    live_[c->id].store(nullptr, std::memory_order_relaxed);
+    delete c;
   }
 
   void io_loop(int ep) {
@@ -260,9 +311,9 @@ class Server {
       }
       for (int i = 0; i < n; ++i) {
         const std::uint64_t id = events[i].data.u64;
-        Conn& c = conns_[id];
-        const int fd = c.fd;  // only this thread closes it
-        if (fd < 0) continue;
+        Conn* c = live_[id].load(std::memory_order_acquire);  // only this thread frees it
+        if (c == nullptr) continue;
+        const int fd = c->fd;
         bool eof = (events[i].events & (EPOLLHUP | EPOLLERR)) != 0;
         bool got = false;
         for (;;) {
@@ -281,12 +332,12 @@ class Server {
         if (got && !eof) {
           // A byte read after the timer fired does not count: the connection is already shut.
           const std::int64_t t = now_ns();
-          if (timers_.move(id, timeout_)) {
-            c.last_read_ns.store(t);
+          if (runtime_.reschedule_after(c->timer, timeout_)) {
+            records_[id].last_read_ns.store(t);
             touches_.fetch_add(1, std::memory_order_relaxed);
           }
         }
-        if (eof) close_conn(ep, id);
+        if (eof) close_conn(ep, c);
       }
     }
     ::close(ep);
@@ -296,9 +347,9 @@ class Server {
   int listen_fd_;
   chime::Duration timeout_;
   std::size_t capacity_;
-  std::unique_ptr<Conn[]> conns_;
-  chime::Runtime runtime_;
-  chime::KeyedTimers<std::uint64_t, Conn*> timers_;
+  std::unique_ptr<ConnRecord[]> records_;
+  std::unique_ptr<std::atomic<Conn*>[]> live_;  // by id: the open connections (null once freed)
+  chime::Runtime runtime_;                      // declared last of these: destroyed first
   std::vector<int> epolls_;
   std::vector<std::thread> io_;
   std::thread acceptor_;
@@ -306,6 +357,10 @@ class Server {
   std::atomic<std::size_t> accepted_{0};
   std::atomic<std::size_t> closed_by_peer_{0};
   std::atomic<std::uint64_t> touches_{0};
+  // close_conn's cancel_and_wait results (unknown counts as done)
+  std::atomic<std::size_t> freed_cancelled_{0};
+  std::atomic<std::size_t> freed_running_{0};
+  std::atomic<std::size_t> freed_done_{0};
 };
 
 // ---------------------------------------------------------------- client
