@@ -186,6 +186,7 @@ class RuntimeCore {
   bool apply_commands(bool& exhausted);
   void apply(const Command& c);
   void file(std::uint32_t index, TimerSlot& slot, bool at_application);
+  bool due_now_at_application(std::int64_t due);
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);
@@ -256,7 +257,7 @@ class RuntimeCore {
   };
   std::vector<Overdue> overdue_order_;                               // overdue timers by due time
   std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired_;  // this advance's alarms, by interval
-  std::int64_t application_now_ns_ = INT64_MIN;                      // the clock when this pass began applying commands
+  std::int64_t application_now_ns_ = INT64_MIN;                      // the clock at this pass's application; MIN: not read yet
   std::vector<Dispatch> dispatch_batch_;  // claimed this pass, handed over at its end (hand_over)
   std::vector<std::uint32_t> sweep_buffer_;
   std::unique_ptr<RetiredSlots> wheel_retired_;  // created on the wheel thread (its token)

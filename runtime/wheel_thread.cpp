@@ -73,9 +73,10 @@ void RuntimeCore::wheel_main() {
   wheel_retired_ = std::make_unique<RetiredSlots>(slab_);
   while (running_) {
     const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
-    // The clock at application: a timer applied this pass with its due at or
-    // before it is due now (file()).
-    application_now_ns_ = clock_->now().time_since_epoch().count();
+    // The clock at application, read by file() the first time a command of
+    // this pass needs it: a timer applied this pass with its due at or before
+    // it is due now.
+    application_now_ns_ = INT64_MIN;
     bool exhausted = false;
     const bool busy = apply_commands(exhausted);
     std::int64_t now = clock_->now().time_since_epoch().count();
@@ -219,7 +220,7 @@ void RuntimeCore::apply(const Command& c) {
 // however recent (design: "due now at application").
 void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
-  if (at_application && due <= application_now_ns_) {
+  if (at_application && due_now_at_application(due)) {
     slot.alarm = {};
     overdue_.push_back(index);
     return;
@@ -242,6 +243,15 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
     slot.alarm = {};
     overdue_.push_back(index);
   }
+}
+
+// True iff `due` is at or before the clock's time at this pass's
+// application. A due at or before the wheel's time needs no clock read (the
+// clock is never behind it); otherwise the clock is read once per pass.
+bool RuntimeCore::due_now_at_application(std::int64_t due) {
+  if (due <= wheel_.now().time_since_epoch().count()) return true;
+  if (application_now_ns_ == INT64_MIN) application_now_ns_ = clock_->now().time_since_epoch().count();
+  return due <= application_now_ns_;
 }
 
 void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
