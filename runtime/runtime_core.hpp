@@ -257,7 +257,7 @@ class RuntimeCore {
   };
   std::vector<Overdue> overdue_order_;                               // overdue timers by due time
   std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired_;  // this advance's alarms, by interval
-  std::int64_t application_now_ns_ = INT64_MIN;                      // the clock at this pass's application; MIN: not read yet
+  std::int64_t application_now_ns_ = INT64_MIN;  // the clock at this pass's application; MIN: not read yet
   std::vector<Dispatch> dispatch_batch_;  // claimed this pass, handed over at its end (hand_over)
   std::vector<std::uint32_t> sweep_buffer_;
   std::unique_ptr<RetiredSlots> wheel_retired_;  // created on the wheel thread (its token)
