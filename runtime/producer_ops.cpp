@@ -133,6 +133,23 @@ void RuntimeCore::end_timer() {
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+// (X1) A schedule that must not be accepted (it lost to shutdown, or its ADD
+// could not be posted) takes its timer back: Pending -> Cancelled, then the
+// task, the capacity and the slot are given back. False if another thread
+// decided the timer first (shutdown's sweep, or a cancel by a guessed id):
+// then it counts as accepted and is settled by whoever decided it.
+bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending) {
+  std::uint64_t expected = pending;
+  if (!slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelled),
+                                         std::memory_order_acq_rel)) {
+    return false;
+  }
+  slot.task.reset();
+  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  slab_.release(index);
+  return true;
+}
+
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
                               ProducerQueueToken* token) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
@@ -170,28 +187,14 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   // shutdown's sweep sees this Pending word.
   slot.word.store(pending, std::memory_order_seq_cst);
   if (stopped_.load(std::memory_order_seq_cst)) {
-    std::uint64_t expected = pending;
-    if (slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelled),
-                                          std::memory_order_acq_rel)) {  // (X1): we took it back, not accepted
-      slot.task.reset();
-      if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
-      slab_.release(index);
-      throw StoppedError("chime::Runtime: schedule after shutdown");
-    }
+    if (take_back(slot, index, pending)) throw StoppedError("chime::Runtime: schedule after shutdown");
     scheduled_.add();  // shutdown's sweep took it: accepted, and counted by shutdown as not fired
     return TimerId(index, g, tag_);
   }
   if (!try_post_and_wake(Command{CommandKind::add, index, g, nullptr}, token, due_ns)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
     // back (as a schedule that lost to shutdown does) and report the failure.
-    std::uint64_t expected = pending;
-    if (slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelled),
-                                          std::memory_order_acq_rel)) {
-      slot.task.reset();
-      if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
-      slab_.release(index);
-      throw std::bad_alloc();
-    }
+    if (take_back(slot, index, pending)) throw std::bad_alloc();
     // Someone else decided it first (shutdown's sweep, or a cancel by a
     // guessed id): it counts as accepted and is settled; the slot is freed
     // by the shutdown sweep or, at worst, kept until destruction.

@@ -185,12 +185,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         // re-arm posts the next only after the run claimed it). A cancel may
         // still be between C1 and K1 (Cancelling): wait for its store.
         if (StateWord::generation(w) != c.generation || slot.filed_generation == c.generation) continue;
-        std::uint64_t v = w;
-        while (StateWord::state(v) == SlotState::cancelling) {
-          std::this_thread::yield();
-          v = slot.word.load(std::memory_order_acquire);
-        }
-        if (StateWord::state(v) == SlotState::cancelled) {
+        if (StateWord::state(settled_word(slot)) == SlotState::cancelled) {
           CHIME_ASSERT(!slot.task, "a cancelled timer's task is destroyed by K1/R3");
           slab_.release(c.slot);
         }
@@ -204,13 +199,11 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   const std::uint32_t extent = slab_.extent();
   for (std::uint32_t i = 0; i < extent; ++i) {
     TimerSlot& slot = slab_[i];
-    std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    std::uint64_t w = settled_word(slot);  // a reschedule or cancel racing shutdown settles first
     for (;;) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::writing || s == SlotState::cancelling) {
-        // A reschedule racing shutdown: two stores from done (R2, or R3 after a cancel won).
-        std::this_thread::yield();
-        w = slot.word.load(std::memory_order_acquire);
+      if (s == SlotState::writing || s == SlotState::cancelling) {  // a new reschedule after a failed CAS
+        w = settled_word(slot);
         continue;
       }
       if (s == SlotState::cancelled && slot.filed_generation == StateWord::generation(w)) {

@@ -179,6 +179,7 @@ class RuntimeCore {
   void wake_after_post(ProducerQueueToken* token, std::int64_t due_ns);
   bool take_wake();
   void end_timer();
+  bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
   void throw_if_in_callback(const char* what) const;
 
   // wheel_thread.cpp

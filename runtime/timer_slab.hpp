@@ -77,6 +77,19 @@ static_assert(sizeof(TimerSlot) == 128, "a slot is two cache lines: state and du
 static_assert(offsetof(TimerSlot, task) == 64);
 static_assert(offsetof(TimerSlot, waits_for) + sizeof(std::atomic<std::uint64_t>) <= 64);
 
+// The slot's word once no reschedule or cancel owns its fields: Writing and
+// Cancelling are two stores from done (R2, or R3/K1 after a cancel won), so
+// the thread that must see the outcome (shutdown's sweep, drain) yields
+// until it is published. acquire: pairs with R2/R3/K1's release.
+inline std::uint64_t settled_word(const TimerSlot& slot) noexcept {
+  std::uint64_t w = slot.word.load(std::memory_order_acquire);
+  while (StateWord::state(w) == SlotState::writing || StateWord::state(w) == SlotState::cancelling) {
+    std::this_thread::yield();
+    w = slot.word.load(std::memory_order_acquire);
+  }
+  return w;
+}
+
 // A producer's private stock of free slot indices (held by its
 // ProducerQueueToken): refilled from the free list in bulk, so one dequeue
 // from the shared list serves kSize schedules. Slots in a cache are free

@@ -410,13 +410,11 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
   for (std::uint32_t index : all) {
     TimerSlot& slot = slab_[index];
     slot.alarm = {};
-    std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    std::uint64_t w = settled_word(slot);  // a reschedule or cancel in flight settles first
     for (;;) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::writing || s == SlotState::cancelling) {
-        // A reschedule is two stores from done: wait for it to settle.
-        std::this_thread::yield();
-        w = slot.word.load(std::memory_order_acquire);
+      if (s == SlotState::writing || s == SlotState::cancelling) {  // a new reschedule after a failed CAS
+        w = settled_word(slot);
         continue;
       }
       if (s == SlotState::cancelled) {

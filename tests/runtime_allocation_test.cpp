@@ -200,7 +200,13 @@ struct SteadyStateResult {
 
 SteadyStateResult measure_steady_state(unsigned workers, bool use_producer) {
   ManualClock clock{kStart};
-  Runtime rt{manual_options(clock, workers)};
+  // Room for every timer a cycle can have filed at once (up to 200 live and
+  // 100 zombies, depending on when the wheel thread applies the ADDs): the
+  // wheel's alarm pool otherwise grows, rarely, whenever an interleaving
+  // files more at once than any warm-up cycle did.
+  chime::RuntimeOptions options = manual_options(clock, workers);
+  options.reserve = 1024;
+  Runtime rt{options};
   std::optional<chime::Producer> producer;
   if (use_producer) producer.emplace(rt.producer());
   chime::Producer* p = producer ? &*producer : nullptr;
