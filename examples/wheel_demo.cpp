@@ -9,7 +9,7 @@
 //   never early:     due < clock                     for every alarm fired at `clock`
 //   at most 1 late:  due >= interval_start(previous clock), i.e. it was not due before
 //   none lost:       fired = scheduled - removed, each exactly once, and the wheel is empty.
-#include <chime/chime.hpp>
+#include <chime/wheel.hpp>
 
 #include <chrono>
 #include <cstdint>
