@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -346,25 +347,37 @@ TEST(RuntimeObservability, quick_runs_are_not_slow) {
 }
 
 #if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__)
-// Two timers whose callbacks each cancel_and_wait the other's run, both running at once on two workers.
+// Two timers whose callbacks each cancel_and_wait the other's run, both running at once on two workers. They
+// are dispatched in two passes (a worker takes several runs of one hand-off batch, and would then run them one
+// after the other): A first, which waits for B to start, then B on the other worker. Every wait is bounded, so
+// a missed detection fails the death test instead of hanging it.
 void two_callbacks_wait_for_each_other() {
   ManualClock clock{kStart};
   Runtime rt{manual_options(clock, 2)};
-  // Written before the flush that dispatches the runs: the flush command
-  // carries the happens-before to the callbacks that read them.
+  // Written before the flushes that dispatch the runs: the flush commands
+  // carry the happens-before to the callbacks that read them.
   TimerId a_id;
   TimerId b_id;
   std::atomic<int> started{0};
   auto body = [&](const TimerId& other) {
     return [&] {
       started.fetch_add(1);
-      while (started.load() < 2) std::this_thread::yield();
+      const auto give_up = std::chrono::steady_clock::now() + 5s;
+      while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
       rt.cancel_and_wait(other);
     };
   };
   a_id = rt.schedule_at(at(1ms), body(b_id));
-  b_id = rt.schedule_at(at(1ms), body(a_id));
-  advance_to(clock, rt, at(2ms));
+  b_id = rt.schedule_at(at(3ms), body(a_id));
+  rt.flush();
+  clock.set(at(2ms));
+  std::thread([&] { rt.flush(); }).detach();  // dispatches A; returns only when A does
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (started.load() < 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  clock.set(at(4ms));
+  std::thread([&] { rt.flush(); }).detach();  // dispatches B to the other worker
+  std::this_thread::sleep_for(10s);           // the check aborts the process long before this
+  std::_Exit(0);                              // not detected: exit without dying by the signal
 }
 
 // Debug builds catch the simplest deadlock: two callbacks each cancel_and_wait the other's running timer.
