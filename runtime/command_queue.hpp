@@ -46,6 +46,7 @@ enum class CommandKind : std::uint8_t {
   flush,       // Runtime::flush: `request` is a FlushRequest*
   drain,       // Runtime::drain: `request` is a DrainRequest*
   stop,        // Runtime::shutdown: `request` is a StopRequest*
+  close_lane,  // a Lane is destroyed: `request` is a CloseLaneRequest*
 };
 
 struct Command {

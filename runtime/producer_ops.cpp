@@ -22,6 +22,13 @@ void set_running_callback(const RuntimeCore* core, TimerId id) noexcept {
   tls_running_id = id;
 }
 
+bool report_to_running_callback(std::exception_ptr e) noexcept {
+  if (tls_running_callback_of == nullptr) return false;
+  // The runtime's counters and on_error are safe to use from its callback.
+  const_cast<RuntimeCore*>(tls_running_callback_of)->report_callback_exception(tls_running_id, std::move(e));
+  return true;
+}
+
 bool RuntimeCore::in_callback() const noexcept { return tls_running_callback_of == this; }
 TimerId RuntimeCore::current_run() const noexcept { return in_callback() ? tls_running_id : TimerId{}; }
 
@@ -151,7 +158,7 @@ bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
 }
 
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
-                              ProducerQueueToken* token) {
+                              ProducerQueueToken* token, LaneCore* lane) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
   check_due_in_range("schedule", due);
   if (options_.max_pending != 0) {
@@ -180,6 +187,9 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.period_ns = period_ns;
   slot.on_missed = on_missed;
+  slot.lane = lane;
+  // relaxed: the Lane calling us is alive (its generation is stable while it is).
+  slot.lane_generation = lane != nullptr ? lane->generation.load(std::memory_order_relaxed) : 0;
   slot.task = std::move(task);
   const std::uint64_t pending = StateWord::make(g, 0, SlotState::pending, period_ns != 0);
   // (S1) seq_cst: a release for the fields above, and one half of the Dekker

@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 
+#include "chime/lane.hpp"
 #include "runtime_core.hpp"
 
 namespace chime {
@@ -125,17 +126,33 @@ RuntimeCore::~RuntimeCore() {
   shutdown(ShutdownMode::cancel_pending);
   CHIME_ASSERT(live_timer_handles_.load(std::memory_order_acquire) == 0,
                "a chime::Timer outlives its Runtime (destroy or move-assign every Timer before the Runtime)");
+#ifndef NDEBUG
+  {
+    std::lock_guard<std::mutex> lock(lanes_mutex_);
+    for (auto& l : lanes_) {
+      CHIME_ASSERT(!l->in_use, "a chime::Lane outlives its Runtime (destroy or move-assign every Lane before the Runtime)");
+    }
+  }
+#endif
 }
 
 void RuntimeCore::flush() {
   throw_if_in_callback("flush");
   if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
   FlushRequest request;
+  // On a lane's thread the flush waits for runs only this thread runs: it
+  // runs them while it waits (lane.cpp).
+  const std::vector<LaneCore*> lanes = lanes_of_this_thread();
+  if (!lanes.empty()) request.completion.notify_fd = lane_flush_notify_fd();
   request.target_ns = clock_->now().time_since_epoch().count();
   commands_.push_retrying(Command{CommandKind::flush, 0, 0, &request}, nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
-  request.completion.wait(wheel_exited_);
+  if (lanes.empty()) {
+    request.completion.wait(wheel_exited_);
+  } else {
+    run_flush_on_lanes(request, lanes);
+  }
 }
 
 std::size_t RuntimeCore::drain() {
@@ -168,6 +185,12 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     while (!handoff_.enqueue(*handoff_token_, stop)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (auto& t : workers_) t.join();
+  // A lane's batch in progress finishes first (lane.cpp, the Dekker pair on
+  // lane_runs_active_): its re-arms are then leftovers below, and no lane
+  // starts a run while the sweep looks at Handed words.
+  while (lane_runs_active_.load(std::memory_order_seq_cst) != 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   // The wheel thread has exited: its fields and the consumer side of the
   // command queue are ours. A timer scheduled and cancelled so close to the
   // stop that its ADD was never applied is freed here (its cancel needed no
@@ -215,6 +238,21 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         slab_.release(i);
         break;
       }
+      if (s == SlotState::handed) {
+        // Only a lane's ready runs are still Handed (the workers are joined,
+        // and no lane starts a run until shutdown is done). (X2) acq_rel, as
+        // C4: cancel_pending cancels them; the lane frees them when it
+        // dequeues them (or is destroyed). fire_pending leaves them to run.
+        if (mode == ShutdownMode::fire_pending) break;
+        if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+          ++not_fired;
+          cancelled_.add();
+          end_timer();
+          break;
+        }
+        continue;
+      }
       if (s != SlotState::pending) break;
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
@@ -226,7 +264,8 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       }
     }
   }
-  shutdown_done_.store(true, std::memory_order_relaxed);
+  // release: a lane thread waiting for it (lane.cpp) then sees the sweep done.
+  shutdown_done_.store(true, std::memory_order_release);
   return not_fired;
 }
 
@@ -274,17 +313,19 @@ TimerId Producer::schedule_after(Duration delay, Task task) {
   return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), token_.get());
 }
 
-namespace {
-TimerId schedule_periodic(detail::RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
-                          detail::ProducerQueueToken* token) {
+namespace detail {
+TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
+                          ProducerQueueToken* token, LaneCore* lane) {
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime: schedule_every needs a positive period, got " +
                                 std::to_string(period.count()) + " ns");
   }
   const TimePoint first = options.first_due ? *options.first_due : detail::saturating_after(core.now(), period);
-  return core.schedule(first, period.count(), options.on_missed, std::move(task), token);
+  return core.schedule(first, period.count(), options.on_missed, std::move(task), token, lane);
 }
-}  // namespace
+}  // namespace detail
+
+using detail::schedule_periodic;
 
 TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions options) {
   return schedule_periodic(*core_, period, std::move(task), options, token_.get());
@@ -324,6 +365,7 @@ void Runtime::flush() { core_->flush(); }
 std::size_t Runtime::drain() { return core_->drain(); }
 std::size_t Runtime::shutdown(ShutdownMode mode) { return core_->shutdown(mode); }
 Producer Runtime::producer() { return Producer(core_.get(), core_->make_token()); }
+Lane Runtime::lane() { return Lane(core_.get(), core_->open_lane()); }
 Stats Runtime::stats() const { return core_->stats(); }
 const Clock& Runtime::clock() const noexcept { return core_->clock(); }
 Duration Runtime::precision() const noexcept { return core_->precision(); }

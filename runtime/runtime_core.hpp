@@ -35,6 +35,8 @@
 #include "chime/runtime.hpp"
 #include "chime/timing_wheel.hpp"
 #include "command_queue.hpp"
+#include "dispatch.hpp"
+#include "lane_core.hpp"
 #include "runtime_stats.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
@@ -45,23 +47,15 @@ namespace chime::detail {
 // it). runtime.cpp.
 TimePoint saturating_after(TimePoint now, Duration delay);
 
-// A claimed run, handed from the wheel thread to a worker (state Handed
-// until the worker starts it: B1).
-struct Dispatch {
-  enum Flags : std::uint8_t {
-    none = 0,
-    drained = 1,  // run early by drain()/shutdown(fire_pending): no lateness sample
-    keep_due = 2, // periodic drained run: the schedule is not advanced
-    final = 4,    // shutdown(fire_pending): a periodic timer is not re-armed
-    stop = 8,     // not a run: the worker exits
-  };
-  std::uint32_t slot = 0;
-  std::uint32_t generation = 0;
-  std::int64_t due_ns = 0;
-  std::int64_t fired_at_ns = 0;
-  std::uint64_t missed = 0;
-  std::uint8_t flags = none;
-};
+class RuntimeCore;
+// schedule_every's checks and first due, then schedule. runtime.cpp.
+TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
+                          ProducerQueueToken* token, LaneCore* lane = nullptr);
+// The callback this thread runs, if any (worker_pool.cpp sets it around
+// each run): its exception is reported as that run's. False outside a run.
+bool report_to_running_callback(std::exception_ptr e) noexcept;  // producer_ops.cpp
+// This thread's eventfd that a flush's completion writes (lane.cpp).
+int lane_flush_notify_fd();
 
 // A blocking caller's wait for the wheel thread (flush, drain, shutdown).
 struct Completion {
@@ -71,6 +65,16 @@ struct Completion {
     std::lock_guard<std::mutex> lock(mutex);
     done = true;
     cv.notify_all();
+    if (notify_fd >= 0) {
+      // A flusher on a lane's thread polls its lanes and this eventfd
+      // (RuntimeCore::flush). Under the lock, as the notify.
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t r = ::write(notify_fd, &one, sizeof one);
+    }
+  }
+  bool is_done() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return done;
   }
   // Waits until signalled, or until the wheel thread has exited (a request
   // posted just as shutdown stopped it is never served; polling the flag
@@ -84,6 +88,7 @@ struct Completion {
   std::mutex mutex;
   std::condition_variable cv;
   bool done = false;
+  int notify_fd = -1;  // also written to when signalled, if set
 };
 
 // The wheel-to-worker hand-off queue's traits: workers spin only briefly
@@ -104,6 +109,10 @@ struct DrainRequest {
   std::size_t count = 0;
   Completion completion;
 };
+struct CloseLaneRequest {
+  LaneCore* lane = nullptr;
+  Completion completion;
+};
 struct StopRequest {
   ShutdownMode mode = ShutdownMode::cancel_pending;
   Completion completion;
@@ -118,7 +127,8 @@ class RuntimeCore {
 
   // producer_ops.cpp. `token` may be null (the calling thread's implicit
   // sub-queue).
-  TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token);
+  TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
+                   LaneCore* lane = nullptr);
   bool cancel(TimerId id, ProducerQueueToken* token);
   CancelResult try_cancel(TimerId id);
   CancelResult cancel_and_wait(TimerId id);
@@ -143,6 +153,19 @@ class RuntimeCore {
   bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token);
   TimerState state(TimerId id) const noexcept;
   TimePoint now() const noexcept { return clock_->now(); }
+
+  // lane.cpp: lanes (chime::Lane). open_lane: a fresh or reused LaneCore
+  // (any thread); close_lane: cancels its pending and ready runs and gives
+  // it back (not concurrently with its run_ready); run_lane / wait_and_run:
+  // on the lane's thread.
+  LaneCore* open_lane();
+  void close_lane(LaneCore* lane);
+  std::size_t run_lane(LaneCore& lane, std::size_t max);
+  std::size_t wait_and_run(LaneCore& lane, TimePoint deadline);
+  // A callback's exception caught somewhere other than around the task call
+  // (a chime::Detached coroutine's body): counted and passed to on_error as
+  // the run's. On the thread of the run.
+  void report_callback_exception(TimerId id, std::exception_ptr e) noexcept;
 
   // runtime.cpp
   void flush();
@@ -198,11 +221,25 @@ class RuntimeCore {
   void settle_flushes(std::uint64_t completed_snapshot);
   void sleep(bool busy);
 
-  // worker_pool.cpp
+  // worker_pool.cpp. Where a batch runs: a periodic re-arm is filed
+  // directly on the wheel thread, posted as a command elsewhere; a worker or
+  // a lane wakes the wheel thread when a flush waits for runs.
+  enum class RunPlace { worker, wheel_thread, lane };
   void worker_main();
-  void run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired);
-  bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired);
-  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired);
+  // Returns how many callbacks ran (the rest were cancelled before they started).
+  std::size_t run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, RunPlace where);
+  bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
+           RunPlace where);
+  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired,
+               RunPlace where);
+  void count_completed(std::uint64_t n);
+
+  // lane.cpp
+  bool lane_closed(const TimerSlot& slot) const noexcept;
+  void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
+  void close_lane_on_wheel(LaneCore* lane);
+  void run_flush_on_lanes(FlushRequest& request, const std::vector<LaneCore*>& lanes);
+  std::vector<LaneCore*> lanes_of_this_thread();
 
   // Configuration.
   RuntimeOptions options_;
@@ -248,6 +285,14 @@ class RuntimeCore {
   StripedCounter slow_runs_;
   std::atomic<std::uint64_t> live_timer_handles_{0};
 
+  // Lanes (lane.cpp). lanes_ owns every LaneCore ever opened, for the
+  // runtime's life (slots and commands may name one after its Lane is gone);
+  // a closed one is reused. lane_runs_active_: lane threads inside a batch
+  // of runs (the Dekker pair with shutdown's stopped_: lane.cpp).
+  std::mutex lanes_mutex_;
+  std::vector<std::unique_ptr<LaneCore>> lanes_;
+  std::atomic<std::uint64_t> lane_runs_active_{0};
+
   // Wheel thread only.
   TimingWheel<std::uint32_t> wheel_;
   std::vector<std::uint32_t> overdue_;  // filed timers due before the wheel's current interval
@@ -259,7 +304,8 @@ class RuntimeCore {
   std::vector<Overdue> overdue_order_;                               // overdue timers by due time
   std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired_;  // this advance's alarms, by interval
   std::int64_t application_now_ns_ = INT64_MIN;  // the clock at this pass's application; MIN: not read yet
-  std::vector<Dispatch> dispatch_batch_;  // claimed this pass, handed over at its end (hand_over)
+  std::vector<Dispatch> dispatch_batch_;  // claimed this pass for the workers, handed over at its end (hand_over)
+  std::vector<LaneCore*> touched_lanes_;  // lanes with runs in their batch this pass
   std::vector<std::uint32_t> sweep_buffer_;
   std::unique_ptr<RetiredSlots> wheel_retired_;  // created on the wheel thread (its token)
   std::uint64_t reclaimed_ = 0;  // lazily cancelled timers the wheel thread (or shutdown) freed

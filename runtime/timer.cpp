@@ -30,6 +30,8 @@
 // trampoline.
 #include "chime/timer.hpp"
 
+#include "chime/lane.hpp"
+
 #include <mutex>
 #include <thread>
 
@@ -45,7 +47,7 @@ struct TimerHandleState {
     Missed on_missed = Missed::skip;
   };
 
-  TimerHandleState(RuntimeCore& runtime, Task t) : rt(runtime), task(std::move(t)) {
+  TimerHandleState(RuntimeCore& runtime, Task t, LaneCore* l = nullptr) : rt(runtime), lane(l), task(std::move(t)) {
     rt.live_timer_handles().fetch_add(1, std::memory_order_relaxed);
   }
   ~TimerHandleState() {
@@ -90,7 +92,7 @@ struct TimerHandleState {
   // the Timer disarmed.
   void schedule_locked(const Arm& a) {
     stopped = true;
-    current = rt.schedule(a.due, a.period_ns, a.on_missed, Task([this](const Firing& f) { run(f); }), nullptr);
+    current = rt.schedule(a.due, a.period_ns, a.on_missed, Task([this](const Firing& f) { run(f); }), nullptr, lane);
     periodic = a.period_ns != 0;
     stopped = false;
   }
@@ -127,6 +129,7 @@ struct TimerHandleState {
   }
 
   RuntimeCore& rt;
+  LaneCore* lane;  // runs go to this lane; null: to the workers
   Task task;
   mutable std::mutex mutex;
   TimerId current;
@@ -152,6 +155,11 @@ Timer::Timer() noexcept = default;
 
 Timer::Timer(Runtime& runtime, Task task)
     : state_(std::make_unique<detail::TimerHandleState>(*runtime.core_, std::move(task))) {}
+
+Timer::Timer(Lane& lane, Task task) {
+  lane.check("a chime::Timer's constructor");
+  state_ = std::make_unique<detail::TimerHandleState>(*lane.core_, std::move(task), lane.lane_);
+}
 
 Timer::Timer(Timer&& other) noexcept = default;
 

@@ -43,6 +43,8 @@
 
 namespace chime::detail {
 
+struct LaneCore;  // lane_core.hpp
+
 // Test seam: the generation a fresh slot starts from. A test build sets
 // CHIME_INITIAL_GENERATION near 2^32 so that generations wrap (skipping 0)
 // within a short run; production builds start at 0 (first timer: 1).
@@ -70,12 +72,17 @@ struct alignas(64) TimerSlot {
   // catch two callbacks waiting for each other (producer_ops.cpp). Written
   // only then, so it costs release builds nothing.
   std::atomic<std::uint64_t> waits_for{0};
+  // The lane its runs go to (chime::Lane), or null for the workers, and that
+  // lane's generation when it was scheduled (lane_core.hpp). Written by the
+  // scheduling producer before S1, like `task`; read by the wheel thread.
+  LaneCore* lane = nullptr;
+  std::uint32_t lane_generation = 0;
   // Line 1:
   alignas(64) Task task;
 };
 static_assert(sizeof(TimerSlot) == 128, "a slot is two cache lines: state and due in the first, the task in the second");
 static_assert(offsetof(TimerSlot, task) == 64);
-static_assert(offsetof(TimerSlot, waits_for) + sizeof(std::atomic<std::uint64_t>) <= 64);
+static_assert(offsetof(TimerSlot, lane_generation) + sizeof(std::uint32_t) <= 64);
 
 // The slot's word once no reschedule or cancel owns its fields: Writing and
 // Cancelling are two stores from done (R2, or R3/K1 after a cancel won), so

@@ -139,6 +139,14 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
         case CommandKind::stop:
           stop_ = static_cast<StopRequest*>(c.request);
           break;
+        case CommandKind::close_lane: {
+          // Every ADD the closing thread posted before is applied (FIFO);
+          // one from another thread that comes later finds the lane closed.
+          auto* request = static_cast<CloseLaneRequest*>(c.request);
+          close_lane_on_wheel(request->lane);
+          request->completion.signal();
+          break;
+        }
         default:
           any = true;
           apply(c);
@@ -190,6 +198,10 @@ void RuntimeCore::apply(const Command& c) {
         case SlotState::writing:
         case SlotState::cancelling:  // the rescheduler or canceller settles it (R2/R3/K1); consider() looks again
           slot.filed_generation = c.generation;
+          if (slot.lane != nullptr && lane_closed(slot)) [[unlikely]] {
+            cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
+            return;
+          }
           // A schedule's due at or before the clock is due now; a periodic's
           // next run keeps the interval rule (its fixed rate is the user's
           // command, applied when it was scheduled).
@@ -375,7 +387,20 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
 
 void RuntimeCore::dispatch(const Dispatch& d) {
   pass_min_due_ns_ = std::min(pass_min_due_ns_, d.due_ns);
-  dispatch_batch_.push_back(d);
+  TimerSlot& slot = slab_[d.slot];  // line 0, which the claim just wrote
+  LaneCore* lane = slot.lane;
+  if (lane == nullptr) {
+    dispatch_batch_.push_back(d);
+    return;
+  }
+  // acquire: pairs with close_lane's release bump; a timer of a destroyed
+  // lane whose close has not reached us yet is cancelled here (L2).
+  if (slot.lane_generation != lane->generation.load(std::memory_order_acquire)) [[unlikely]] {
+    cancel_for_closed_lane(slot, d.slot);
+    return;
+  }
+  if (lane->batch.empty()) touched_lanes_.push_back(lane);
+  lane->batch.push_back(d);
 }
 
 // Hands this pass's claimed runs over in one batch: one bulk enqueue and one
@@ -384,11 +409,24 @@ void RuntimeCore::dispatch(const Dispatch& d) {
 // batch (relaxed: only this thread writes it; flush compares it on this
 // thread, and stats readers need no order).
 void RuntimeCore::hand_over() {
-  const std::size_t n = dispatch_batch_.size();
+  std::size_t n = dispatch_batch_.size();
+  for (LaneCore* lane : touched_lanes_) n += lane->batch.size();
   if (n == 0) return;
   dispatched_.store(dispatched_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  // Lanes first: their runs wait for their threads, the workers' start now.
+  // One bulk enqueue and at most one eventfd write per lane and pass.
+  for (LaneCore* lane : touched_lanes_) {
+    while (!lane->ready.enqueue_bulk(*lane->wheel_token, lane->batch.data(), lane->batch.size())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // out of memory: they are Handed, retry
+    }
+    lane->batch.clear();
+    lane->signal();
+  }
+  touched_lanes_.clear();
+  n = dispatch_batch_.size();
+  if (n == 0) return;
   if (workers_.empty()) {
-    run_batch(dispatch_batch_.data(), n, *wheel_retired_);
+    run_batch(dispatch_batch_.data(), n, *wheel_retired_, RunPlace::wheel_thread);
   } else {
     // Out of memory, retry: the timers are Handed, and only their runs end that.
     while (!handoff_.enqueue_bulk(*handoff_token_, dispatch_batch_.data(), n)) {

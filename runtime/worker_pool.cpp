@@ -65,7 +65,7 @@ void RuntimeCore::worker_main() {
     // other workers: put them back.
     std::size_t runs = n;
     while (runs != 0 && (batch[runs - 1].flags & Dispatch::stop) != 0) --runs;
-    run_batch(batch, runs, retired);
+    run_batch(batch, runs, retired, RunPlace::worker);
     if (runs != n) {
       for (std::size_t k = runs + 1; k < n; ++k) {
         while (!handoff_.enqueue(batch[k])) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -75,8 +75,8 @@ void RuntimeCore::worker_main() {
   }
 }
 
-void RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired) {
-  if (n == 0) return;
+std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, RunPlace where) {
+  if (n == 0) return 0;
   // Per batch: one read of the runtime clock (for the lateness samples)
   // unless it is the steady clock, whose reads the run times need anyway;
   // then one steady-clock read per run, at its end, which is also the next
@@ -87,23 +87,34 @@ void RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& reti
   std::uint64_t ran = 0;
   for (std::size_t i = 0; i < n; ++i) {
     CHIME_ASSERT((d[i].flags & Dispatch::stop) == 0, "a stop record before the end of a batch");
-    if (run(d[i], steady_runtime_clock ? steady : clock_now, steady, retired)) ++ran;
+    if (run(d[i], steady_runtime_clock ? steady : clock_now, steady, retired, where)) ++ran;
   }
   if (ran != 0) fired_.add(ran);
   retired.flush();
-  // (F-W) Count the batch, then look whether the wheel thread waits for runs
-  // (it sets the flag, fences, then reads completed_): one of us sees the
-  // other. release: the runs' effects (and on_error calls, counters)
-  // happen-before a flush that acquires this count.
+  if (where == RunPlace::wheel_thread) {
+    completed_.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
+  } else {
+    count_completed(n);
+  }
+  return ran;
+}
+
+// (F-W) A worker or a lane counts runs it finished (or skipped), then looks
+// whether the wheel thread waits for runs (it sets the flag, fences, then
+// reads completed_): one of us sees the other. release: the runs' effects
+// (and on_error calls, counters) happen-before a flush that acquires this
+// count.
+void RuntimeCore::count_completed(std::uint64_t n) {
   completed_.fetch_add(n, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!workers_.empty() && wheel_waits_for_workers_.load(std::memory_order_relaxed)) wake_.wake();
+  if (wheel_waits_for_workers_.load(std::memory_order_relaxed)) wake_.wake();
 }
 
 // Runs one handed-over timer. Returns true iff its callback ran (false: a
 // cancel won before it started). `steady_ns` is the steady clock's time at
 // the start (the previous run's end); it is set to the time this run ended.
-bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired) {
+bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
+                      RunPlace where) {
   TimerSlot& slot = slab_[d.slot];
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   for (;;) {
@@ -134,14 +145,7 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
   try {
     slot.task(firing);
   } catch (...) {
-    callback_errors_.add();
-    if (options_.on_error) {
-      try {
-        options_.on_error(id, std::current_exception());
-      } catch (...) {
-        // on_error must not take the worker down; nothing else to tell.
-      }
-    }
+    report_callback_exception(id, std::current_exception());
   }
   set_running_callback(nullptr, TimerId{});
   const std::int64_t start = steady_ns;
@@ -158,8 +162,19 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
       }
     }
   }
-  end_run(slot, d, steady_ns, retired);
+  end_run(slot, d, steady_ns, retired, where);
   return true;
+}
+
+void RuntimeCore::report_callback_exception(TimerId id, std::exception_ptr e) noexcept {
+  callback_errors_.add();
+  if (options_.on_error) {
+    try {
+      options_.on_error(id, std::move(e));
+    } catch (...) {
+      // on_error must not take the worker (or the lane) down; nothing else to tell.
+    }
+  }
 }
 
 namespace {
@@ -173,7 +188,8 @@ void wake_waiters_if_any(TimerSlot& slot, std::uint64_t old_word) noexcept {
 
 // After the callback returned: finish the timer (F1, F2, F3 or F4) and wake
 // whoever waits for the run to end.
-void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired) {
+void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired,
+                          RunPlace where) {
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   if (!StateWord::periodic(w)) {
     CHIME_ASSERT(StateWord::state(w) == SlotState::running, "only the worker leaves Running for a one-shot");
@@ -236,7 +252,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
   }
   if (rearmed) {
     wake_waiters_if_any(slot, w);
-    if (workers_.empty()) {
+    if (where == RunPlace::wheel_thread) {
       // Inline, on the wheel thread, outside any wheel iteration: file it
       // now (a re-arm already behind the wheel's interval runs next pass),
       // instead of a command that would keep the queue from ever emptying

@@ -15,5 +15,6 @@
 #include "chime/keyed_timers.hpp"
 #include "chime/runtime.hpp"
 #include "chime/task.hpp"
+#include "chime/lane.hpp"
 #include "chime/timer.hpp"
 #include "chime/wheel.hpp"

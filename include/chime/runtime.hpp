@@ -188,6 +188,7 @@ struct ProducerQueueToken;
 }  // namespace detail
 
 class Runtime;
+class Lane;  // chime/lane.hpp
 
 // A per-thread handle with the producer calls. It owns its own queue token:
 // faster than the Runtime's calls, and FIFO for its commands. Movable, not
@@ -306,6 +307,10 @@ class Runtime {
   // A per-thread producer handle. May allocate.
   Producer producer();
 
+  // A lane: timers whose callbacks run on the thread that runs the lane
+  // (chime/lane.hpp). Throws StoppedError after shutdown. May allocate.
+  Lane lane();
+
   // Approximate snapshot of the counters. Any thread. May allocate.
   Stats stats() const;
 
@@ -315,6 +320,7 @@ class Runtime {
 
  private:
   friend class Timer;  // chime/timer.hpp: arms through the core
+  friend class Lane;   // chime/lane.hpp
   std::unique_ptr<detail::RuntimeCore> core_;
 };
 

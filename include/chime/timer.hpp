@@ -55,6 +55,7 @@ namespace chime {
 namespace detail {
 struct TimerHandleState;
 }
+class Lane;  // chime/lane.hpp
 
 class Timer {
  public:
@@ -63,6 +64,9 @@ class Timer {
   // Bound to `runtime`, not armed; `task` is kept and reused by every arm.
   // Allocates the handle's state once.
   Timer(Runtime& runtime, Task task);
+  // Bound to `lane`: its runs go to the lane's thread (chime/lane.hpp). The
+  // lane must outlive the Timer.
+  Timer(Lane& lane, Task task);
   Timer(Timer&& other) noexcept;
   // Disarms and waits for this Timer (as the destructor does), then takes
   // other's.

@@ -1,0 +1,172 @@
+// chime/lane.hpp: chime::Lane, timer callbacks on your own thread (an epoll
+// loop, a game's main loop), and C++20 coroutines that sleep on it.
+//
+//   chime::Lane lane = rt.lane();
+//   lane.schedule_after(30s, [&] { close_idle(conn); });   // from any thread
+//   // in the loop:  epoll_ctl(ep, EPOLL_CTL_ADD, lane.ready_fd(), ...);
+//   //               ... when it is readable: lane.run_ready();
+//   // or a game loop: lane.wait_and_run(next_frame);
+//
+// The lane keeps the runtime's multi-producer wheel: schedule, cancel and
+// reschedule come from any thread (from one thread they keep that thread's
+// order). The wheel thread hands a lane's due runs to the lane's ready queue
+// in batches (one eventfd write per batch, none while the lane is already
+// signalled), and they run only on the thread that calls run_ready or
+// wait_and_run: the lane's thread, one thread at a time.
+//
+// Guarantees (design.md, "Lanes"):
+// - Cancel wins until the callback starts: a cancel that returns true means
+//   the callback will not run, even if the run is already in the ready queue.
+//   On the lane's thread, where no run is in progress outside run_ready, a
+//   cancel of a timer that has not run returns true.
+// - Never early; runs of one lane go in due order (interval order within one
+//   wheel advance, as for workers = 1).
+// - ready_fd() is readable whenever a run is ready (level-triggered: it stays
+//   readable until run_ready consumes the signal); it may be readable with
+//   nothing left to run (after a cancel), and run_ready then returns 0.
+// - A callback's exception never escapes run_ready: it is counted
+//   (stats().callback_errors) and passed to on_error, on the lane's thread.
+// - flush() covers lanes: it returns once every run made ready before or by
+//   its advance has run. Called on the lane's thread (the last thread that
+//   called run_ready or wait_and_run), it runs them itself; called elsewhere,
+//   it waits for the lane's thread to run them, so a thread that blocks the
+//   lane's thread while it flushes deadlocks.
+// - shutdown(cancel_pending) cancels a lane's pending and ready runs;
+//   shutdown(fire_pending) makes them ready at once (they run at the lane's
+//   next run_ready, as final runs: periodic timers are not re-armed) and
+//   does not wait for them. shutdown waits for a lane callback in progress.
+// - Destroying a Lane cancels its pending and ready runs (counted as
+//   cancelled) and returns once none of them can run.
+//
+// Preconditions: a Lane does not outlive its Runtime; it is destroyed or
+// move-assigned on its thread or while no thread runs it; run_ready and
+// wait_and_run are not called from inside a callback of the same runtime
+// (they throw std::logic_error).
+//
+// Coroutines: `co_await lane.sleep_for(d)` / `co_await lane.sleep_until(tp)`
+// suspend the coroutine and resume it on the lane's thread, from inside
+// run_ready, when the sleep is due. Each sleep is one timer of the lane (no
+// allocation beyond the coroutine frame: the resumer is the 8-byte
+// coroutine handle, stored inline). Destroying the suspended frame on the
+// lane's thread cancels its timer; destroying it on another thread races the
+// resumption and is a precondition violation. A sleep whose schedule fails
+// (after shutdown: StoppedError; beyond range: std::out_of_range) throws
+// from the co_await. chime::Detached is a fire-and-forget coroutine type
+// whose uncaught exceptions after the first suspension go to on_error.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+
+#include "chime/runtime.hpp"
+
+namespace chime {
+
+namespace detail {
+struct LaneCore;
+// The exception escaping a chime::Detached coroutine that a lane run resumed:
+// counted and passed to on_error as that run's. Outside any run (before the
+// coroutine's first suspension) there is nobody to tell: std::terminate, as
+// for an exception escaping a std::thread.
+void report_coroutine_exception(std::exception_ptr e) noexcept;
+}  // namespace detail
+
+class Lane;
+
+// The awaitable of Lane::sleep_for / sleep_until.
+class [[nodiscard]] LaneSleep {
+ public:
+  LaneSleep(Lane& lane, TimePoint due) noexcept : lane_(&lane), due_(due) {}
+  LaneSleep(const LaneSleep&) = delete;
+  LaneSleep& operator=(const LaneSleep&) = delete;
+  // A sleep still pending (the frame is destroyed while suspended): cancelled.
+  ~LaneSleep();
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h);
+  void await_resume() noexcept { id_ = TimerId{}; }
+
+ private:
+  Lane* lane_;
+  TimePoint due_;
+  TimerId id_;
+  std::coroutine_handle<> handle_;
+  std::atomic<bool> published_{false};  // id_ is written (await_suspend)
+};
+
+class Lane {
+ public:
+  // Empty: every call but operator bool throws std::logic_error.
+  Lane() noexcept = default;
+  Lane(Lane&& other) noexcept;
+  // Closes this lane (as the destructor does), then takes other's.
+  Lane& operator=(Lane&& other) noexcept;
+  Lane(const Lane&) = delete;
+  Lane& operator=(const Lane&) = delete;
+  // Cancels the lane's pending and ready runs.
+  ~Lane();
+
+  // As Runtime's, with the runs on this lane. Any thread.
+  TimerId schedule_at(TimePoint due, Task task);
+  TimerId schedule_after(Duration delay, Task task);
+  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
+  bool cancel(TimerId id);
+  CancelResult try_cancel(TimerId id);
+  CancelResult cancel_and_wait(TimerId id);
+  bool reschedule_at(TimerId id, TimePoint due);
+  bool reschedule_after(TimerId id, Duration delay);
+  TimerState state(TimerId id) const;
+
+  // An eventfd (non-blocking, close-on-exec), owned by the lane: readable
+  // whenever a run is ready. Add it to epoll/poll for reading; do not read
+  // it yourself (run_ready does).
+  int ready_fd() const;
+  // Runs up to `max` ready callbacks on this thread, in due order; returns
+  // how many ran (cancelled ones are skipped, not counted). Never blocks on
+  // the wheel; never lets a callback's exception escape.
+  std::size_t run_ready(std::size_t max = SIZE_MAX);
+  // Blocks until a run is ready or the runtime's clock reaches `deadline`,
+  // then runs what is ready; returns how many ran. A deadline already
+  // passed does not block. With a ManualClock the deadline is reached when
+  // the clock is moved past it (checked every millisecond).
+  std::size_t wait_and_run(TimePoint deadline);
+
+  // co_await lane.sleep_for(d): resumes on this lane at now + d (the
+  // runtime's clock, read at this call).
+  LaneSleep sleep_for(Duration delay);
+  LaneSleep sleep_until(TimePoint due) noexcept { return LaneSleep(*this, due); }
+
+  const Clock& clock() const;
+  explicit operator bool() const noexcept { return lane_ != nullptr; }
+
+ private:
+  friend class Runtime;
+  friend class Timer;
+  Lane(detail::RuntimeCore* core, detail::LaneCore* lane) noexcept : core_(core), lane_(lane) {}
+  void check(const char* what) const;
+  detail::RuntimeCore* core_ = nullptr;
+  detail::LaneCore* lane_ = nullptr;
+};
+
+// A fire-and-forget coroutine: starts at once, runs until its first
+// suspension on the caller's thread, and frees its frame when it returns.
+//   chime::Detached think(chime::Lane& lane, Entity& e) {
+//     for (;;) { co_await lane.sleep_for(100ms); e.think(); }
+//   }
+// An exception escaping it after a sleep resumed it goes to on_error (the
+// sleep's TimerId) and the frame is freed; one escaping before its first
+// suspension calls std::terminate.
+struct Detached {
+  struct promise_type {
+    Detached get_return_object() const noexcept { return {}; }
+    std::suspend_never initial_suspend() const noexcept { return {}; }
+    std::suspend_never final_suspend() const noexcept { return {}; }
+    void return_void() const noexcept {}
+    void unhandled_exception() const noexcept { detail::report_coroutine_exception(std::current_exception()); }
+  };
+};
+
+}  // namespace chime

@@ -1,0 +1,30 @@
+// runtime/dispatch.hpp: the record of one claimed run, as the wheel thread
+// hands it to a worker or to a lane's ready queue (state Handed until the
+// run starts: B1). Trivially copyable: it travels through lock-free queues.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+namespace chime::detail {
+
+// A claimed run, handed from the wheel thread to a worker (state Handed
+// until the worker starts it: B1).
+struct Dispatch {
+  enum Flags : std::uint8_t {
+    none = 0,
+    drained = 1,  // run early by drain()/shutdown(fire_pending): no lateness sample
+    keep_due = 2, // periodic drained run: the schedule is not advanced
+    final = 4,    // shutdown(fire_pending): a periodic timer is not re-armed
+    stop = 8,     // not a run: the worker exits
+  };
+  std::uint32_t slot = 0;
+  std::uint32_t generation = 0;
+  std::int64_t due_ns = 0;
+  std::int64_t fired_at_ns = 0;
+  std::uint64_t missed = 0;
+  std::uint8_t flags = none;
+};
+static_assert(std::is_trivially_copyable_v<Dispatch>);
+
+}  // namespace chime::detail

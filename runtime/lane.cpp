@@ -1,0 +1,404 @@
+// runtime/lane.cpp: lanes (include/chime/lane.hpp): runs handed to a ready
+// queue and run by the thread that asks for them.
+//
+// How a lane's run travels: the wheel thread claims it (W1: Handed) like any
+// run and, because its slot names a lane, appends it to that lane's batch;
+// at the end of the pass each lane's batch goes to its ready queue in one
+// bulk enqueue, with one eventfd write if the lane was not signalled
+// (lane_core.hpp). The lane's thread dequeues and runs it with the workers'
+// code (worker_pool.cpp, RunPlace::lane): B1 starts it, so a cancel wins
+// until then (C4), exactly as for a worker; a periodic re-arm is posted as a
+// command.
+//
+// Closing a lane (its Lane destroyed): the lane's generation is bumped
+// (release), then the wheel thread is asked (a close_lane command, waited
+// for) to cancel every timer of the lane it has filed (L1). A timer of the
+// lane whose ADD or re-arm arrives later, or that the wheel claims before
+// it sees the close, is cancelled there (L1 at application, L2 at the claim:
+// lane_closed compares the slot's lane generation, acquire, with the bump).
+// Then the closing thread empties the ready queue, cancelling what is still
+// Handed (L3). Each of L1, L2, L3 is one CAS to Cancelled, racing a
+// producer's cancel: exactly one wins and counts the timer.
+//
+// Race: a lane's runs vs shutdown (the Dekker pair on lane_runs_active_ and
+// stopped_, both seq_cst):
+//   lane thread (run_lane)                    shutdown
+//   lane_runs_active_ += 1                    stopped_ = true
+//   if stopped_: -= 1, wait for shutdown_done_, ... join the wheel thread and workers ...
+//     then run the rest as final runs         wait until lane_runs_active_ == 0
+//   else run (a periodic re-arm is a command) leftovers, sweep (X1; Handed lane runs: X2)
+//   lane_runs_active_ -= 1                    shutdown_done_ = true (release)
+// Either the lane sees stopped_, and starts no run (B1) until shutdown is
+// done, or shutdown waits for its batch, whose re-arm commands then are
+// leftovers the sweep settles. So no run starts while the sweep looks at a
+// Handed word, and no re-arm is posted after the sweep.
+#include <poll.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "chime/lane.hpp"
+#include "runtime_core.hpp"
+
+namespace chime {
+namespace detail {
+
+namespace {
+// Runs a lane's thread takes from its ready queue per dequeue.
+constexpr std::size_t kLaneBatch = 32;
+
+// An eventfd per thread that flushes on its lane's thread: the wheel thread
+// writes it when the flush is done, so the flusher polls it with its lanes.
+struct FlushNotifyFd {
+  int fd = -1;
+  ~FlushNotifyFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int get() {
+    if (fd < 0) {
+      fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (fd < 0) throw std::system_error(errno, std::generic_category(), "chime::Runtime::flush: eventfd");
+    }
+    return fd;
+  }
+};
+thread_local FlushNotifyFd tls_flush_notify;
+
+void drain_eventfd(int fd) noexcept {
+  std::uint64_t count;
+  [[maybe_unused]] const ssize_t r = ::read(fd, &count, sizeof count);
+}
+}  // namespace
+
+LaneCore* RuntimeCore::open_lane() {
+  if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime::lane after shutdown");
+  std::lock_guard<std::mutex> lock(lanes_mutex_);
+  for (auto& l : lanes_) {
+    if (!l->in_use) {
+      l->in_use = true;
+      return l.get();
+    }
+  }
+  lanes_.push_back(std::make_unique<LaneCore>());
+  lanes_.back()->in_use = true;
+  return lanes_.back().get();
+}
+
+bool RuntimeCore::lane_closed(const TimerSlot& slot) const noexcept {
+  // acquire: pairs with close_lane's release bump.
+  return slot.lane != nullptr && slot.lane_generation != slot.lane->generation.load(std::memory_order_acquire);
+}
+
+// (L1, L2) Wheel thread: a timer of a closed lane, filed or being filed
+// (Pending, or a reschedule or cancel in flight) or just claimed by us
+// (Handed, L2): Cancelled, counted, task destroyed, slot freed. If a
+// producer's cancel won first, only the freeing is ours.
+void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
+  std::uint64_t w = settled_word(slot);
+  for (;;) {
+    const SlotState s = StateWord::state(w);
+    if (s == SlotState::writing || s == SlotState::cancelling) {  // a new reschedule after a failed CAS
+      w = settled_word(slot);
+      continue;
+    }
+    if (s == SlotState::cancelled) {
+      if (slot.task) {
+        slot.task.reset();  // C4 while we held the claim: the holder frees it
+        slot.filed_generation = 0;
+        slot.alarm = {};
+        wheel_retired_->add(index);
+      } else {
+        reclaim(slot, index);  // a zombie (C1/K1 or C2/R3)
+      }
+      return;
+    }
+    CHIME_ASSERT(s == SlotState::pending || s == SlotState::handed, "a closed lane's timer the wheel holds");
+    // acq_rel: acquire for the task (destroyed here); release so a reader of
+    // Cancelled sees the timer settled.
+    if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+      cancelled_.add();
+      end_timer();
+      slot.task.reset();
+      slot.filed_generation = 0;
+      slot.alarm = {};
+      wheel_retired_->add(index);
+      return;
+    }
+  }
+}
+
+// Wheel thread, serving a close_lane command: cancels every timer of the
+// closed lane that is filed (in the wheel or on the overdue list).
+void RuntimeCore::close_lane_on_wheel(LaneCore* lane) {
+  sweep_buffer_.clear();
+  wheel_.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
+    const std::uint32_t index = wheel_.value(a);
+    if (slab_[index].lane == lane && lane_closed(slab_[index])) sweep_buffer_.push_back(index);
+  });
+  for (std::uint32_t index : sweep_buffer_) {
+    TimerSlot& slot = slab_[index];
+    wheel_.remove(slot.alarm);
+    cancel_for_closed_lane(slot, index);
+  }
+  std::size_t kept = 0;
+  for (std::uint32_t index : overdue_) {
+    TimerSlot& slot = slab_[index];
+    if (slot.lane == lane && lane_closed(slot)) {
+      cancel_for_closed_lane(slot, index);
+    } else {
+      overdue_[kept++] = index;
+    }
+  }
+  overdue_.resize(kept);
+  wheel_retired_->flush();
+}
+
+void RuntimeCore::close_lane(LaneCore* lane) {
+  // release: pairs with lane_closed's acquire (the wheel thread's).
+  lane->generation.fetch_add(1, std::memory_order_release);
+  if (!stopped_.load(std::memory_order_acquire)) {
+    CloseLaneRequest request;
+    request.lane = lane;
+    commands_.push_retrying(Command{CommandKind::close_lane, 0, 0, &request}, nullptr);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
+    wake_.wake();
+    request.completion.wait(wheel_exited_);  // served, or the wheel thread exited (shutdown)
+  }
+  // Shutdown in progress: the wheel thread may still hand us runs of the old
+  // generation (it may not have seen the bump); once it exited it hands none.
+  while (stopped_.load(std::memory_order_acquire) && !wheel_exited_.load(std::memory_order_acquire)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  // No run of this lane is handed to it any more: cancel what is ready (L3).
+  RetiredSlots retired(slab_);
+  Dispatch batch[kLaneBatch];
+  std::uint64_t drained = 0;
+  for (std::size_t n; (n = lane->ready.try_dequeue_bulk(*lane->consumer_token, batch, kLaneBatch)) != 0;) {
+    for (std::size_t i = 0; i < n; ++i) {
+      TimerSlot& slot = slab_[batch[i].slot];
+      std::uint64_t w = slot.word.load(std::memory_order_acquire);
+      for (;;) {
+        if (StateWord::state(w) == SlotState::cancelled) break;  // C4 (or shutdown's X2) won: we only free it
+        CHIME_ASSERT(StateWord::state(w) == SlotState::handed, "a ready run is handed or cancelled");
+        // (L3) acq_rel, as C4.
+        if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+          cancelled_.add();
+          end_timer();
+          break;
+        }
+      }
+      slot.task.reset();
+      retired.add(batch[i].slot);
+    }
+    drained += n;
+  }
+  retired.flush();
+  if (drained != 0) count_completed(drained);  // a flush may wait for them
+  // Every write the wheel owed the eventfd has landed (it signals in the
+  // pass that handed the runs, before it served our request or exited).
+  drain_eventfd(lane->efd);
+  lane->signalled.store(false, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(lanes_mutex_);
+  lane->owner.store(std::thread::id(), std::memory_order_relaxed);
+  lane->in_use = false;
+}
+
+std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
+  if (in_callback()) {
+    throw std::logic_error(
+        "chime::Lane::run_ready (or wait_and_run) called from inside a timer callback: runs do not nest");
+  }
+  lane.owner.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  lane.consume_signal();
+  lane_runs_active_.fetch_add(1, std::memory_order_seq_cst);
+  bool after_stop = false;
+  if (stopped_.load(std::memory_order_seq_cst)) [[unlikely]] {
+    lane_runs_active_.fetch_sub(1, std::memory_order_release);
+    while (!shutdown_done_.load(std::memory_order_acquire)) std::this_thread::yield();
+    after_stop = true;
+  }
+  RetiredSlots retired(slab_);
+  Dispatch batch[kLaneBatch];
+  std::size_t ran = 0;
+  while (ran < max) {
+    const std::size_t n =
+        lane.ready.try_dequeue_bulk(*lane.consumer_token, batch, std::min<std::size_t>(kLaneBatch, max - ran));
+    if (n == 0) break;
+    if (after_stop) {
+      // After shutdown: the last runs (fire_pending); a periodic timer is
+      // not re-armed, as for the runs shutdown itself fires.
+      for (std::size_t i = 0; i < n; ++i) batch[i].flags |= Dispatch::final;
+    }
+    ran += run_batch(batch, n, retired, RunPlace::lane);
+  }
+  if (!after_stop) lane_runs_active_.fetch_sub(1, std::memory_order_release);
+  if (ran == max && lane.ready.size_approx() != 0) lane.resignal();  // runs left: stay readable
+  return ran;
+}
+
+std::size_t RuntimeCore::wait_and_run(LaneCore& lane, TimePoint deadline) {
+  const std::int64_t deadline_ns = deadline.time_since_epoch().count();
+  for (;;) {
+    const std::size_t ran = run_lane(lane, SIZE_MAX);
+    if (ran != 0) return ran;
+    const std::int64_t now = clock_->now().time_since_epoch().count();
+    if (now >= deadline_ns) return 0;
+    // Sleep on the eventfd. On the steady clock, until the deadline; on any
+    // other, at most 1 ms at a time (its time is re-read: a ManualClock
+    // moves only when told).
+    std::int64_t wait_ns = clock_kind_ == ClockKind::steady ? deadline_ns - now : std::int64_t{1'000'000};
+    if (clock_kind_ == ClockKind::other) wait_ns = std::min(wait_ns, deadline_ns - now);
+    const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
+    pollfd p{lane.efd, POLLIN, 0};
+    ::ppoll(&p, 1, &ts, nullptr);
+  }
+}
+
+std::vector<LaneCore*> RuntimeCore::lanes_of_this_thread() {
+  std::vector<LaneCore*> mine;
+  const std::thread::id me = std::this_thread::get_id();
+  std::lock_guard<std::mutex> lock(lanes_mutex_);
+  for (auto& l : lanes_) {
+    if (l->in_use && l->owner.load(std::memory_order_relaxed) == me) mine.push_back(l.get());
+  }
+  return mine;
+}
+
+// flush() on a lane's thread: the flush waits for runs only this thread can
+// run, so it runs them while it waits, sleeping on its lanes' eventfds and
+// the flush's own.
+void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const std::vector<LaneCore*>& lanes) {
+  std::vector<pollfd> fds;
+  for (LaneCore* l : lanes) fds.push_back(pollfd{l->efd, POLLIN, 0});
+  fds.push_back(pollfd{request.completion.notify_fd, POLLIN, 0});
+  for (;;) {
+    for (LaneCore* l : lanes) run_lane(*l, SIZE_MAX);
+    if (request.completion.is_done() || wheel_exited_.load(std::memory_order_acquire)) break;
+    const timespec ts{0, 10'000'000};  // also re-checks wheel_exited_ (Completion::wait's race)
+    ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+  }
+  drain_eventfd(request.completion.notify_fd);
+}
+
+int lane_flush_notify_fd() { return tls_flush_notify.get(); }
+
+void report_coroutine_exception(std::exception_ptr e) noexcept {
+  if (!report_to_running_callback(std::move(e))) std::terminate();
+}
+
+}  // namespace detail
+
+// ---- chime::Lane ----
+
+void Lane::check(const char* what) const {
+  if (lane_ == nullptr) {
+    throw std::logic_error(std::string("chime::Lane::") + what + " on an empty Lane (default-constructed or moved-from)");
+  }
+}
+
+Lane::Lane(Lane&& other) noexcept : core_(other.core_), lane_(other.lane_) {
+  other.core_ = nullptr;
+  other.lane_ = nullptr;
+}
+
+Lane& Lane::operator=(Lane&& other) noexcept {
+  if (this != &other) {
+    if (lane_ != nullptr) core_->close_lane(lane_);
+    core_ = other.core_;
+    lane_ = other.lane_;
+    other.core_ = nullptr;
+    other.lane_ = nullptr;
+  }
+  return *this;
+}
+
+Lane::~Lane() {
+  if (lane_ != nullptr) core_->close_lane(lane_);
+}
+
+TimerId Lane::schedule_at(TimePoint due, Task task) {
+  check("schedule_at");
+  return core_->schedule(due, 0, Missed::skip, std::move(task), nullptr, lane_);
+}
+TimerId Lane::schedule_after(Duration delay, Task task) {
+  check("schedule_after");
+  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), nullptr,
+                         lane_);
+}
+TimerId Lane::schedule_every(Duration period, Task task, PeriodicOptions options) {
+  check("schedule_every");
+  return detail::schedule_periodic(*core_, period, std::move(task), options, nullptr, lane_);
+}
+bool Lane::cancel(TimerId id) {
+  check("cancel");
+  return core_->cancel(id, nullptr);
+}
+CancelResult Lane::try_cancel(TimerId id) {
+  check("try_cancel");
+  return core_->try_cancel(id);
+}
+CancelResult Lane::cancel_and_wait(TimerId id) {
+  check("cancel_and_wait");
+  return core_->cancel_and_wait(id);
+}
+bool Lane::reschedule_at(TimerId id, TimePoint due) {
+  check("reschedule_at");
+  return core_->reschedule(id, due, nullptr);
+}
+bool Lane::reschedule_after(TimerId id, Duration delay) {
+  check("reschedule_after");
+  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), nullptr);
+}
+TimerState Lane::state(TimerId id) const {
+  check("state");
+  return core_->state(id);
+}
+int Lane::ready_fd() const {
+  check("ready_fd");
+  return lane_->efd;
+}
+std::size_t Lane::run_ready(std::size_t max) {
+  check("run_ready");
+  return core_->run_lane(*lane_, max);
+}
+std::size_t Lane::wait_and_run(TimePoint deadline) {
+  check("wait_and_run");
+  return core_->wait_and_run(*lane_, deadline);
+}
+LaneSleep Lane::sleep_for(Duration delay) {
+  check("sleep_for");
+  return LaneSleep(*this, detail::saturating_after(core_->now(), delay));
+}
+const Clock& Lane::clock() const {
+  check("clock");
+  return core_->clock();
+}
+
+// ---- chime::LaneSleep ----
+
+LaneSleep::~LaneSleep() {
+  // Destroyed while suspended (the frame was destroyed): the sleep must not
+  // resume a freed frame. On the lane's thread the run has not started, so
+  // this cancel wins (C1, or C4 if it was already ready).
+  if (id_) lane_->cancel(id_);
+}
+
+void LaneSleep::await_suspend(std::coroutine_handle<> h) {
+  handle_ = h;
+  id_ = lane_->schedule_at(due_, Task([this] {
+    // Suspended on another thread than the lane's, the sleep may come due
+    // before id_ is written: resuming first would let the frame (and this
+    // awaiter) go while that write is pending. acquire: pairs with the
+    // release below. On the lane's thread it never waits (the run cannot
+    // start while this thread is still in await_suspend).
+    while (!published_.load(std::memory_order_acquire)) std::this_thread::yield();
+    handle_.resume();
+  }));
+  published_.store(true, std::memory_order_release);
+}
+
+}  // namespace chime

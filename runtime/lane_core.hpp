@@ -1,0 +1,105 @@
+// runtime/lane_core.hpp: a lane's shared state (chime::Lane, include/chime/lane.hpp).
+//
+// What this is: the ready queue through which the wheel thread hands a
+// lane's due runs to the thread that runs the lane, and the eventfd that
+// tells that thread runs are ready. Who may touch what:
+// - the wheel thread: `batch` (this pass's runs), the producer side of
+//   `ready` (through `wheel_token`), the producer side of the signal;
+// - the lane's thread (whoever calls run_ready / wait_and_run, one thread at
+//   a time): the consumer side of `ready`, the consumer side of the signal;
+// - any thread: `generation` (read), `owner` (read by flush).
+// A LaneCore lives as long as its runtime (RuntimeCore::lanes_): slots and
+// commands in flight may still name it after its Lane is gone. A destroyed
+// Lane's LaneCore is reused by the next Runtime::lane() with its generation
+// bumped, so a timer of the old lane is told apart (TimerSlot::lane_generation).
+//
+// The ready signal (an eventfd plus the flag `signalled`):
+//   wheel thread (after a batch)               lane thread (run_ready)
+//   enqueue_bulk(ready, runs)                  if signalled (acquire):
+//   if !signalled.exchange(true) (acq_rel):      if read(efd) took a count:
+//     write(efd, 1)                                signalled.exchange(false) (acq_rel)
+//                                              dequeue and run
+//                                              if it stopped at `max` with runs left:
+//                                                signalled = true; write(efd, 1)
+// Invariant: while a run is in `ready`, efd is readable or a write to it is
+// on its way. The flag only goes false by the lane's exchange, after a read
+// that consumed the one write the flag's last false->true change owed; so a
+// batch enqueued after that exchange sees false and writes, and one enqueued
+// before is visible to the dequeues that follow it (the exchange read the
+// wheel's true: acquire/release on the flag carries the enqueue). A read
+// that finds no count (the write is still on its way) leaves the flag set:
+// the write lands, and the next run_ready consumes it. So ready_fd may be
+// readable with nothing left to run (allowed: design, Lanes), but never
+// unreadable while a run waits, and one batch costs at most one write.
+#pragma once
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <concurrentqueue/concurrentqueue.h>
+
+#include "dispatch.hpp"
+
+namespace chime::detail {
+
+struct LaneCore {
+  LaneCore() : efd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (efd < 0) throw std::system_error(errno, std::generic_category(), "chime::Runtime::lane: eventfd");
+    wheel_token = std::make_unique<moodycamel::ProducerToken>(ready);
+    consumer_token = std::make_unique<moodycamel::ConsumerToken>(ready);
+  }
+  ~LaneCore() { ::close(efd); }
+  LaneCore(const LaneCore&) = delete;
+  LaneCore& operator=(const LaneCore&) = delete;
+
+  // Wheel thread: make the lane's thread see the runs just enqueued.
+  void signal() noexcept {
+    if (!signalled.exchange(true, std::memory_order_acq_rel)) write_one();
+  }
+  // Lane thread: consume the signal before dequeuing (see above).
+  void consume_signal() noexcept {
+    if (!signalled.load(std::memory_order_acquire)) return;
+    std::uint64_t count = 0;
+    if (::read(efd, &count, sizeof count) == static_cast<ssize_t>(sizeof count)) {
+      signalled.exchange(false, std::memory_order_acq_rel);
+    }
+  }
+  // Lane thread: runs are left in the queue (run_ready stopped at its max).
+  void resignal() noexcept {
+    signalled.store(true, std::memory_order_release);
+    write_one();
+  }
+  void write_one() noexcept {
+    const std::uint64_t one = 1;
+    // Fails only if the count would overflow (it cannot: each write is
+    // consumed before the next is owed) or the fd is bad.
+    [[maybe_unused]] const ssize_t r = ::write(efd, &one, sizeof one);
+  }
+
+  const int efd;
+  std::atomic<bool> signalled{false};
+  moodycamel::ConcurrentQueue<Dispatch> ready;
+  std::unique_ptr<moodycamel::ProducerToken> wheel_token;      // the wheel thread's (or, once it exited, shutdown's)
+  std::unique_ptr<moodycamel::ConsumerToken> consumer_token;   // the lane's thread's
+  // Which Lane this is: bumped (release) when the Lane is destroyed, before
+  // the wheel thread is asked to cancel its filed timers. A slot records the
+  // generation it was scheduled with; a mismatch means its lane is gone.
+  std::atomic<std::uint32_t> generation{1};
+  // The thread that last called run_ready/wait_and_run (flush runs the
+  // lanes of its own thread while it waits). relaxed: a hint compared with
+  // the calling thread's own id, which only that thread can have stored.
+  std::atomic<std::thread::id> owner{};
+  // Wheel thread only: this pass's runs for the lane, handed over at its end.
+  std::vector<Dispatch> batch;
+  bool in_use = false;  // a Lane holds it (RuntimeCore::lanes_mutex_)
+};
+
+}  // namespace chime::detail
