@@ -1,0 +1,308 @@
+// chime::Lane (include/chime/lane.hpp; design.md, "Lanes"): runs go to the
+// thread that runs the lane, appear on ready_fd only once the wheel has
+// advanced to them, run in due order, lose every race to a cancel until they
+// start, and are covered by flush, shutdown, stats and on_error. ManualClock
+// throughout, so every step is deterministic.
+#include <chime/lane.hpp>
+#include <chime/timer.hpp>
+
+#include <poll.h>
+
+#include <stdexcept>
+
+#include "runtime_test_support.hpp"
+
+namespace {
+
+using namespace chime_test;
+
+// True iff `fd` is readable now.
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+}
+
+class LaneTest : public ::testing::TestWithParam<unsigned> {
+ protected:
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt{manual_options(clock, GetParam())};
+};
+
+INSTANTIATE_TEST_SUITE_P(Runtime, LaneTest, ::testing::Values(0u, 2u),
+                         [](const auto& info) { return "workers" + std::to_string(info.param); });
+
+TEST_P(LaneTest, runs_appear_on_ready_fd_only_once_the_wheel_reaches_them_and_run_on_the_lane_thread) {
+  chime::Lane lane = rt.lane();
+  std::vector<std::thread::id> ran_on;
+  lane.schedule_at(at(5ms), [&] { ran_on.push_back(std::this_thread::get_id()); });
+  rt.flush();
+  EXPECT_FALSE(readable(lane.ready_fd())) << "nothing is due yet";
+  EXPECT_EQ(lane.run_ready(), 0u);
+  clock.set(at(6ms));
+  EXPECT_FALSE(readable(lane.ready_fd())) << "the wheel has not advanced yet: the clock alone readies nothing";
+  // A flush from another thread waits for the lane's thread to run the run.
+  std::thread flusher([&] { rt.flush(); });
+  while (!readable(lane.ready_fd())) std::this_thread::yield();
+  EXPECT_TRUE(ran_on.empty()) << "a ready run waits for the lane's thread";
+  EXPECT_EQ(lane.run_ready(), 1u);
+  flusher.join();
+  ASSERT_EQ(ran_on.size(), 1u);
+  EXPECT_EQ(ran_on[0], std::this_thread::get_id());
+  EXPECT_FALSE(readable(lane.ready_fd())) << "run_ready consumed the signal";
+  EXPECT_EQ(lane.run_ready(), 0u);
+}
+
+TEST_P(LaneTest, a_flush_on_the_lane_thread_runs_the_lanes_runs_itself) {
+  chime::Lane lane = rt.lane();
+  int runs = 0;
+  lane.run_ready();  // makes this thread the lane's thread
+  lane.schedule_at(at(1ms), [&] { ++runs; });
+  lane.schedule_after(0ns, [&] { ++runs; });  // due now at its application
+  advance_to(clock, rt, at(2ms));
+  EXPECT_EQ(runs, 2) << "flush returned before the lane's runs ran";
+  EXPECT_EQ(rt.stats().fired, 2u);
+}
+
+TEST_P(LaneTest, runs_go_in_due_order_within_and_across_advances) {
+  chime::Lane lane = rt.lane();
+  lane.run_ready();
+  std::vector<int> order;
+  const int dues[] = {7, 3, 9, 1, 5, 3, 8};
+  for (int i = 0; i < 7; ++i) lane.schedule_at(at(std::chrono::milliseconds(dues[i])), [&order, i] { order.push_back(i); });
+  advance_to(clock, rt, at(4ms));
+  advance_to(clock, rt, at(20ms));
+  // By due: 1 (i=3), 3 (i=1, then i=5: posting order), 5 (4), 7 (0), 8 (6), 9 (2).
+  EXPECT_EQ(order, (std::vector<int>{3, 1, 5, 4, 0, 6, 2}));
+}
+
+TEST_P(LaneTest, cancel_wins_even_after_the_run_was_queued_on_the_lane) {
+  chime::Lane lane = rt.lane();
+  int runs = 0;
+  const chime::TimerId a = lane.schedule_at(at(1ms), [&] { ++runs; });
+  const chime::TimerId b = lane.schedule_at(at(1ms), [&] { ++runs; });
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  while (!readable(lane.ready_fd())) std::this_thread::yield();
+  // Both runs are in the ready queue now.
+  EXPECT_EQ(lane.state(a), chime::TimerState::pending) << "a queued run has not started";
+  EXPECT_TRUE(lane.cancel(a)) << "a cancel before the callback starts wins";
+  EXPECT_EQ(lane.try_cancel(a), chime::CancelResult::done);
+  EXPECT_EQ(lane.run_ready(), 1u) << "only b runs";
+  flusher.join();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(lane.state(a), chime::TimerState::cancelled);
+  EXPECT_EQ(lane.state(b), chime::TimerState::fired);
+  const chime::Stats s = rt.stats();
+  EXPECT_EQ(s.fired, 1u);
+  EXPECT_EQ(s.cancelled, 1u);
+  EXPECT_EQ(s.pending, 0u);
+}
+
+TEST_P(LaneTest, a_cancel_of_every_ready_run_leaves_ready_fd_readable_with_nothing_to_run) {
+  chime::Lane lane = rt.lane();
+  const chime::TimerId a = lane.schedule_at(at(1ms), [] { ADD_FAILURE() << "cancelled run ran"; });
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  while (!readable(lane.ready_fd())) std::this_thread::yield();
+  EXPECT_TRUE(lane.cancel(a));
+  EXPECT_TRUE(readable(lane.ready_fd())) << "the signal stays until run_ready consumes it";
+  EXPECT_EQ(lane.run_ready(), 0u);
+  flusher.join();
+  EXPECT_FALSE(readable(lane.ready_fd()));
+}
+
+TEST_P(LaneTest, run_ready_with_a_max_runs_that_many_and_stays_readable_for_the_rest) {
+  chime::Lane lane = rt.lane();
+  int runs = 0;
+  for (int i = 0; i < 5; ++i) lane.schedule_at(at(1ms), [&] { ++runs; });
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  while (!readable(lane.ready_fd())) std::this_thread::yield();
+  EXPECT_EQ(lane.run_ready(2), 2u);
+  EXPECT_TRUE(readable(lane.ready_fd())) << "three runs are left: the fd must stay readable";
+  EXPECT_EQ(lane.run_ready(2), 2u);
+  EXPECT_EQ(lane.run_ready(2), 1u);
+  flusher.join();
+  EXPECT_EQ(runs, 5);
+  EXPECT_FALSE(readable(lane.ready_fd()));
+}
+
+TEST_P(LaneTest, wait_and_run_returns_at_its_deadline_or_when_a_run_is_ready) {
+  chime::Lane lane = rt.lane();
+  // Deadline already passed: no wait.
+  EXPECT_EQ(lane.wait_and_run(at(0ms)), 0u);
+  // A ManualClock deadline is reached when the clock is moved past it.
+  std::thread mover([&] {
+    std::this_thread::sleep_for(20ms);
+    clock.set(at(10ms));
+  });
+  EXPECT_EQ(lane.wait_and_run(at(5ms)), 0u);
+  mover.join();
+  EXPECT_GE(clock.now(), at(5ms));
+  // A run made ready before the deadline ends the wait and runs.
+  int runs = 0;
+  lane.schedule_at(at(11ms), [&] { ++runs; });
+  rt.flush();
+  std::thread advancer([&] {
+    clock.set(at(12ms));
+    rt.flush();  // waits for the lane thread, which is in wait_and_run
+  });
+  EXPECT_EQ(lane.wait_and_run(at(1000ms)), 1u);
+  advancer.join();
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_P(LaneTest, a_callbacks_exception_never_escapes_run_ready_and_goes_to_on_error) {
+  chime::ManualClock c{kStart};
+  std::vector<chime::TimerId> errors;
+  std::thread::id error_thread;
+  chime::RuntimeOptions o = manual_options(c, GetParam());
+  o.on_error = [&](chime::TimerId id, std::exception_ptr e) {
+    errors.push_back(id);
+    error_thread = std::this_thread::get_id();
+    EXPECT_THROW(std::rethrow_exception(e), std::runtime_error);
+  };
+  chime::Runtime r(o);
+  chime::Lane lane = r.lane();
+  lane.run_ready();
+  const chime::TimerId id = lane.schedule_after(0ns, [] { throw std::runtime_error("boom"); });
+  int after = 0;
+  lane.schedule_after(0ns, [&] { ++after; });
+  EXPECT_NO_THROW(r.flush());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0], id);
+  EXPECT_EQ(error_thread, std::this_thread::get_id()) << "on_error runs on the lane's thread";
+  EXPECT_EQ(after, 1) << "the run after the throwing one still ran";
+  EXPECT_EQ(r.stats().callback_errors, 1u);
+}
+
+TEST_P(LaneTest, periodic_lane_timers_keep_their_fixed_rate_and_stop_on_cancel) {
+  chime::Lane lane = rt.lane();
+  lane.run_ready();
+  std::vector<chime::TimePoint> dues;
+  const chime::TimerId id = lane.schedule_every(10ms, [&](const chime::Firing& f) { dues.push_back(f.due); });
+  for (int k = 1; k <= 3; ++k) advance_to(clock, rt, at(std::chrono::milliseconds(10 * k + 1)));
+  EXPECT_EQ(dues, (std::vector<chime::TimePoint>{at(10ms), at(20ms), at(30ms)}));
+  EXPECT_TRUE(lane.cancel(id));
+  advance_to(clock, rt, at(100ms));
+  EXPECT_EQ(dues.size(), 3u);
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+TEST_P(LaneTest, calls_from_inside_a_callback_that_would_nest_runs_throw) {
+  chime::Lane lane = rt.lane();
+  lane.run_ready();
+  bool threw = false;
+  lane.schedule_after(0ns, [&] {
+    try {
+      lane.run_ready();
+    } catch (const std::logic_error&) {
+      threw = true;
+    }
+  });
+  rt.flush();
+  EXPECT_TRUE(threw);
+}
+
+TEST_P(LaneTest, destroying_a_lane_cancels_its_pending_and_ready_runs) {
+  int runs = 0;
+  chime::TimerId pending, ready, periodic;
+  {
+    chime::Lane lane = rt.lane();
+    pending = lane.schedule_at(at(50ms), [&] { ++runs; });
+    ready = lane.schedule_at(at(1ms), [&] { ++runs; });
+    periodic = lane.schedule_every(1ms, [&] { ++runs; });
+    clock.set(at(2ms));
+    std::thread flusher([&] { rt.flush(); });
+    while (!readable(lane.ready_fd())) std::this_thread::yield();
+    // `ready` and the periodic's first run are queued; nobody runs the lane.
+    // Destroying it cancels them, which also lets the flush return.
+    lane = chime::Lane();
+    flusher.join();
+  }
+  advance_to(clock, rt, at(100ms));
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(rt.state(pending), chime::TimerState::cancelled);
+  EXPECT_EQ(rt.state(ready), chime::TimerState::cancelled);
+  EXPECT_EQ(rt.state(periodic), chime::TimerState::cancelled);
+  const chime::Stats s = rt.stats();
+  EXPECT_EQ(s.cancelled, 3u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.fired, 0u);
+}
+
+TEST_P(LaneTest, a_new_lane_reusing_a_closed_one_gets_none_of_its_runs) {
+  int old_runs = 0, new_runs = 0;
+  { chime::Lane old_lane = rt.lane(); old_lane.schedule_at(at(1ms), [&] { ++old_runs; }); }
+  chime::Lane lane = rt.lane();
+  lane.run_ready();
+  lane.schedule_at(at(1ms), [&] { ++new_runs; });
+  advance_to(clock, rt, at(5ms));
+  EXPECT_EQ(old_runs, 0);
+  EXPECT_EQ(new_runs, 1);
+}
+
+TEST_P(LaneTest, shutdown_cancel_pending_cancels_ready_and_pending_lane_runs) {
+  chime::Lane lane = rt.lane();
+  int runs = 0;
+  lane.schedule_at(at(1ms), [&] { ++runs; });
+  lane.schedule_at(at(50ms), [&] { ++runs; });
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  while (!readable(lane.ready_fd())) std::this_thread::yield();
+  // The flush waits for the lane; shutdown cancels the ready run, and the
+  // flush returns once the wheel thread has stopped.
+  EXPECT_EQ(rt.shutdown(chime::ShutdownMode::cancel_pending), 2u);
+  flusher.join();
+  EXPECT_EQ(lane.run_ready(), 0u);
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(rt.stats().pending, 0u);
+  EXPECT_THROW(lane.schedule_after(1ms, [] {}), chime::StoppedError);
+}
+
+TEST_P(LaneTest, shutdown_fire_pending_makes_lane_runs_ready_without_waiting_for_them) {
+  chime::Lane lane = rt.lane();
+  std::vector<int> ran;
+  lane.schedule_at(at(50ms), [&] { ran.push_back(1); });
+  lane.schedule_every(10ms, [&] { ran.push_back(2); });
+  rt.flush();
+  EXPECT_EQ(rt.shutdown(chime::ShutdownMode::fire_pending), 0u);
+  EXPECT_TRUE(ran.empty()) << "shutdown does not run lane callbacks itself";
+  EXPECT_TRUE(readable(lane.ready_fd()));
+  EXPECT_EQ(lane.run_ready(), 2u);
+  EXPECT_EQ(lane.run_ready(), 0u) << "the periodic timer's final run does not re-arm it";
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+TEST_P(LaneTest, a_timer_bound_to_a_lane_runs_there_and_re_arms_from_its_callback) {
+  chime::Lane lane = rt.lane();
+  lane.run_ready();
+  std::vector<chime::TimePoint> dues;
+  chime::Timer t(lane, [&](const chime::Firing& f) {
+    dues.push_back(f.due);
+    if (dues.size() < 3) t.arm_at(f.due + 5ms);
+  });
+  std::thread::id ran_on;
+  chime::Timer probe(lane, [&] { ran_on = std::this_thread::get_id(); });
+  probe.arm_after(0ns);
+  t.arm_at(at(5ms));
+  for (int k = 1; k <= 4; ++k) advance_to(clock, rt, at(std::chrono::milliseconds(5 * k)));
+  EXPECT_EQ(dues, (std::vector<chime::TimePoint>{at(5ms), at(10ms), at(15ms)}));
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_FALSE(t.armed());
+}
+
+TEST(LaneErrors, an_empty_lane_names_the_call_it_refuses) {
+  chime::Lane lane;
+  try {
+    lane.schedule_after(1ms, [] {});
+    FAIL() << "no throw";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("schedule_after"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(lane.run_ready(), std::logic_error);
+  EXPECT_THROW((void)lane.ready_fd(), std::logic_error);
+  EXPECT_FALSE(lane);
+}
+
+}  // namespace
