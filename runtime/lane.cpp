@@ -258,12 +258,12 @@ std::size_t RuntimeCore::wait_and_run(LaneCore& lane, TimePoint deadline) {
   }
 }
 
-std::vector<LaneCore*> RuntimeCore::lanes_of_this_thread() {
-  std::vector<LaneCore*> mine;
+ThreadLanes RuntimeCore::lanes_of_this_thread() {
+  ThreadLanes mine;
   const std::thread::id me = std::this_thread::get_id();
   std::lock_guard<std::mutex> lock(lanes_mutex_);
   for (auto& l : lanes_) {
-    if (l->in_use && l->owner.load(std::memory_order_relaxed) == me) mine.push_back(l.get());
+    if (l->in_use && l->owner.load(std::memory_order_relaxed) == me) mine.add(l.get());
   }
   return mine;
 }
@@ -271,15 +271,21 @@ std::vector<LaneCore*> RuntimeCore::lanes_of_this_thread() {
 // flush() on a lane's thread: the flush waits for runs only this thread can
 // run, so it runs them while it waits, sleeping on its lanes' eventfds and
 // the flush's own.
-void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const std::vector<LaneCore*>& lanes) {
-  std::vector<pollfd> fds;
-  for (LaneCore* l : lanes) fds.push_back(pollfd{l->efd, POLLIN, 0});
-  fds.push_back(pollfd{request.completion.notify_fd, POLLIN, 0});
+void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes) {
+  // Polls the flush's eventfd and up to kInline lanes' (more are run, and
+  // looked at every 1 ms instead).
+  pollfd fds[ThreadLanes::kInline + 1];
+  std::size_t nfds = 0;
+  fds[nfds++] = pollfd{request.completion.notify_fd, POLLIN, 0};
+  for (std::size_t i = 0; i < lanes.size() && nfds < ThreadLanes::kInline + 1; ++i) {
+    fds[nfds++] = pollfd{lanes[i]->efd, POLLIN, 0};
+  }
+  const long wait_ns = lanes.size() > ThreadLanes::kInline ? 1'000'000 : 10'000'000;
   for (;;) {
-    for (LaneCore* l : lanes) run_lane(*l, SIZE_MAX);
+    for (std::size_t i = 0; i < lanes.size(); ++i) run_lane(*lanes[i], SIZE_MAX);
     if (request.completion.is_done() || wheel_exited_.load(std::memory_order_acquire)) break;
-    const timespec ts{0, 10'000'000};  // also re-checks wheel_exited_ (Completion::wait's race)
-    ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+    const timespec ts{0, wait_ns};  // also re-checks wheel_exited_ (Completion::wait's race)
+    ::ppoll(fds, nfds, &ts, nullptr);
   }
   drain_eventfd(request.completion.notify_fd);
 }

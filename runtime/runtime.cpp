@@ -142,7 +142,7 @@ void RuntimeCore::flush() {
   FlushRequest request;
   // On a lane's thread the flush waits for runs only this thread runs: it
   // runs them while it waits (lane.cpp).
-  const std::vector<LaneCore*> lanes = lanes_of_this_thread();
+  const ThreadLanes lanes = lanes_of_this_thread();
   if (!lanes.empty()) request.completion.notify_fd = lane_flush_notify_fd();
   request.target_ns = clock_->now().time_since_epoch().count();
   commands_.push_retrying(Command{CommandKind::flush, 0, 0, &request}, nullptr);

@@ -109,6 +109,28 @@ struct DrainRequest {
   std::size_t count = 0;
   Completion completion;
 };
+// The lanes a thread runs (flush runs them while it waits): inline up to
+// kInline, so a flush allocates nothing in the usual case.
+struct ThreadLanes {
+  static constexpr std::size_t kInline = 8;
+  void add(LaneCore* l) {
+    if (n_ < kInline) {
+      inline_[n_] = l;
+    } else {
+      more_.push_back(l);
+    }
+    ++n_;
+  }
+  std::size_t size() const noexcept { return n_; }
+  bool empty() const noexcept { return n_ == 0; }
+  LaneCore* operator[](std::size_t i) const noexcept { return i < kInline ? inline_[i] : more_[i - kInline]; }
+
+ private:
+  LaneCore* inline_[kInline] = {};
+  std::vector<LaneCore*> more_;
+  std::size_t n_ = 0;
+};
+
 struct CloseLaneRequest {
   LaneCore* lane = nullptr;
   Completion completion;
@@ -238,8 +260,8 @@ class RuntimeCore {
   bool lane_closed(const TimerSlot& slot) const noexcept;
   void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
   void close_lane_on_wheel(LaneCore* lane);
-  void run_flush_on_lanes(FlushRequest& request, const std::vector<LaneCore*>& lanes);
-  std::vector<LaneCore*> lanes_of_this_thread();
+  void run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes);
+  ThreadLanes lanes_of_this_thread();
 
   // Configuration.
   RuntimeOptions options_;

@@ -13,6 +13,7 @@
 
 #include "runtime_test_support.hpp"
 
+#include <chime/lane.hpp>
 #include <chime/runtime.hpp>
 #include <chime/task.hpp>
 
@@ -250,6 +251,47 @@ TEST(RuntimeAllocation, steady_state_producer_timers_never_allocate) {
                                  << " heap allocations for 20,000 timers and 100 flushes in steady state ("
                                  << r.idle_flush_allocations << " for 100 idle flushes)";
   }
+}
+
+// A coroutine sleeping on a lane allocates nothing per sleep beyond its frame
+// (lane.hpp: the resumer is stored inline in the timer's slot), and the
+// flushes on the lane's thread that drive it allocate nothing either.
+chime::Detached sleep_loop(chime::Lane& lane, int sleeps, int& woke) {
+  for (int i = 0; i < sleeps; ++i) {
+    co_await lane.sleep_for(std::chrono::milliseconds(1));
+    ++woke;
+  }
+}
+
+TEST(RuntimeAllocation, coroutine_sleeps_on_a_lane_never_allocate_beyond_the_frame) {
+  ManualClock clock{kStart};
+  chime::RuntimeOptions o = manual_options(clock, 1);
+  o.reserve = 1024;
+  Runtime rt(o);
+  chime::Lane lane = rt.lane();
+  lane.run_ready();  // this thread runs the lane
+  constexpr int kCoroutines = 50, kSleeps = 400;
+  int woke = 0;
+  for (int c = 0; c < kCoroutines; ++c) sleep_loop(lane, kSleeps, woke);  // the frames: allocated here
+  int ms = 0;
+  auto step = [&] {
+    ++ms;
+    clock.set(at(std::chrono::milliseconds(ms)));
+    rt.flush();
+  };
+  for (int i = 0; i < 100; ++i) step();  // warm-up: queues and slabs reach their working size
+  const int woke_before = woke;
+  std::size_t allocations = 0;
+  {
+    CountScope scope;
+    for (int i = 0; i < 200; ++i) step();
+    allocations = scope.count();
+  }
+  // A 1 ms sleep from an interval's start fires on the advance 2 ms later:
+  // 200 steps are 100 sleeps per coroutine.
+  EXPECT_EQ(woke - woke_before, kCoroutines * 100) << "the coroutines did not keep sleeping and waking";
+  EXPECT_EQ(allocations, 0u) << allocations << " heap allocations for " << (woke - woke_before)
+                             << " coroutine sleeps and 200 flushes on the lane's thread";
 }
 
 // Out of memory, schedule throws std::bad_alloc and schedules nothing: the

@@ -1,0 +1,181 @@
+// Coroutines on a lane (include/chime/lane.hpp): `co_await lane.sleep_for(d)`
+// resumes on the lane's thread when the sleep is due (never early), chains of
+// sleeps keep their order, destroying a suspended frame cancels its sleep,
+// an exception escaping a chime::Detached coroutine goes to on_error, and a
+// sleep that cannot be scheduled throws from the co_await.
+#include <chime/lane.hpp>
+
+#include <poll.h>
+
+#include <coroutine>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+
+#include "runtime_test_support.hpp"
+
+namespace {
+
+using namespace chime_test;
+
+// A coroutine whose frame the test owns: destroying the object destroys the
+// frame, wherever it is suspended.
+struct OwnedCoroutine {
+  struct promise_type {
+    OwnedCoroutine get_return_object() {
+      return OwnedCoroutine{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() { std::terminate(); }
+  };
+  explicit OwnedCoroutine(std::coroutine_handle<promise_type> handle) : h(handle) {}
+  OwnedCoroutine(OwnedCoroutine&& o) noexcept : h(std::exchange(o.h, {})) {}
+  ~OwnedCoroutine() {
+    if (h) h.destroy();
+  }
+  bool done() const { return h.done(); }
+  std::coroutine_handle<promise_type> h;
+};
+
+// Counts its destructions: put one in a frame to see the frame freed.
+struct FrameWitness {
+  int* destroyed;
+  ~FrameWitness() { ++*destroyed; }
+};
+
+class LaneCoroutineTest : public ::testing::Test {
+ protected:
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt{manual_options(clock, 1)};
+  chime::Lane lane = rt.lane();
+  void SetUp() override { lane.run_ready(); }  // this thread runs the lane
+};
+
+chime::Detached sleep_chain(chime::Lane& lane, std::vector<chime::TimePoint>& woke, std::thread::id& thread) {
+  for (int i = 0; i < 3; ++i) {
+    co_await lane.sleep_for(10ms);
+    woke.push_back(lane.clock().now());
+    thread = std::this_thread::get_id();
+  }
+}
+
+TEST_F(LaneCoroutineTest, a_sleep_chain_resumes_on_the_lane_each_time_never_early) {
+  std::vector<chime::TimePoint> woke;
+  std::thread::id thread;
+  sleep_chain(lane, woke, thread);  // suspends at its first sleep (due at 10 ms)
+  EXPECT_TRUE(woke.empty());
+  advance_to(clock, rt, at(9ms));
+  EXPECT_TRUE(woke.empty()) << "resumed before its sleep was due";
+  for (int ms = 10; ms <= 40; ++ms) advance_to(clock, rt, at(std::chrono::milliseconds(ms)));
+  // Each sleep starts when the previous one resumed: due 10, 20, 30 ms;
+  // each resumes on the first advance past the end of its interval.
+  ASSERT_EQ(woke.size(), 3u);
+  EXPECT_EQ(woke[0], at(11ms));
+  EXPECT_EQ(woke[1], at(22ms));
+  EXPECT_EQ(woke[2], at(33ms));
+  EXPECT_EQ(thread, std::this_thread::get_id());
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+OwnedCoroutine sleeper(chime::Lane& lane, int& resumed, int& destroyed) {
+  FrameWitness w{&destroyed};
+  co_await lane.sleep_for(5ms);
+  ++resumed;
+}
+
+TEST_F(LaneCoroutineTest, destroying_a_suspended_frame_cancels_its_sleep) {
+  int resumed = 0, destroyed = 0;
+  std::optional<OwnedCoroutine> c;
+  c.emplace(sleeper(lane, resumed, destroyed));
+  rt.flush();
+  EXPECT_EQ(rt.stats().pending, 1u);
+  c.reset();  // frame destroyed while suspended
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(rt.stats().pending, 0u) << "the sleep's timer was not cancelled";
+  EXPECT_EQ(rt.stats().cancelled, 1u);
+  advance_to(clock, rt, at(50ms));
+  EXPECT_EQ(resumed, 0) << "a destroyed frame was resumed";
+}
+
+TEST_F(LaneCoroutineTest, destroying_a_frame_whose_sleep_is_already_ready_cancels_it) {
+  int resumed = 0, destroyed = 0;
+  std::optional<OwnedCoroutine> c;
+  c.emplace(sleeper(lane, resumed, destroyed));
+  clock.set(at(10ms));
+  // Another thread's flush makes the sleep ready; this thread does not run it.
+  std::thread flusher([&] { rt.flush(); });
+  pollfd p{lane.ready_fd(), POLLIN, 0};
+  while (::poll(&p, 1, 0) != 1) std::this_thread::yield();
+  c.reset();  // on the lane's thread: the cancel wins although the run is queued
+  EXPECT_EQ(lane.run_ready(), 0u);
+  flusher.join();
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(rt.stats().cancelled, 1u);
+}
+
+chime::Detached thrower(chime::Lane& lane, int& destroyed) {
+  FrameWitness w{&destroyed};
+  co_await lane.sleep_for(1ms);
+  throw std::runtime_error("entity failed");
+}
+
+TEST(LaneCoroutineErrors, an_exception_escaping_a_detached_coroutine_goes_to_on_error_and_frees_the_frame) {
+  chime::ManualClock clock{kStart};
+  std::vector<chime::TimerId> errors;
+  std::string what;
+  chime::RuntimeOptions o = manual_options(clock, 1);
+  o.on_error = [&](chime::TimerId id, std::exception_ptr e) {
+    errors.push_back(id);
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = x.what();
+    }
+  };
+  chime::Runtime rt(o);
+  chime::Lane lane = rt.lane();
+  lane.run_ready();
+  int destroyed = 0;
+  thrower(lane, destroyed);
+  EXPECT_EQ(destroyed, 0);
+  advance_to(clock, rt, at(5ms));
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(errors[0]) << "the error names the sleep's timer";
+  EXPECT_EQ(what, "entity failed");
+  EXPECT_EQ(destroyed, 1) << "the frame was not freed";
+  EXPECT_EQ(rt.stats().callback_errors, 1u);
+}
+
+chime::Detached sleep_after_shutdown(chime::Lane& lane, bool& threw) {
+  try {
+    co_await lane.sleep_for(1ms);
+  } catch (const chime::StoppedError&) {
+    threw = true;
+  }
+}
+
+TEST_F(LaneCoroutineTest, a_sleep_after_shutdown_throws_from_the_co_await) {
+  rt.shutdown();
+  bool threw = false;
+  sleep_after_shutdown(lane, threw);
+  EXPECT_TRUE(threw);
+}
+
+chime::Detached many_sleeps(chime::Lane& lane, int n, int& done) {
+  for (int i = 0; i < n; ++i) co_await lane.sleep_for(1ms);
+  ++done;
+}
+
+TEST_F(LaneCoroutineTest, many_coroutines_sleep_concurrently_and_all_finish) {
+  int done = 0;
+  for (int i = 0; i < 1000; ++i) many_sleeps(lane, 5, done);
+  for (int ms = 1; ms <= 20 && done < 1000; ++ms) advance_to(clock, rt, at(std::chrono::milliseconds(ms)));
+  EXPECT_EQ(done, 1000);
+  EXPECT_EQ(rt.stats().fired, 5000u);
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+}  // namespace
