@@ -1,0 +1,194 @@
+// Lanes under races (include/chime/lane.hpp; design.md, "Lanes"), on the
+// steady clock, under ThreadSanitizer in CI: two producer threads schedule
+// timers on a lane, one thread runs the lane, a third cancels; every timer
+// runs exactly once on the lane's thread or is cancelled (never both, never
+// neither), and a lane destroyed with runs queued runs none of them later.
+#include "stress_seed.hpp"
+#include "stress_support.hpp"
+
+#include <chime/lane.hpp>
+#include <chime/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Record {
+  std::atomic<int> runs{0};
+  std::atomic<int> wrong_thread{0};
+  std::atomic<bool> cancel_won{false};
+  std::atomic<std::uint64_t> id{0};  // packed; 0 until scheduled
+};
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kPerProducer = 4'000;
+#else
+constexpr int kPerProducer = 40'000;
+#endif
+
+TEST(RuntimeLaneRace, every_lane_timer_runs_once_on_the_lane_thread_or_is_cancelled_under_racing_cancels) {
+  chime_stress::print_seed();
+  chime::RuntimeOptions options = stress_support::steady_options(1);
+  options.precision = 100us;
+  chime::Runtime rt(options);
+  chime::Lane lane = rt.lane();
+  std::vector<Record> records(2 * kPerProducer);
+  std::atomic<std::thread::id> lane_thread_id{};
+  std::atomic<bool> stop{false};
+  std::thread lane_thread([&] {
+    lane_thread_id.store(std::this_thread::get_id());
+    while (!stop.load(std::memory_order_acquire)) lane.wait_and_run(rt.clock().now() + 2ms);
+    lane.run_ready();
+  });
+  while (lane_thread_id.load() == std::thread::id()) std::this_thread::yield();
+  std::atomic<int> producers_done{0};
+  auto produce = [&](int p) {
+    std::mt19937_64 rng(chime_stress::seed() + static_cast<std::uint64_t>(p));
+    for (int i = 0; i < kPerProducer; ++i) {
+      Record& r = records[static_cast<std::size_t>(p * kPerProducer + i)];
+      const chime::TimerId id = lane.schedule_after(std::chrono::microseconds(rng() % 2000), [&r, &lane_thread_id] {
+        if (std::this_thread::get_id() != lane_thread_id.load(std::memory_order_relaxed)) r.wrong_thread.fetch_add(1);
+        r.runs.fetch_add(1);
+      });
+      r.id.store(stress_support::pack(id), std::memory_order_release);
+      if (i % 64 == 0) std::this_thread::yield();
+    }
+    producers_done.fetch_add(1);
+  };
+  std::thread p0(produce, 0), p1(produce, 1);
+  std::thread canceller([&] {
+    std::mt19937_64 rng(chime_stress::seed() ^ 0x5eed);
+    while (producers_done.load() < 2) {
+      Record& r = records[rng() % records.size()];
+      const std::uint64_t packed = r.id.load(std::memory_order_acquire);
+      if (packed != 0 && lane.cancel(stress_support::unpack(packed))) {
+        if (r.cancel_won.exchange(true)) ADD_FAILURE() << "a second cancel of one timer won";
+      }
+    }
+  });
+  p0.join();
+  p1.join();
+  canceller.join();
+  stress_support::wait_until_idle(rt);  // waits for the lane thread to run what is ready
+  stop.store(true, std::memory_order_release);
+  lane_thread.join();
+  std::size_t ran = 0, cancelled = 0, neither = 0, both = 0, twice = 0, wrong = 0;
+  for (Record& r : records) {
+    const int runs = r.runs.load();
+    const bool c = r.cancel_won.load();
+    ran += runs > 0 ? 1 : 0;
+    cancelled += c ? 1 : 0;
+    neither += (runs == 0 && !c) ? 1 : 0;
+    both += (runs > 0 && c) ? 1 : 0;
+    twice += runs > 1 ? 1 : 0;
+    wrong += static_cast<std::size_t>(r.wrong_thread.load());
+  }
+  std::printf("%zu lane timers: %zu ran, %zu cancelled\n", records.size(), ran, cancelled);
+  EXPECT_EQ(neither, 0u) << "lost timers";
+  EXPECT_EQ(both, 0u) << "a cancel that returned true did not stop the run";
+  EXPECT_EQ(twice, 0u) << "a timer ran twice";
+  EXPECT_EQ(wrong, 0u) << "a lane run ran on another thread";
+  const chime::Stats s = rt.stats();
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.fired, ran);
+  EXPECT_EQ(s.cancelled, cancelled);
+}
+
+TEST(RuntimeLaneRace, a_lane_destroyed_with_runs_queued_runs_none_of_them_later) {
+  chime_stress::print_seed();
+  chime::Runtime rt(stress_support::steady_options(1));
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int kRounds = 40;
+#else
+  constexpr int kRounds = 200;
+#endif
+  std::mt19937_64 rng(chime_stress::seed());
+  std::atomic<int> runs_after_close{0};
+  std::uint64_t scheduled = 0, ran = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    auto closed = std::make_shared<std::atomic<bool>>(false);
+    auto round_runs = std::make_shared<std::atomic<int>>(0);
+    {
+      chime::Lane lane = rt.lane();
+      // Two producers fill the lane: some runs are due at once, some soon, some later.
+      auto produce = [&lane, closed, round_runs, &runs_after_close](std::uint64_t seed) {
+        std::mt19937_64 r(seed);
+        for (int i = 0; i < 100; ++i) {
+          lane.schedule_after(std::chrono::microseconds(r() % 3000), [closed, round_runs, &runs_after_close] {
+            if (closed->load()) runs_after_close.fetch_add(1);
+            round_runs->fetch_add(1);
+          });
+        }
+      };
+      std::thread a(produce, rng()), b(produce, rng());
+      a.join();
+      b.join();
+      scheduled += 200;
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+      lane.run_ready(rng() % 50);  // run some, leave the rest queued or pending
+      // ~Lane: cancels what is pending and what is queued.
+    }
+    closed->store(true);
+    ran += static_cast<std::uint64_t>(round_runs->load());
+  }
+  stress_support::wait_until_idle(rt);
+  const chime::Stats s = rt.stats();
+  std::printf("%d lanes destroyed: %llu timers, %llu ran, %llu cancelled\n", kRounds,
+              static_cast<unsigned long long>(scheduled), static_cast<unsigned long long>(ran),
+              static_cast<unsigned long long>(s.cancelled));
+  EXPECT_EQ(runs_after_close.load(), 0) << "a run of a destroyed lane ran";
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.fired, ran);
+  EXPECT_EQ(s.fired + s.cancelled, scheduled) << "every timer either ran or was cancelled by the lane's close";
+}
+
+// shutdown racing a lane thread that runs periodic and one-shot timers: the
+// Dekker pair between lane batches and shutdown (runtime/lane.cpp) leaves
+// nothing pending once the lane has run what shutdown made ready, and every
+// timer is settled (fired or cancelled) exactly once.
+TEST(RuntimeLaneRace, shutdown_racing_a_running_lane_leaves_nothing_pending) {
+  chime_stress::print_seed();
+  std::mt19937_64 rng(chime_stress::seed());
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int kRounds = 10;
+#else
+  constexpr int kRounds = 40;
+#endif
+  for (int round = 0; round < kRounds; ++round) {
+    chime::RuntimeOptions options = stress_support::steady_options(1);
+    options.precision = 100us;
+    chime::Runtime rt(options);
+    chime::Lane lane = rt.lane();
+    std::atomic<bool> stop{false};
+    std::atomic<std::uint64_t> runs{0};
+    std::thread lane_thread([&] {
+      while (!stop.load(std::memory_order_acquire)) lane.wait_and_run(rt.clock().now() + 1ms);
+    });
+    for (int i = 0; i < 50; ++i) {
+      lane.schedule_every(std::chrono::microseconds(100 + rng() % 500), [&runs] { runs.fetch_add(1); });
+      lane.schedule_after(std::chrono::microseconds(rng() % 3000), [&runs] { runs.fetch_add(1); });
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    const bool fire = round % 2 == 0;
+    rt.shutdown(fire ? chime::ShutdownMode::fire_pending : chime::ShutdownMode::cancel_pending);
+    stop.store(true, std::memory_order_release);
+    lane_thread.join();
+    lane.run_ready();  // the runs shutdown made ready (fire_pending), as final runs
+    const chime::Stats s = rt.stats();
+    EXPECT_EQ(s.pending, 0u) << "round " << round << (fire ? " fire_pending" : " cancel_pending");
+    EXPECT_EQ(s.fired, runs.load()) << "round " << round;
+    EXPECT_EQ(lane.run_ready(), 0u) << "a periodic timer was re-armed after shutdown";
+  }
+}
+
+}  // namespace
