@@ -50,6 +50,15 @@
 //  {g,v,R}           {g,v,R|waiter}     cancel_and_wait, R = Running or RunningCancelled:
 //                                       CAS (acquire), then futex-wait on the low half     (WB)
 //  {g,v,Pending}     {g,v,Cancelled}    shutdown sweep / a schedule that lost to shutdown  CAS (X1)
+//  {g,v,Handed}      {g,v,Cancelled}    shutdown(cancel_pending) sweep: a lane's ready run CAS (acq_rel) (X2)
+//  {g,v,Pending}     {g,v,Cancelled}    wheel: a destroyed lane's timer, filed or arriving CAS (acq_rel) (L1)
+//  {g,v,Handed}      {g,v,Cancelled}    wheel: a destroyed lane's timer it just claimed   CAS (acq_rel) (L2)
+//  {g,v,Handed}      {g,v,Cancelled}    the thread destroying a lane: its ready runs      CAS (acq_rel) (L3)
+//
+// A lane's run (chime::Lane) is Handed while in the lane's ready queue; the
+// lane's thread starts it (B1) and ends it (F1-F4) like a worker, so cancel
+// wins until the callback starts (C4) whether or not the run is queued.
+// X2, L1, L2, L3 each race a producer's cancel with one CAS: one wins.
 //
 // Cancel posts no command: a timer cancelled while filed in the wheel stays
 // there as a "zombie" until its alarm comes due or the wheel thread sweeps
