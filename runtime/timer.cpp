@@ -157,7 +157,7 @@ Timer::Timer(Runtime& runtime, Task task)
     : state_(std::make_unique<detail::TimerHandleState>(*runtime.core_, std::move(task))) {}
 
 Timer::Timer(Lane& lane, Task task) {
-  lane.check("a chime::Timer's constructor");
+  if (!lane) throw std::logic_error("chime::Timer(lane, task) on an empty Lane (default-constructed or moved-from)");
   state_ = std::make_unique<detail::TimerHandleState>(*lane.core_, std::move(task), lane.lane_);
 }
 

@@ -302,6 +302,7 @@ TEST(LaneErrors, an_empty_lane_names_the_call_it_refuses) {
   }
   EXPECT_THROW(lane.run_ready(), std::logic_error);
   EXPECT_THROW((void)lane.ready_fd(), std::logic_error);
+  EXPECT_THROW(chime::Timer(lane, [] {}), std::logic_error);
   EXPECT_FALSE(lane);
 }
 
