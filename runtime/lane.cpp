@@ -157,6 +157,11 @@ void RuntimeCore::close_lane_on_wheel(LaneCore* lane) {
 }
 
 void RuntimeCore::close_lane(LaneCore* lane) {
+#ifndef NDEBUG
+  if (const TimerId self = current_run()) {
+    CHIME_ASSERT(slab_[self.slot()].lane != lane, "a chime::Lane destroyed (or move-assigned) from its own callback");
+  }
+#endif
   // release: pairs with lane_closed's acquire (the wheel thread's).
   lane->generation.fetch_add(1, std::memory_order_release);
   if (!stopped_.load(std::memory_order_acquire)) {

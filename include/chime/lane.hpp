@@ -36,7 +36,9 @@
 //   next run_ready, as final runs: periodic timers are not re-armed) and
 //   does not wait for them. shutdown waits for a lane callback in progress.
 // - Destroying a Lane cancels its pending and ready runs (counted as
-//   cancelled) and returns once none of them can run.
+//   cancelled) and returns once none of them can run. It waits for one
+//   pass of the wheel thread, which looks at every filed timer once: lanes
+//   are meant to live as long as their loop, not to be made per request.
 //
 // Preconditions: a Lane does not outlive its Runtime; it is destroyed or
 // move-assigned on its thread or while no thread runs it; run_ready and
