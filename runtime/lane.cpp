@@ -82,6 +82,7 @@ LaneCore* RuntimeCore::open_lane() {
     }
   }
   lanes_.push_back(std::make_unique<LaneCore>());
+  lanes_.back()->token = commands_.make_token();
   lanes_.back()->in_use = true;
   return lanes_.back().get();
 }
@@ -297,6 +298,32 @@ void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
 
 int lane_flush_notify_fd() { return tls_flush_notify.get(); }
 
+// The lane's token for this call, if this thread is the lane's thread and
+// nobody else holds it (a thread that ran the lane before may still be
+// posting through it); otherwise none (the calling thread's implicit
+// sub-queue). So commands from the lane's thread keep their order, except
+// across a hand-over of the lane to another thread, when a call may take
+// the other path.
+class LaneToken {
+ public:
+  explicit LaneToken(LaneCore& lane) noexcept : lane_(lane) {
+    if (lane.owner.load(std::memory_order_relaxed) == std::this_thread::get_id() &&
+        !lane.token_busy.exchange(true, std::memory_order_acquire)) {
+      token_ = lane.token.get();
+    }
+  }
+  ~LaneToken() {
+    if (token_ != nullptr) lane_.token_busy.store(false, std::memory_order_release);
+  }
+  LaneToken(const LaneToken&) = delete;
+  LaneToken& operator=(const LaneToken&) = delete;
+  ProducerQueueToken* get() const noexcept { return token_; }
+
+ private:
+  LaneCore& lane_;
+  ProducerQueueToken* token_ = nullptr;
+};
+
 void report_coroutine_exception(std::exception_ptr e) noexcept {
   if (!report_to_running_callback(std::move(e))) std::terminate();
 }
@@ -333,20 +360,23 @@ Lane::~Lane() {
 
 TimerId Lane::schedule_at(TimePoint due, Task task) {
   check("schedule_at");
-  return core_->schedule(due, 0, Missed::skip, std::move(task), nullptr, lane_);
+  const detail::LaneToken token(*lane_);
+  return core_->schedule(due, 0, Missed::skip, std::move(task), token.get(), lane_);
 }
 TimerId Lane::schedule_after(Duration delay, Task task) {
   check("schedule_after");
-  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), nullptr,
+  const detail::LaneToken token(*lane_);
+  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), token.get(),
                          lane_);
 }
 TimerId Lane::schedule_every(Duration period, Task task, PeriodicOptions options) {
   check("schedule_every");
-  return detail::schedule_periodic(*core_, period, std::move(task), options, nullptr, lane_);
+  const detail::LaneToken token(*lane_);
+  return detail::schedule_periodic(*core_, period, std::move(task), options, token.get(), lane_);
 }
 bool Lane::cancel(TimerId id) {
   check("cancel");
-  return core_->cancel(id, nullptr);
+  return core_->cancel(id, nullptr);  // one CAS: no command, no token
 }
 CancelResult Lane::try_cancel(TimerId id) {
   check("try_cancel");
@@ -358,11 +388,13 @@ CancelResult Lane::cancel_and_wait(TimerId id) {
 }
 bool Lane::reschedule_at(TimerId id, TimePoint due) {
   check("reschedule_at");
-  return core_->reschedule(id, due, nullptr);
+  const detail::LaneToken token(*lane_);
+  return core_->reschedule(id, due, token.get());
 }
 bool Lane::reschedule_after(TimerId id, Duration delay) {
   check("reschedule_after");
-  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), nullptr);
+  const detail::LaneToken token(*lane_);
+  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), token.get());
 }
 TimerState Lane::state(TimerId id) const {
   check("state");

@@ -46,6 +46,7 @@
 
 #include <concurrentqueue/concurrentqueue.h>
 
+#include "command_queue.hpp"
 #include "dispatch.hpp"
 
 namespace chime::detail {
@@ -97,6 +98,14 @@ struct LaneCore {
   // lanes of its own thread while it waits). relaxed: a hint compared with
   // the calling thread's own id, which only that thread can have stored.
   std::atomic<std::thread::id> owner{};
+  // The lane's own command-queue token and slot cache (a Producer's), for
+  // calls made on the lane's thread (LaneToken, lane.cpp): the loop thread
+  // that arms and cancels request timeouts gets a Producer's fast path
+  // without holding a Producer. token_busy hands it between threads:
+  // exchange(acquire) to take it, store(release) to give it back, so its
+  // plain fields (the slot cache) pass cleanly from one holder to the next.
+  std::unique_ptr<ProducerQueueToken> token;
+  std::atomic<bool> token_busy{false};
   // Wheel thread only: this pass's runs for the lane, handed over at its end.
   std::vector<Dispatch> batch;
   bool in_use = false;  // a Lane holds it (RuntimeCore::lanes_mutex_)
