@@ -243,7 +243,7 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
         if (!StateWord::periodic(w)) return CancelOutcome::running;  // a one-shot's only run started
         // (C3): no further run; the run in progress ends with F4. Keeps a
         // waiter's bit: the worker's F4 must wake it.
-        next = (w & StateWord::waiter_bit) | StateWord::with_state(w, SlotState::running_cancelled);
+        next = (w & StateWord::kWaiterBit) | StateWord::with_state(w, SlotState::running_cancelled);
         break;
       case SlotState::running_cancelled:
         return CancelOutcome::running;  // cancelled before; its last run is in progress
@@ -341,11 +341,11 @@ void RuntimeCore::wait_for_run_end(TimerSlot& slot, TimerId id) {
       // The CAS only has to be ordered with the worker's RMW on the same
       // word, which any RMW is; acquire (both ways) so a failed CAS reads
       // the word as the loads do.
-      if (!slot.word.compare_exchange_weak(w, w | StateWord::waiter_bit, std::memory_order_acquire,
+      if (!slot.word.compare_exchange_weak(w, w | StateWord::kWaiterBit, std::memory_order_acquire,
                                            std::memory_order_acquire)) {
         continue;
       }
-      w |= StateWord::waiter_bit;
+      w |= StateWord::kWaiterBit;
     }
     futex_wait_low_half(slot.word, StateWord::low_half(w));
     w = slot.word.load(std::memory_order_acquire);

@@ -9,7 +9,7 @@
 //
 // Guarantees:
 // - No heap allocation per timer in steady state: released slots are reused
-//   first; a new chunk of `chunk_size` slots is allocated (under a mutex) only
+//   first; a new chunk of `kChunkSize` slots is allocated (under a mutex) only
 //   when none is free. reserve(n) creates (and so pre-faults) the chunks for
 //   the first n slots up front.
 // - A slot's memory is never freed or moved while the slab lives, so a stale
@@ -109,14 +109,14 @@ struct SlotCache {
 
 class TimerSlab {
  public:
-  static constexpr unsigned chunk_shift = 12;
-  static constexpr std::uint32_t chunk_size = 1u << chunk_shift;
-  static constexpr std::uint32_t max_chunks = 1u << 16;  // 2^28 slots
-  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(max_chunks)) {}
+  static constexpr unsigned kChunkShift = 12;
+  static constexpr std::uint32_t kChunkSize = 1u << kChunkShift;
+  static constexpr std::uint32_t kMaxChunks = 1u << 16;  // 2^28 slots
+  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(kMaxChunks)) {}
   TimerSlab(const TimerSlab&) = delete;
   TimerSlab& operator=(const TimerSlab&) = delete;
   ~TimerSlab() {
-    for (std::uint32_t c = 0; c < max_chunks; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+    for (std::uint32_t c = 0; c < kMaxChunks; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
   }
 
   // Number of slot indices ever handed out; every index below it is valid.
@@ -124,12 +124,12 @@ class TimerSlab {
 
   // The slot at index i, or nullptr if i was never handed out. Any thread.
   TimerSlot* find(std::uint32_t i) const noexcept {
-    TimerSlot* chunk = chunks_[(i >> chunk_shift) & (max_chunks - 1)].load(std::memory_order_acquire);  // (A)
-    return chunk == nullptr || i >= extent() ? nullptr : &chunk[i & (chunk_size - 1)];
+    TimerSlot* chunk = chunks_[(i >> kChunkShift) & (kMaxChunks - 1)].load(std::memory_order_acquire);  // (A)
+    return chunk == nullptr || i >= extent() ? nullptr : &chunk[i & (kChunkSize - 1)];
   }
   // The slot at an index known to be valid.
   TimerSlot& operator[](std::uint32_t i) const noexcept {
-    return chunks_[i >> chunk_shift].load(std::memory_order_acquire)[i & (chunk_size - 1)];  // (A)
+    return chunks_[i >> kChunkShift].load(std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
   }
 
   // Takes a free slot for a caller without a cache: pops a batch, keeps one
@@ -171,8 +171,8 @@ class TimerSlab {
   std::uint32_t allocate_fresh() {
     std::uint32_t i = fresh_.load(std::memory_order_relaxed);
     for (;;) {
-      if (i >= max_chunks * chunk_size) throw CapacityError("chime: the timer slab is full (2^28 timers)");
-      ensure_chunk(i >> chunk_shift);
+      if (i >= kMaxChunks * kChunkSize) throw CapacityError("chime: the timer slab is full (2^28 timers)");
+      ensure_chunk(i >> kChunkShift);
       if (fresh_.compare_exchange_weak(i, i + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) return i;
     }
   }
@@ -185,11 +185,11 @@ class TimerSlab {
     std::uint32_t i = fresh_.load(std::memory_order_relaxed);
     std::uint32_t n;
     for (;;) {
-      const std::uint32_t limit = max_chunks * chunk_size;
+      const std::uint32_t limit = kMaxChunks * kChunkSize;
       if (i >= limit) throw CapacityError("chime: the timer slab is full (2^28 timers)");
       n = std::min<std::uint32_t>(SlotCache::kSize, limit - i);
-      ensure_chunk(i >> chunk_shift);
-      ensure_chunk((i + n - 1) >> chunk_shift);
+      ensure_chunk(i >> kChunkShift);
+      ensure_chunk((i + n - 1) >> kChunkShift);
       if (fresh_.compare_exchange_weak(i, i + n, std::memory_order_acq_rel, std::memory_order_relaxed)) break;
     }
     CHIME_ASSERT(cache.count == 0, "a fresh run only refills an empty cache");
@@ -211,8 +211,8 @@ class TimerSlab {
   // or take a page fault in the slab. Any thread. May allocate.
   void reserve(std::size_t n) {
     if (n == 0) return;
-    const std::size_t last = std::min<std::size_t>(n, std::size_t{max_chunks} * chunk_size) - 1;
-    for (std::uint32_t c = 0; c <= static_cast<std::uint32_t>(last >> chunk_shift); ++c) ensure_chunk(c);
+    const std::size_t last = std::min<std::size_t>(n, std::size_t{kMaxChunks} * kChunkSize) - 1;
+    for (std::uint32_t c = 0; c <= static_cast<std::uint32_t>(last >> kChunkShift); ++c) ensure_chunk(c);
   }
 
  private:
@@ -220,7 +220,7 @@ class TimerSlab {
     if (chunks_[c].load(std::memory_order_acquire) != nullptr) return;  // (A)
     std::lock_guard<std::mutex> lock(grow_mutex_);
     if (chunks_[c].load(std::memory_order_relaxed) == nullptr) {
-      chunks_[c].store(new TimerSlot[chunk_size], std::memory_order_release);  // (A)
+      chunks_[c].store(new TimerSlot[kChunkSize], std::memory_order_release);  // (A)
     }
   }
 

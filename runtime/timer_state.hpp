@@ -123,36 +123,36 @@ enum class SlotState : std::uint8_t {
 };
 
 struct StateWord {
-  static constexpr std::uint64_t state_mask = 0x3F;
-  static constexpr std::uint64_t waiter_bit = 0x40;
-  static constexpr std::uint64_t periodic_bit = 0x80;
-  static constexpr unsigned version_shift = 8;
-  static constexpr std::uint64_t version_mask = 0xFFFFFFull << version_shift;
-  static constexpr unsigned generation_shift = 32;
+  static constexpr std::uint64_t kStateMask = 0x3F;
+  static constexpr std::uint64_t kWaiterBit = 0x40;
+  static constexpr std::uint64_t kPeriodicBit = 0x80;
+  static constexpr unsigned kVersionShift = 8;
+  static constexpr std::uint64_t kVersionMask = 0xFFFFFFull << kVersionShift;
+  static constexpr unsigned kGenerationShift = 32;
 
   static constexpr std::uint64_t make(std::uint32_t generation, std::uint32_t version, SlotState s,
                                       bool periodic = false) noexcept {
-    return (std::uint64_t{generation} << generation_shift) |
-           ((std::uint64_t{version} << version_shift) & version_mask) | (periodic ? periodic_bit : 0) |
+    return (std::uint64_t{generation} << kGenerationShift) |
+           ((std::uint64_t{version} << kVersionShift) & kVersionMask) | (periodic ? kPeriodicBit : 0) |
            static_cast<std::uint64_t>(s);
   }
-  static constexpr SlotState state(std::uint64_t w) noexcept { return static_cast<SlotState>(w & state_mask); }
-  static constexpr bool periodic(std::uint64_t w) noexcept { return (w & periodic_bit) != 0; }
-  static constexpr bool has_waiter(std::uint64_t w) noexcept { return (w & waiter_bit) != 0; }
+  static constexpr SlotState state(std::uint64_t w) noexcept { return static_cast<SlotState>(w & kStateMask); }
+  static constexpr bool periodic(std::uint64_t w) noexcept { return (w & kPeriodicBit) != 0; }
+  static constexpr bool has_waiter(std::uint64_t w) noexcept { return (w & kWaiterBit) != 0; }
   // A run is in progress (the callback started and has not returned).
   static constexpr bool run_in_progress(std::uint64_t w) noexcept {
     return state(w) == SlotState::running || state(w) == SlotState::running_cancelled;
   }
   static constexpr std::uint32_t generation(std::uint64_t w) noexcept {
-    return static_cast<std::uint32_t>(w >> generation_shift);
+    return static_cast<std::uint32_t>(w >> kGenerationShift);
   }
   static constexpr std::uint32_t version(std::uint64_t w) noexcept {
-    return static_cast<std::uint32_t>((w & version_mask) >> version_shift);
+    return static_cast<std::uint32_t>((w & kVersionMask) >> kVersionShift);
   }
   // The same word in state s, without the waiter bit (every transition but
   // C3 leaves a state that nobody waits on, or starts from one).
   static constexpr std::uint64_t with_state(std::uint64_t w, SlotState s) noexcept {
-    return (w & ~(state_mask | waiter_bit)) | static_cast<std::uint64_t>(s);
+    return (w & ~(kStateMask | kWaiterBit)) | static_cast<std::uint64_t>(s);
   }
   // The low 32 bits: what a cancel_and_wait futex-waits on (little-endian:
   // the half at the word's address).
@@ -169,10 +169,10 @@ struct StateWord {
 };
 
 static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running)) == SlotState::running);
-static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running_cancelled) | StateWord::waiter_bit) ==
+static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running_cancelled) | StateWord::kWaiterBit) ==
               SlotState::running_cancelled);
 static_assert(!StateWord::has_waiter(
-    StateWord::with_state(StateWord::make(7, 3, SlotState::running) | StateWord::waiter_bit, SlotState::fired)));
+    StateWord::with_state(StateWord::make(7, 3, SlotState::running) | StateWord::kWaiterBit, SlotState::fired)));
 static_assert(StateWord::generation(StateWord::make(7, 3, SlotState::running)) == 7);
 static_assert(StateWord::version(StateWord::bumped(StateWord::make(7, 0xFFFFFF, SlotState::pending),
                                                    SlotState::pending)) == 0,

@@ -85,7 +85,7 @@ class KeyedTimersTest : public ::testing::Test {
 using Calls = std::vector<std::pair<int, std::string>>;
 
 // set returns true iff the key was not pending (new, or after it fired or was removed).
-TEST_F(KeyedTimersTest, SetReturnsTrueIffKeyWasNotPending) {
+TEST_F(KeyedTimersTest, set_returns_true_iff_key_was_not_pending) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   EXPECT_TRUE(timers.set(1, "a", 10ms));
   EXPECT_FALSE(timers.set(1, "b", 10ms));
@@ -98,7 +98,7 @@ TEST_F(KeyedTimersTest, SetReturnsTrueIffKeyWasNotPending) {
 }
 
 // Replacing a pending key's value: only the new value executes, once, at the new due time.
-TEST_F(KeyedTimersTest, SetOnPendingKeyExecutesOnlyTheNewValueOnceAtTheNewTime) {
+TEST_F(KeyedTimersTest, set_on_pending_key_executes_only_the_new_value_once_at_the_new_time) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   ASSERT_TRUE(timers.set(1, "old", 10ms));
   ASSERT_FALSE(timers.set(1, "new", 20ms));
@@ -112,7 +112,7 @@ TEST_F(KeyedTimersTest, SetOnPendingKeyExecutesOnlyTheNewValueOnceAtTheNewTime) 
 }
 
 // The replaced value is destroyed by set, on the caller's thread, and never executes.
-TEST_F(KeyedTimersTest, SetDestroysTheReplacedValue) {
+TEST_F(KeyedTimersTest, set_destroys_the_replaced_value) {
   Log<int, std::shared_ptr<int>> log;
   chime::KeyedTimers<int, std::shared_ptr<int>> timers(runtime_, log.execute());
   auto old_value = std::make_shared<int>(1);
@@ -126,7 +126,7 @@ TEST_F(KeyedTimersTest, SetDestroysTheReplacedValue) {
 }
 
 // execute receives the key and the value by rvalue; a move-only Value works.
-TEST_F(KeyedTimersTest, ExecuteReceivesKeyAndMoveOnlyValue) {
+TEST_F(KeyedTimersTest, execute_receives_key_and_move_only_value) {
   std::mutex mu;
   std::vector<std::pair<std::string, std::unique_ptr<int>>> got;
   chime::KeyedTimers<std::string, std::unique_ptr<int>> timers(
@@ -147,7 +147,7 @@ TEST_F(KeyedTimersTest, ExecuteReceivesKeyAndMoveOnlyValue) {
 }
 
 // A key never executes before its delay has passed by the runtime's clock.
-TEST_F(KeyedTimersTest, NeverExecutesBeforeItsDelay) {
+TEST_F(KeyedTimersTest, never_executes_before_its_delay) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 10ms);
   advance_to(10ms);
@@ -159,7 +159,7 @@ TEST_F(KeyedTimersTest, NeverExecutesBeforeItsDelay) {
 }
 
 // A key moved later does not fire at its old time, and fires once at its new time.
-TEST_F(KeyedTimersTest, MoveLaterDoesNotFireAtOldTimeAndFiresAtNewTime) {
+TEST_F(KeyedTimersTest, move_later_does_not_fire_at_old_time_and_fires_at_new_time) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 10ms);
   advance_to(5ms);
@@ -176,7 +176,7 @@ TEST_F(KeyedTimersTest, MoveLaterDoesNotFireAtOldTimeAndFiresAtNewTime) {
 }
 
 // Repeated touches (the idle-timeout pattern) keep pushing the key out.
-TEST_F(KeyedTimersTest, RepeatedMovesLaterKeepTheKeyPending) {
+TEST_F(KeyedTimersTest, repeated_moves_later_keep_the_key_pending) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "idle", 10ms);
   for (int t = 5; t <= 100; t += 5) {
@@ -189,7 +189,7 @@ TEST_F(KeyedTimersTest, RepeatedMovesLaterKeepTheKeyPending) {
 }
 
 // A key moved earlier fires at its new, earlier time.
-TEST_F(KeyedTimersTest, MoveEarlierFiresEarlier) {
+TEST_F(KeyedTimersTest, move_earlier_fires_earlier) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 100ms);
   advance_to(2ms);
@@ -203,7 +203,7 @@ TEST_F(KeyedTimersTest, MoveEarlierFiresEarlier) {
 }
 
 // move returns true iff the key was pending: false for unknown, fired and removed keys.
-TEST_F(KeyedTimersTest, MoveReturnsTrueIffKeyWasPending) {
+TEST_F(KeyedTimersTest, move_returns_true_iff_key_was_pending) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   EXPECT_FALSE(timers.move(1, 10ms));
   timers.set(1, "x", 10ms);
@@ -220,7 +220,7 @@ TEST_F(KeyedTimersTest, MoveReturnsTrueIffKeyWasPending) {
 }
 
 // remove prevents execute, destroys the value, and returns true iff the key was pending.
-TEST_F(KeyedTimersTest, RemovePreventsExecuteAndReturnsTrueIffPending) {
+TEST_F(KeyedTimersTest, remove_prevents_execute_and_returns_true_iff_pending) {
   Log<int, std::shared_ptr<int>> log;
   chime::KeyedTimers<int, std::shared_ptr<int>> timers(runtime_, log.execute());
   auto value = std::make_shared<int>(5);
@@ -239,7 +239,7 @@ TEST_F(KeyedTimersTest, RemovePreventsExecuteAndReturnsTrueIffPending) {
 }
 
 // contains and size track exactly the pending keys.
-TEST_F(KeyedTimersTest, ContainsAndSizeTrackPendingKeys) {
+TEST_F(KeyedTimersTest, contains_and_size_track_pending_keys) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   EXPECT_EQ(timers.size(), 0u);
   timers.set(1, "a", 10ms);
@@ -262,7 +262,7 @@ TEST_F(KeyedTimersTest, ContainsAndSizeTrackPendingKeys) {
 }
 
 // Keys spread over all shards: each executes exactly once with its own value.
-TEST_F(KeyedTimersTest, ManyKeysEachExecuteExactlyOnceWithTheirValue) {
+TEST_F(KeyedTimersTest, many_keys_each_execute_exactly_once_with_their_value) {
   Log<int, int> log;
   chime::KeyedTimers<int, int> timers(runtime_, log.execute());
   constexpr int kKeys = 5000;
@@ -285,7 +285,7 @@ TEST_F(KeyedTimersTest, ManyKeysEachExecuteExactlyOnceWithTheirValue) {
 
 // drain hands every pending key to fn on the caller's thread, empties the
 // timers, and none of the drained keys executes later.
-TEST_F(KeyedTimersTest, DrainCallsFnForEveryPendingKeyOnCallerThreadAndEmpties) {
+TEST_F(KeyedTimersTest, drain_calls_fn_for_every_pending_key_on_caller_thread_and_empties) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   constexpr int kKeys = 200;
   for (int k = 0; k < kKeys; ++k) timers.set(k, "v" + std::to_string(k), 10ms);
@@ -313,7 +313,7 @@ TEST_F(KeyedTimersTest, DrainCallsFnForEveryPendingKeyOnCallerThreadAndEmpties) 
 }
 
 // fn may call back into the timers (no lock is held while it runs).
-TEST_F(KeyedTimersTest, DrainFnMayRearmKeys) {
+TEST_F(KeyedTimersTest, drain_fn_may_rearm_keys) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "a", 50ms);
   timers.set(2, "b", 50ms);
@@ -326,7 +326,7 @@ TEST_F(KeyedTimersTest, DrainFnMayRearmKeys) {
 
 // Destroying the timers cancels their pending keys: execute is never called
 // afterwards and the values are destroyed.
-TEST_F(KeyedTimersTest, DestructionCancelsPendingKeys) {
+TEST_F(KeyedTimersTest, destruction_cancels_pending_keys) {
   Log<int, std::shared_ptr<int>> log;
   std::vector<std::weak_ptr<int>> watches;
   {
@@ -345,7 +345,7 @@ TEST_F(KeyedTimersTest, DestructionCancelsPendingKeys) {
 }
 
 // execute may call back into the timers: a key can re-arm itself.
-TEST_F(KeyedTimersTest, ExecuteMayRearmItsOwnKey) {
+TEST_F(KeyedTimersTest, execute_may_rearm_its_own_key) {
   std::vector<std::pair<int, Duration>> runs;
   std::mutex mu;
   chime::KeyedTimers<int, int>* self = nullptr;
@@ -369,7 +369,7 @@ TEST_F(KeyedTimersTest, ExecuteMayRearmItsOwnKey) {
 }
 
 // An exception from execute goes to the runtime's on_error; the key counts as fired.
-TEST(KeyedTimersErrors, ExecuteExceptionGoesToOnErrorAndKeyIsGone) {
+TEST(KeyedTimersErrors, execute_exception_goes_to_on_error_and_key_is_gone) {
   chime::ManualClock clock{kStart};
   std::atomic<int> errors{0};
   auto options = manual_options(clock, 1);
@@ -393,7 +393,7 @@ TEST(KeyedTimersErrors, ExecuteExceptionGoesToOnErrorAndKeyIsGone) {
 }
 
 // After Runtime::shutdown, set throws StoppedError and leaves the key not pending.
-TEST(KeyedTimersErrors, SetAfterShutdownThrowsAndLeavesKeyNotPending) {
+TEST(KeyedTimersErrors, set_after_shutdown_throws_and_leaves_key_not_pending) {
   chime::ManualClock clock{kStart};
   chime::Runtime runtime(manual_options(clock, 1));
   Log<int, int> log;
@@ -408,7 +408,7 @@ TEST(KeyedTimersErrors, SetAfterShutdownThrowsAndLeavesKeyNotPending) {
   EXPECT_EQ(log.count(), 0u);
 }
 
-TEST(KeyedTimersErrors, EmptyExecuteIsRejected) {
+TEST(KeyedTimersErrors, empty_execute_is_rejected) {
   chime::ManualClock clock{kStart};
   chime::Runtime runtime(manual_options(clock, 1));
   EXPECT_THROW((chime::KeyedTimers<int, int>(runtime, nullptr)), std::invalid_argument);
@@ -455,7 +455,7 @@ class KeyedTimersDispatchedTest : public ::testing::Test {
 };
 
 // move of a key whose fire is already dispatched still postpones it: the old run does nothing.
-TEST_F(KeyedTimersDispatchedTest, MoveLaterWhileFireDispatchedPostponesIt) {
+TEST_F(KeyedTimersDispatchedTest, move_later_while_fire_dispatched_postpones_it) {
   std::thread flusher = start_blocked_flush();
   EXPECT_TRUE(timers_->move(kB, 10ms));  // due at 15 ms
   release_blocker();
@@ -474,7 +474,7 @@ TEST_F(KeyedTimersDispatchedTest, MoveLaterWhileFireDispatchedPostponesIt) {
 }
 
 // remove of a key whose fire is already dispatched wins: it never executes.
-TEST_F(KeyedTimersDispatchedTest, RemoveWhileFireDispatchedPreventsExecute) {
+TEST_F(KeyedTimersDispatchedTest, remove_while_fire_dispatched_prevents_execute) {
   std::thread flusher = start_blocked_flush();
   EXPECT_TRUE(timers_->remove(kB));
   release_blocker();
@@ -486,7 +486,7 @@ TEST_F(KeyedTimersDispatchedTest, RemoveWhileFireDispatchedPreventsExecute) {
 }
 
 // set of a key whose fire is already dispatched replaces it: only the new value executes, at its time.
-TEST_F(KeyedTimersDispatchedTest, SetWhileFireDispatchedExecutesOnlyTheNewValue) {
+TEST_F(KeyedTimersDispatchedTest, set_while_fire_dispatched_executes_only_the_new_value) {
   std::thread flusher = start_blocked_flush();
   EXPECT_FALSE(timers_->set(kB, "B-new", 10ms));  // due at 15 ms
   release_blocker();
@@ -498,7 +498,7 @@ TEST_F(KeyedTimersDispatchedTest, SetWhileFireDispatchedExecutesOnlyTheNewValue)
 }
 
 // The destructor waits for an execute in progress, and nothing executes after it returns.
-TEST_F(KeyedTimersDispatchedTest, DestructorWaitsForExecuteInProgress) {
+TEST_F(KeyedTimersDispatchedTest, destructor_waits_for_execute_in_progress) {
   std::thread flusher = start_blocked_flush();
   std::atomic<bool> destroyed{false};
   bool finished_when_destroyed = false;
@@ -531,7 +531,7 @@ void destroy_from_inside_execute() {
 }
 
 // Destroying the timers from inside their own execute would wait for itself: it terminates instead.
-TEST(KeyedTimersDeathTest, DestroyFromInsideOwnExecuteTerminates) {
+TEST(KeyedTimersDeathTest, destroy_from_inside_own_execute_terminates) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(destroy_from_inside_execute(), "destroyed from inside its own execute");
 }
