@@ -38,6 +38,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "chime/lane.hpp"
 #include "runtime_core.hpp"
@@ -430,18 +431,49 @@ LaneSleep::~LaneSleep() {
   if (id_) lane_->cancel(id_);
 }
 
-void LaneSleep::await_suspend(std::coroutine_handle<> h) {
+// The task of a sleep's timer: resumes the coroutine. For a Detached
+// coroutine it also owns the frame until it runs: destroyed without having
+// run (the sleep was cancelled by its lane's close or by shutdown; the frame
+// itself cannot cancel it, nobody holds it), it destroys the frame, whose
+// ~LaneSleep then finds the timer already settled. Except when the schedule
+// itself failed: then the task is destroyed inside await_suspend, on the
+// suspending thread, before `scheduled_`, and the exception goes to the
+// coroutine, which keeps its frame. 16 bytes, nothrow move: stored inline.
+struct LaneSleepResumer {
+  LaneSleep* sleep;
+  bool owns_frame;
+  LaneSleepResumer(LaneSleep* s, bool owns) noexcept : sleep(s), owns_frame(owns) {}
+  LaneSleepResumer(LaneSleepResumer&& o) noexcept : sleep(o.sleep), owns_frame(std::exchange(o.owns_frame, false)) {}
+  LaneSleepResumer& operator=(LaneSleepResumer&&) = delete;
+  ~LaneSleepResumer() {
+    if (!owns_frame) return;
+    // acquire: pairs with suspend()'s release; scheduler_ was written before
+    // the schedule published the task (S1), which we acquired to get here.
+    if (!sleep->scheduled_.load(std::memory_order_acquire) && sleep->scheduler_ == std::this_thread::get_id()) return;
+    sleep->wait_scheduled();
+    sleep->handle_.destroy();
+  }
+  void operator()() {
+    owns_frame = false;
+    sleep->wait_scheduled();
+    sleep->handle_.resume();
+  }
+};
+
+void LaneSleep::suspend(std::coroutine_handle<> h, bool owns_frame) {
   handle_ = h;
-  id_ = lane_->schedule_at(due_, Task([this] {
-    // Suspended on another thread than the lane's, the sleep may come due
-    // before id_ is written: resuming first would let the frame (and this
-    // awaiter) go while that write is pending. acquire: pairs with the
-    // release below. On the lane's thread it never waits (the run cannot
-    // start while this thread is still in await_suspend).
-    while (!published_.load(std::memory_order_acquire)) std::this_thread::yield();
-    handle_.resume();
-  }));
-  published_.store(true, std::memory_order_release);
+  scheduler_ = std::this_thread::get_id();
+  id_ = lane_->schedule_at(due_, Task(LaneSleepResumer(this, owns_frame)));
+  scheduled_.store(true, std::memory_order_release);
+}
+
+// Suspended on another thread than the lane's, the sleep may come due (or be
+// cancelled) before id_ is written: resuming (or destroying) the frame first
+// would free this awaiter under that write. acquire: pairs with the release
+// in suspend(). On the lane's thread it never waits (the run cannot start
+// while this thread is still in await_suspend).
+void LaneSleep::wait_scheduled() const noexcept {
+  while (!scheduled_.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
 }  // namespace chime

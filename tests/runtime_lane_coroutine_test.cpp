@@ -178,4 +178,66 @@ TEST_F(LaneCoroutineTest, many_coroutines_sleep_concurrently_and_all_finish) {
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
+chime::Detached sleep_forever(chime::Lane& lane, int& destroyed, int& resumed) {
+  FrameWitness w{&destroyed};
+  co_await lane.sleep_for(1h);
+  ++resumed;
+}
+
+chime::Detached sleep_briefly(chime::Lane& lane, int& destroyed, int& resumed) {
+  FrameWitness w{&destroyed};
+  co_await lane.sleep_for(1ms);
+  ++resumed;
+}
+
+// Nobody holds a Detached coroutine's frame but its sleep: when the sleep is
+// cancelled by the lane's close (pending: the wheel thread; already ready:
+// the closing thread), the frame is destroyed, not leaked, and never resumed.
+TEST(LaneCoroutineTeardown, destroying_a_lane_destroys_its_sleeping_detached_coroutines) {
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt(manual_options(clock, 1));
+  int destroyed = 0, resumed = 0;
+  {
+    chime::Lane lane = rt.lane();
+    for (int i = 0; i < 10; ++i) sleep_forever(lane, destroyed, resumed);
+    for (int i = 0; i < 10; ++i) sleep_briefly(lane, destroyed, resumed);
+    clock.set(at(5ms));
+    std::thread flusher([&] { rt.flush(); });  // makes the brief sleeps ready; nobody runs them
+    pollfd p{lane.ready_fd(), POLLIN, 0};
+    while (::poll(&p, 1, 0) != 1) std::this_thread::yield();
+    lane = chime::Lane();
+    flusher.join();
+  }
+  EXPECT_EQ(destroyed, 20) << "suspended Detached frames leaked";
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(rt.stats().pending, 0u);
+  EXPECT_EQ(rt.stats().cancelled, 20u);
+}
+
+TEST(LaneCoroutineTeardown, shutdown_cancel_pending_destroys_sleeping_detached_coroutines) {
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt(manual_options(clock, 1));
+  chime::Lane lane = rt.lane();
+  int destroyed = 0, resumed = 0;
+  for (int i = 0; i < 10; ++i) sleep_forever(lane, destroyed, resumed);
+  rt.flush();
+  EXPECT_EQ(rt.shutdown(chime::ShutdownMode::cancel_pending), 10u);
+  EXPECT_EQ(destroyed, 10);
+  EXPECT_EQ(resumed, 0);
+}
+
+TEST(LaneCoroutineTeardown, shutdown_fire_pending_resumes_sleeping_coroutines_at_the_next_run_ready) {
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt(manual_options(clock, 1));
+  chime::Lane lane = rt.lane();
+  int destroyed = 0, resumed = 0;
+  for (int i = 0; i < 10; ++i) sleep_forever(lane, destroyed, resumed);
+  rt.flush();
+  EXPECT_EQ(rt.shutdown(chime::ShutdownMode::fire_pending), 0u);
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(lane.run_ready(), 10u);
+  EXPECT_EQ(resumed, 10);
+  EXPECT_EQ(destroyed, 10) << "each coroutine ran to its end and freed its frame";
+}
+
 }  // namespace

@@ -62,6 +62,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <thread>
 
 #include "chime/runtime.hpp"
 
@@ -76,7 +77,31 @@ struct LaneCore;
 void report_coroutine_exception(std::exception_ptr e) noexcept;
 }  // namespace detail
 
+struct LaneSleepResumer;  // runtime/lane.cpp
 class Lane;
+
+// A fire-and-forget coroutine: starts at once, runs until its first
+// suspension on the caller's thread, and frees its frame when it returns.
+//   chime::Detached think(chime::Lane& lane, Entity& e) {
+//     for (;;) { co_await lane.sleep_for(100ms); e.think(); }
+//   }
+// An exception escaping it after a sleep resumed it goes to on_error (the
+// sleep's TimerId) and the frame is freed; one escaping before its first
+// suspension calls std::terminate. Nobody else holds its frame, so a sleep
+// of a Detached coroutine that is cancelled by anything but its resumption
+// (its lane destroyed, shutdown) destroys the frame: nothing leaks. The
+// frame is then destroyed on the thread that cancelled the sleep (the wheel
+// thread, for a sleep still pending when its lane is destroyed; shutdown's
+// caller): the destructors of its locals must not wait on the runtime.
+struct Detached {
+  struct promise_type {
+    Detached get_return_object() const noexcept { return {}; }
+    std::suspend_never initial_suspend() const noexcept { return {}; }
+    std::suspend_never final_suspend() const noexcept { return {}; }
+    void return_void() const noexcept {}
+    void unhandled_exception() const noexcept { detail::report_coroutine_exception(std::current_exception()); }
+  };
+};
 
 // The awaitable of Lane::sleep_for / sleep_until.
 class [[nodiscard]] LaneSleep {
@@ -88,15 +113,22 @@ class [[nodiscard]] LaneSleep {
   ~LaneSleep();
 
   bool await_ready() const noexcept { return false; }
-  void await_suspend(std::coroutine_handle<> h);
+  void await_suspend(std::coroutine_handle<> h) { suspend(h, false); }
+  // A Detached coroutine's frame belongs to its sleep while it sleeps.
+  void await_suspend(std::coroutine_handle<Detached::promise_type> h) { suspend(h, true); }
   void await_resume() noexcept { id_ = TimerId{}; }
 
  private:
+  friend struct LaneSleepResumer;
+  void suspend(std::coroutine_handle<> h, bool owns_frame);
+  void wait_scheduled() const noexcept;
+
   Lane* lane_;
   TimePoint due_;
   TimerId id_;
   std::coroutine_handle<> handle_;
-  std::atomic<bool> published_{false};  // id_ is written (await_suspend)
+  std::thread::id scheduler_;       // the thread in await_suspend
+  std::atomic<bool> scheduled_{false};  // the schedule returned and id_ is written
 };
 
 class Lane {
@@ -151,24 +183,6 @@ class Lane {
   void check(const char* what) const;
   detail::RuntimeCore* core_ = nullptr;
   detail::LaneCore* lane_ = nullptr;
-};
-
-// A fire-and-forget coroutine: starts at once, runs until its first
-// suspension on the caller's thread, and frees its frame when it returns.
-//   chime::Detached think(chime::Lane& lane, Entity& e) {
-//     for (;;) { co_await lane.sleep_for(100ms); e.think(); }
-//   }
-// An exception escaping it after a sleep resumed it goes to on_error (the
-// sleep's TimerId) and the frame is freed; one escaping before its first
-// suspension calls std::terminate.
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() const noexcept { return {}; }
-    std::suspend_never initial_suspend() const noexcept { return {}; }
-    std::suspend_never final_suspend() const noexcept { return {}; }
-    void return_void() const noexcept {}
-    void unhandled_exception() const noexcept { detail::report_coroutine_exception(std::current_exception()); }
-  };
 };
 
 }  // namespace chime
