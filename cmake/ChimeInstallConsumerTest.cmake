@@ -49,10 +49,12 @@ endif()
 run(configure ${CMAKE_COMMAND} ${configure_args})
 run(build ${CMAKE_COMMAND} --build ${consumer_build} ${config_args})
 
-# Single-config generators put the binary at the top; multi-config ones in <config>/.
-set(exe ${consumer_build}/chime_install_consumer)
-if(NOT EXISTS ${exe} AND BUILD_TYPE)
-  set(exe ${consumer_build}/${BUILD_TYPE}/chime_install_consumer)
-endif()
-run(run ${exe})
+# Single-config generators put the binaries at the top; multi-config ones in <config>/.
+foreach(name chime_install_consumer chime_install_consumer_runtime)
+  set(exe ${consumer_build}/${name})
+  if(NOT EXISTS ${exe} AND BUILD_TYPE)
+    set(exe ${consumer_build}/${BUILD_TYPE}/${name})
+  endif()
+  run(run ${exe})
+endforeach()
 message(STATUS "[install_consumer] ok")
