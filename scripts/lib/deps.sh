@@ -18,6 +18,7 @@ CHIME_BUILD_PACKAGES=(
   libbenchmark-dev        # bench/: Google Benchmark (the release preset builds it)
   libconcurrentqueue-dev  # runtime: moodycamel::ConcurrentQueue command queues
   libboost-dev            # runtime and bench/: Boost.Lockfree
+  libuv1-dev              # bench/lane_bench.cpp: the libuv peer (optional: left out if pkg-config finds no libuv)
 )
 # shellcheck disable=SC2034
 CHIME_TEST_PACKAGES=(
