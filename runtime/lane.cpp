@@ -20,14 +20,17 @@
 // Handed (L3). Each of L1, L2, L3 is one CAS to Cancelled, racing a
 // producer's cancel: exactly one wins and counts the timer.
 //
-// Race: a lane's runs vs shutdown (the Dekker pair on lane_runs_active_ and
-// stopped_, both seq_cst):
+// Race: a lane's runs vs shutdown (the Dekker pair on the lane's runs_active
+// and stopped_, both seq_cst):
 //   lane thread (run_lane)                    shutdown
-//   lane_runs_active_ += 1                    stopped_ = true
+//   runs_active += 1                          stopped_ = true
 //   if stopped_: -= 1, wait for shutdown_done_, ... join the wheel thread and workers ...
-//     then run the rest as final runs         wait until lane_runs_active_ == 0
+//     then run the rest as final runs         wait until every lane's runs_active == 0
 //   else run (a periodic re-arm is a command) leftovers, sweep (X1; Handed lane runs: X2)
-//   lane_runs_active_ -= 1                    shutdown_done_ = true (release)
+//   runs_active -= 1                          shutdown_done_ = true (release)
+// (A lane opened after shutdown looked at the lanes was added under the
+// lanes' mutex after that look, so its first increment, and its load of
+// stopped_, come after shutdown's store: it sees stopped_.)
 // Either the lane sees stopped_, and starts no run (B1) until shutdown is
 // done, or shutdown waits for its batch, whose re-arm commands then are
 // leftovers the sweep settles. So no run starts while the sweep looks at a
@@ -219,12 +222,13 @@ std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
     throw std::logic_error(
         "chime::Lane::run_ready (or wait_and_run) called from inside a timer callback: runs do not nest");
   }
-  lane.owner.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  const std::thread::id me = std::this_thread::get_id();
+  if (lane.owner.load(std::memory_order_relaxed) != me) lane.owner.store(me, std::memory_order_relaxed);
   lane.consume_signal();
-  lane_runs_active_.fetch_add(1, std::memory_order_seq_cst);
+  lane.runs_active.fetch_add(1, std::memory_order_seq_cst);
   bool after_stop = false;
   if (stopped_.load(std::memory_order_seq_cst)) [[unlikely]] {
-    lane_runs_active_.fetch_sub(1, std::memory_order_release);
+    lane.runs_active.fetch_sub(1, std::memory_order_release);
     while (!shutdown_done_.load(std::memory_order_acquire)) std::this_thread::yield();
     after_stop = true;
   }
@@ -242,7 +246,7 @@ std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
     }
     ran += run_batch(batch, n, retired, RunPlace::lane);
   }
-  if (!after_stop) lane_runs_active_.fetch_sub(1, std::memory_order_release);
+  if (!after_stop) lane.runs_active.fetch_sub(1, std::memory_order_release);
   if (ran == max && lane.ready.size_approx() != 0) lane.resignal();  // runs left: stay readable
   return ran;
 }

@@ -98,6 +98,9 @@ struct LaneCore {
   // lanes of its own thread while it waits). relaxed: a hint compared with
   // the calling thread's own id, which only that thread can have stored.
   std::atomic<std::thread::id> owner{};
+  // 1 while the lane's thread is inside run_ready (the Dekker pair with
+  // shutdown's stopped_: lane.cpp). Per lane: lanes' threads share no line.
+  std::atomic<std::uint32_t> runs_active{0};
   // The lane's own command-queue token and slot cache (a Producer's), for
   // calls made on the lane's thread (LaneToken, lane.cpp): the loop thread
   // that arms and cancels request timeouts gets a Producer's fast path

@@ -186,10 +186,18 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   }
   for (auto& t : workers_) t.join();
   // A lane's batch in progress finishes first (lane.cpp, the Dekker pair on
-  // lane_runs_active_): its re-arms are then leftovers below, and no lane
-  // starts a run while the sweep looks at Handed words.
-  while (lane_runs_active_.load(std::memory_order_seq_cst) != 0) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // each lane's runs_active): its re-arms are then leftovers below, and no
+  // lane starts a run while the sweep looks at Handed words.
+  // Not under the lanes' mutex: a callback in progress may open or close a lane.
+  std::vector<LaneCore*> lanes;
+  {
+    std::lock_guard<std::mutex> lanes_lock(lanes_mutex_);
+    for (auto& lane : lanes_) lanes.push_back(lane.get());
+  }
+  for (LaneCore* lane : lanes) {
+    while (lane->runs_active.load(std::memory_order_seq_cst) != 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
   // The wheel thread has exited: its fields and the consumer side of the
   // command queue are ours. A timer scheduled and cancelled so close to the

@@ -309,11 +309,9 @@ class RuntimeCore {
 
   // Lanes (lane.cpp). lanes_ owns every LaneCore ever opened, for the
   // runtime's life (slots and commands may name one after its Lane is gone);
-  // a closed one is reused. lane_runs_active_: lane threads inside a batch
-  // of runs (the Dekker pair with shutdown's stopped_: lane.cpp).
+  // a closed one is reused.
   std::mutex lanes_mutex_;
   std::vector<std::unique_ptr<LaneCore>> lanes_;
-  std::atomic<std::uint64_t> lane_runs_active_{0};
 
   // Wheel thread only.
   TimingWheel<std::uint32_t> wheel_;
