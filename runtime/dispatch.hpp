@@ -13,10 +13,10 @@ namespace chime::detail {
 struct Dispatch {
   enum Flags : std::uint8_t {
     none = 0,
-    drained = 1,  // run early by drain()/shutdown(fire_pending): no lateness sample
-    keep_due = 2, // periodic drained run: the schedule is not advanced
-    final = 4,    // shutdown(fire_pending): a periodic timer is not re-armed
-    stop = 8,     // not a run: the worker exits
+    drained = 1,   // run early by drain()/shutdown(fire_pending): no lateness sample
+    keep_due = 2,  // periodic drained run: the schedule is not advanced
+    final = 4,     // shutdown(fire_pending): a periodic timer is not re-armed
+    stop = 8,      // not a run: the worker exits
   };
   std::uint32_t slot = 0;
   std::uint32_t generation = 0;

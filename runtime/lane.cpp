@@ -339,7 +339,8 @@ void report_coroutine_exception(std::exception_ptr e) noexcept {
 
 void Lane::check(const char* what) const {
   if (lane_ == nullptr) {
-    throw std::logic_error(std::string("chime::Lane::") + what + " on an empty Lane (default-constructed or moved-from)");
+    throw std::logic_error(std::string("chime::Lane::") + what +
+                           " on an empty Lane (default-constructed or moved-from)");
   }
 }
 

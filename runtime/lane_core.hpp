@@ -88,8 +88,8 @@ struct LaneCore {
   const int efd;
   std::atomic<bool> signalled{false};
   moodycamel::ConcurrentQueue<Dispatch> ready;
-  std::unique_ptr<moodycamel::ProducerToken> wheel_token;      // the wheel thread's (or, once it exited, shutdown's)
-  std::unique_ptr<moodycamel::ConsumerToken> consumer_token;   // the lane's thread's
+  std::unique_ptr<moodycamel::ProducerToken> wheel_token;     // the wheel thread's (or, once it exited, shutdown's)
+  std::unique_ptr<moodycamel::ConsumerToken> consumer_token;  // the lane's thread's
   // Which Lane this is: bumped (release) when the Lane is destroyed, before
   // the wheel thread is asked to cancel its filed timers. A slot records the
   // generation it was scheduled with; a mismatch means its lane is gone.

@@ -130,7 +130,8 @@ RuntimeCore::~RuntimeCore() {
   {
     std::lock_guard<std::mutex> lock(lanes_mutex_);
     for (auto& l : lanes_) {
-      CHIME_ASSERT(!l->in_use, "a chime::Lane outlives its Runtime (destroy or move-assign every Lane before the Runtime)");
+      CHIME_ASSERT(!l->in_use,
+                   "a chime::Lane outlives its Runtime (destroy or move-assign every Lane before the Runtime)");
     }
   }
 #endif

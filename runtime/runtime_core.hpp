@@ -252,8 +252,7 @@ class RuntimeCore {
   std::size_t run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, RunPlace where);
   bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
            RunPlace where);
-  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired,
-               RunPlace where);
+  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, RunPlace where);
   void count_completed(std::uint64_t n);
 
   // lane.cpp

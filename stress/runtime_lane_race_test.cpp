@@ -223,7 +223,8 @@ TEST(RuntimeLaneRace, threads_taking_turns_at_the_lane_while_scheduling_lose_and
   a.join();
   b.join();
   const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (rt.stats().pending != 0 && std::chrono::steady_clock::now() < give_up) lane.wait_and_run(rt.clock().now() + 1ms);
+  while (rt.stats().pending != 0 && std::chrono::steady_clock::now() < give_up)
+    lane.wait_and_run(rt.clock().now() + 1ms);
   rt.flush();  // on the lane's thread: runs what the last advance made ready
   int lost = 0, doubled = 0;
   for (auto& r : runs) {

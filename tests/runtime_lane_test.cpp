@@ -68,7 +68,8 @@ TEST_P(LaneTest, runs_go_in_due_order_within_and_across_advances) {
   lane.run_ready();
   std::vector<int> order;
   const int dues[] = {7, 3, 9, 1, 5, 3, 8};
-  for (int i = 0; i < 7; ++i) lane.schedule_at(at(std::chrono::milliseconds(dues[i])), [&order, i] { order.push_back(i); });
+  for (int i = 0; i < 7; ++i)
+    lane.schedule_at(at(std::chrono::milliseconds(dues[i])), [&order, i] { order.push_back(i); });
   advance_to(clock, rt, at(4ms));
   advance_to(clock, rt, at(20ms));
   // By due: 1 (i=3), 3 (i=1, then i=5: posting order), 5 (4), 7 (0), 8 (6), 9 (2).
@@ -233,7 +234,10 @@ TEST_P(LaneTest, destroying_a_lane_cancels_its_pending_and_ready_runs) {
 
 TEST_P(LaneTest, a_new_lane_reusing_a_closed_one_gets_none_of_its_runs) {
   int old_runs = 0, new_runs = 0;
-  { chime::Lane old_lane = rt.lane(); old_lane.schedule_at(at(1ms), [&] { ++old_runs; }); }
+  {
+    chime::Lane old_lane = rt.lane();
+    old_lane.schedule_at(at(1ms), [&] { ++old_runs; });
+  }
   chime::Lane lane = rt.lane();
   lane.run_ready();
   lane.schedule_at(at(1ms), [&] { ++new_runs; });

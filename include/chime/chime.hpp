@@ -13,8 +13,8 @@
 #pragma once
 
 #include "chime/keyed_timers.hpp"
+#include "chime/lane.hpp"
 #include "chime/runtime.hpp"
 #include "chime/task.hpp"
-#include "chime/lane.hpp"
 #include "chime/timer.hpp"
 #include "chime/wheel.hpp"

@@ -127,7 +127,7 @@ class [[nodiscard]] LaneSleep {
   TimePoint due_;
   TimerId id_;
   std::coroutine_handle<> handle_;
-  std::thread::id scheduler_;       // the thread in await_suspend
+  std::thread::id scheduler_;           // the thread in await_suspend
   std::atomic<bool> scheduled_{false};  // the schedule returned and id_ is written
 };
 
