@@ -82,12 +82,16 @@ LaneCore* RuntimeCore::open_lane() {
   for (auto& l : lanes_) {
     if (!l->in_use) {
       l->in_use = true;
+      l->owner.store(std::this_thread::get_id(), std::memory_order_relaxed);  // as below
       return l.get();
     }
   }
   lanes_.push_back(std::make_unique<LaneCore>());
   lanes_.back()->token = commands_.make_token();
   lanes_.back()->in_use = true;
+  // The creating thread is the lane's thread until another runs it: a flush
+  // there runs the lane instead of waiting for a thread that never came.
+  lanes_.back()->owner.store(std::this_thread::get_id(), std::memory_order_relaxed);
   return lanes_.back().get();
 }
 
@@ -432,8 +436,15 @@ const Clock& Lane::clock() const {
 LaneSleep::~LaneSleep() {
   // Destroyed while suspended (the frame was destroyed): the sleep must not
   // resume a freed frame. On the lane's thread the run has not started, so
-  // this cancel wins (C1, or C4 if it was already ready).
-  if (id_) lane_->cancel(id_);
+  // this cancel wins (C1, or C4 if it was already ready). The frame is
+  // already being destroyed (a Detached frame someone destroyed through a
+  // handle of their own): the task the cancel destroys must not destroy it
+  // again. release: pairs with the resumer's acquire, on whichever thread
+  // destroys the task.
+  if (id_) {
+    frame_dying_.store(true, std::memory_order_release);
+    lane_->cancel(id_);
+  }
 }
 
 // The task of a sleep's timer: resumes the coroutine. For a Detached
@@ -451,7 +462,7 @@ struct LaneSleepResumer {
   LaneSleepResumer(LaneSleepResumer&& o) noexcept : sleep(o.sleep), owns_frame(std::exchange(o.owns_frame, false)) {}
   LaneSleepResumer& operator=(LaneSleepResumer&&) = delete;
   ~LaneSleepResumer() {
-    if (!owns_frame) return;
+    if (!owns_frame || sleep->frame_dying_.load(std::memory_order_acquire)) return;
     // acquire: pairs with suspend()'s release; scheduler_ was written before
     // the schedule published the task (S1), which we acquired to get here.
     if (!sleep->scheduled_.load(std::memory_order_acquire) && sleep->scheduler_ == std::this_thread::get_id()) return;

@@ -240,4 +240,54 @@ TEST(LaneCoroutineTeardown, shutdown_fire_pending_resumes_sleeping_coroutines_at
   EXPECT_EQ(destroyed, 10) << "each coroutine ran to its end and freed its frame";
 }
 
+// The running coroutine's handle, without suspending (await_suspend returns false).
+struct ThisFrame {
+  std::coroutine_handle<> h;
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> c) noexcept {
+    h = c;
+    return false;
+  }
+  std::coroutine_handle<> await_resume() const noexcept { return h; }
+};
+
+chime::Detached sleeper_that_gives_away_its_frame(chime::Lane& lane, std::coroutine_handle<>& frame, int& destroyed,
+                                                  int& resumed) {
+  FrameWitness w{&destroyed};
+  frame = co_await ThisFrame{};
+  co_await lane.sleep_for(1s);
+  ++resumed;
+}
+
+// A Detached frame destroyed by whoever got hold of its handle, on the lane's
+// thread while it sleeps: the sleep is cancelled and the frame destroyed
+// once (the sleep's task, which owns a Detached frame, must not destroy it
+// again: ASan reports the double destruction).
+TEST_F(LaneCoroutineTest, a_detached_frame_destroyed_through_its_handle_is_destroyed_once_and_its_sleep_cancelled) {
+  int destroyed = 0, resumed = 0;
+  std::coroutine_handle<> frame;
+  sleeper_that_gives_away_its_frame(lane, frame, destroyed, resumed);
+  ASSERT_TRUE(frame);
+  frame.destroy();
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(rt.stats().cancelled, 1u);
+  advance_to(clock, rt, at(2s));
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// The thread that made a lane is its thread until another runs it: its
+// flush runs the lane's due runs instead of waiting for a thread that never
+// comes.
+TEST(LaneOwnership, a_flush_on_the_thread_that_made_the_lane_runs_it) {
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt(manual_options(clock, 1));
+  chime::Lane lane = rt.lane();
+  int runs = 0;
+  lane.schedule_after(1ms, [&] { ++runs; });
+  clock.advance(5ms);
+  rt.flush();
+  EXPECT_EQ(runs, 1);
+}
+
 }  // namespace

@@ -28,7 +28,8 @@
 //   (stats().callback_errors) and passed to on_error, on the lane's thread.
 // - flush() covers lanes: it returns once every run made ready before or by
 //   its advance has run. Called on the lane's thread (the last thread that
-//   called run_ready or wait_and_run), it runs them itself; called elsewhere,
+//   called run_ready or wait_and_run, or the thread that made the lane until
+//   another runs it), it runs them itself; called elsewhere,
 //   it waits for the lane's thread to run them, so a thread that blocks the
 //   lane's thread while it flushes deadlocks.
 // - shutdown(cancel_pending) cancels a lane's pending and ready runs;
@@ -94,7 +95,7 @@ class Lane;
 // thread, for a sleep still pending when its lane is destroyed; shutdown's
 // caller): the destructors of its locals must not wait on the runtime.
 struct Detached {
-  struct promise_type {
+  struct promise_type {  // NOLINT(readability-identifier-naming): the name C++ looks up
     Detached get_return_object() const noexcept { return {}; }
     std::suspend_never initial_suspend() const noexcept { return {}; }
     std::suspend_never final_suspend() const noexcept { return {}; }
@@ -129,6 +130,7 @@ class [[nodiscard]] LaneSleep {
   std::coroutine_handle<> handle_;
   std::thread::id scheduler_;           // the thread in await_suspend
   std::atomic<bool> scheduled_{false};  // the schedule returned and id_ is written
+  std::atomic<bool> frame_dying_{false};  // ~LaneSleep: the frame is being destroyed
 };
 
 class Lane {
