@@ -21,7 +21,7 @@ using namespace chime_test;
 // A coroutine whose frame the test owns: destroying the object destroys the
 // frame, wherever it is suspended.
 struct OwnedCoroutine {
-  struct promise_type {
+  struct promise_type {  // NOLINT(readability-identifier-naming): the name C++ looks up
     OwnedCoroutine get_return_object() {
       return OwnedCoroutine{std::coroutine_handle<promise_type>::from_promise(*this)};
     }

@@ -128,8 +128,8 @@ class [[nodiscard]] LaneSleep {
   TimePoint due_;
   TimerId id_;
   std::coroutine_handle<> handle_;
-  std::thread::id scheduler_;           // the thread in await_suspend
-  std::atomic<bool> scheduled_{false};  // the schedule returned and id_ is written
+  std::thread::id scheduler_;             // the thread in await_suspend
+  std::atomic<bool> scheduled_{false};    // the schedule returned and id_ is written
   std::atomic<bool> frame_dying_{false};  // ~LaneSleep: the frame is being destroyed
 };
 
