@@ -10,7 +10,10 @@
 // small inputs.
 //
 // Input layout (every read past the end is 0, so any byte string is valid):
-//   byte 0   precision, from {1, 3, 1000, 1000000} ns (bits 0-1); workers (bits 2-4: 0, or 1-2 when bits 2-3 are set)
+//   byte 0   precision, from {1, 3, 1000, 1000000} ns (bits 0-1); workers (bits 2-4: 0, or 1-2 when bits 2-3 are set);
+//            lane mode when there are no workers and bits 5-7 are all set: every timer is scheduled
+//            through a chime::Lane that the fuzzing thread made, so only its flushes (and, after
+//            shutdown(fire_pending), a run_ready) run callbacks, on the fuzzing thread
 //   byte 1   level bits, from kBitSets (tiny ones make the due-time range a few intervals)
 //   byte 2   start of the clock: a selector byte and its operand (see pick_start)
 //   next     max_pending (0 = unbounded, else 1..8), the command queue backend (0x80) and
@@ -90,6 +93,7 @@ RuntimeFuzz::RuntimeFuzz(Input& in) : in_(in) {
   const std::uint8_t b0 = in_.u8();
   p_ = kPrecisions[b0 % 4];
   workers_ = ((b0 >> 2) & 3) == 3 ? 1 + ((b0 >> 4) & 1) : 0;
+  lane_mode_ = workers_ == 0 && (b0 >> 5) == 7;
   const auto& sets = bit_sets();
   bits_v_ = sets[in_.u8() % sets.size()];
   num_bits_ = 0;
@@ -105,6 +109,7 @@ RuntimeFuzz::RuntimeFuzz(Input& in) : in_(in) {
   FUZZ_TRACE("Runtime precision=" << p_ << "ns bits=" << num_bits_ << "(" << bits_v_.size()
                                   << " levels) start=" << start_ << " max_pending=" << max_pending
                                   << " queue=" << (boost_queue ? "boost" : "moodycamel") << " workers=" << workers_
+                                  << (lane_mode_ ? " lane" : "")
                                   << (slow_all_ ? " slow_run=0" : ""));
   chime::RuntimeOptions o;
   o.precision = Duration{p_};
@@ -139,6 +144,7 @@ RuntimeFuzz::RuntimeFuzz(Input& in) : in_(in) {
   }
   rt_.emplace(o);
   producer_.emplace(rt_->producer());
+  if (lane_mode_) lane_.emplace(rt_->lane());  // made here: this thread runs it
   FUZZ_CHECK(rt_->precision() == Duration{p_} && N(rt_->clock().now()) == start_, "precision()/clock()");
 }
 

@@ -9,6 +9,7 @@
 // header comment and docs/fuzzing.md.
 #pragma once
 
+#include <chime/lane.hpp>
 #include <chime/runtime.hpp>
 
 #include <algorithm>
@@ -155,6 +156,7 @@ class RuntimeFuzz {
   explicit RuntimeFuzz(Input& in);  // decodes the configuration and starts the runtime (runtime_fuzz.cpp)
 
   ~RuntimeFuzz() {
+    lane_.reset();  // a Lane must not outlive its Runtime
     producer_.reset();
     rt_.reset();
   }
@@ -196,7 +198,7 @@ class RuntimeFuzz {
   // One operation: the op byte picks it (runtime_fuzz.cpp).
   void step(std::uint8_t op);
 
-  enum class Via { runtime, producer };
+  enum class Via { runtime, producer, lane };
   enum class Outcome { accepted, stopped, out_of_range, capacity, invalid };
 
   // An id to operate on: a model timer's (most of the time), the default id, or a forged one.
@@ -278,6 +280,10 @@ class RuntimeFuzz {
   std::optional<chime::ManualClock> clock_;
   std::optional<chime::Runtime> rt_;
   std::optional<chime::Producer> producer_;
+  // Lane mode: every timer is scheduled through a Lane made (and so run) by
+  // the fuzzing thread, whose flushes run its callbacks (include/chime/lane.hpp).
+  bool lane_mode_ = false;
+  std::optional<chime::Lane> lane_;
   std::int64_t c_ = 0;          // the clock, as of the last operation that moved it
   std::int64_t wheel_now_ = 0;  // the wheel's time: c_, except that it stops at shutdown
 

@@ -121,7 +121,7 @@ inline void RuntimeFuzz::op_schedule_at() {
   const i128 due = pick_due();
   const Action action = pick_action();
   const std::uint8_t how = in_.u8();
-  const Via via = (how & 1) ? Via::producer : Via::runtime;
+  const Via via = lane_mode_ ? Via::lane : (how & 1) ? Via::producer : Via::runtime;
   const bool big = (how & 6) == 6;
   const std::int64_t d = clamp64(due);
   FUZZ_TRACE("schedule_at due=" << d << " (clock=" << c_ << " limit=" << static_cast<std::int64_t>(limit())
@@ -130,8 +130,11 @@ inline void RuntimeFuzz::op_schedule_at() {
   const std::size_t tag = reserve_tag(action);
   TimerId id;
   const Outcome got = attempt(
-      [&] { return via == Via::producer ? producer_->schedule_at(T(d), make_task(tag, big))
-                                        : rt_->schedule_at(T(d), make_task(tag, big)); },
+      [&] {
+        return via == Via::lane       ? lane_->schedule_at(T(d), make_task(tag, big))
+               : via == Via::producer ? producer_->schedule_at(T(d), make_task(tag, big))
+                                      : rt_->schedule_at(T(d), make_task(tag, big));
+      },
       id);
   if (got != Outcome::accepted) release_tag();
   schedule_outcome("schedule_at", got, id, d, false, Missed::skip, 0, action, tag, false);
@@ -142,13 +145,17 @@ inline void RuntimeFuzz::op_schedule_after() {
   const Action action = pick_action();
   const Via via = in_.flag() ? Via::producer : Via::runtime;
   const std::int64_t dl = clamp64(delay);
+  const bool on_lane = lane_mode_;
   FUZZ_TRACE("schedule_after delay=" << dl << " (clock=" << c_ << " limit=" << static_cast<std::int64_t>(limit())
                                      << ") action=" << int(action));
   const std::size_t tag = reserve_tag(action);
   TimerId id;
   const Outcome got = attempt(
-      [&] { return via == Via::producer ? producer_->schedule_after(Duration{dl}, make_task(tag, false))
-                                        : rt_->schedule_after(Duration{dl}, make_task(tag, false)); },
+      [&] {
+        return on_lane                ? lane_->schedule_after(Duration{dl}, make_task(tag, false))
+               : via == Via::producer ? producer_->schedule_after(Duration{dl}, make_task(tag, false))
+                                      : rt_->schedule_after(Duration{dl}, make_task(tag, false));
+      },
       id);
   if (got != Outcome::accepted) release_tag();
   // now + delay saturates at the ends of time (runtime.cpp).
@@ -184,8 +191,11 @@ inline void RuntimeFuzz::op_schedule_every() {
   po.on_missed = on_missed;
   TimerId id;
   const Outcome got = attempt(
-      [&] { return via == Via::producer ? producer_->schedule_every(Duration{per}, make_task(tag, false), po)
-                                        : rt_->schedule_every(Duration{per}, make_task(tag, false), po); },
+      [&] {
+        return lane_mode_             ? lane_->schedule_every(Duration{per}, make_task(tag, false), po)
+               : via == Via::producer ? producer_->schedule_every(Duration{per}, make_task(tag, false), po)
+                                      : rt_->schedule_every(Duration{per}, make_task(tag, false), po);
+      },
       id);
   if (got != Outcome::accepted) release_tag();
   schedule_outcome("schedule_every", got, id, due, true, on_missed, per, action, tag, period_invalid);
