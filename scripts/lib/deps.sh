@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by scripts/test and scripts/demo (sourced, not run).
+# Shared by scripts/test, scripts/demo and scripts/bench-server (sourced, not run).
 #
 #   chime_phase "title"           prints a header line with the seconds since the script started
 #   chime_require_deps pkg...     makes sure the Debian packages are installed:
@@ -26,6 +26,12 @@ CHIME_TEST_PACKAGES=(
   clang                   # header self-containment check with a second compiler
   clang-format            # scripts/lint: formatting of changed lines
   clang-tidy              # scripts/lint: .clang-tidy on changed files
+)
+# shellcheck disable=SC2034
+CHIME_BENCH_SERVER_PACKAGES=(
+  "${CHIME_BUILD_PACKAGES[@]}"
+  wrk                     # scripts/bench-server only: the HTTP load generator (not needed by scripts/test)
+  python3                 # scripts/bench-server: the slow-client script and the tables
 )
 
 CHIME_SCRIPT_START=${CHIME_SCRIPT_START:-$SECONDS}
