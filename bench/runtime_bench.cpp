@@ -48,8 +48,9 @@
 //   BM_RuntimeAllocs  `pairs` schedule+cancel pairs split among the P
 //       threads, after one warm-up round of the same: every
 //       malloc/calloc/realloc/aligned_alloc/posix_memalign in the process
-//       while the round runs (all threads; operator new included), divided by
-//       the pairs: counter allocs_per_timer.
+//       while the round runs (all threads; operator new included; counted by
+//       chime_alloc::CountScope, see alloc_counter.hpp), divided by the pairs:
+//       counter allocs_per_timer.
 //   BM_RuntimeIdleWakeups  nothing but the background timers for `idle`;
 //       counter wakeups = growth of the service's wake-up count (chime:
 //       stats().wakeups; mutex_heap: returns from its condvar waits). Asio has
@@ -102,53 +103,9 @@
 #include <sys/resource.h>
 #include <sys/time.h>
 
+#include "alloc_counter.hpp"
 #include "runtime_peers/asio_timer_service.hpp"
 #include "runtime_peers/mutex_heap_service.hpp"
-
-// ---------------------------------------------------------------------------
-// Allocation counting. chime_bench is linked with --wrap for the allocation
-// functions (bench/CMakeLists.txt), so every call to them from the binary's
-// own code, including the replacement operator new of alloc_counter.cpp that
-// every operator new in the process resolves to, comes through here. Off by
-// default: one relaxed load per allocation.
-namespace chime_bench::runtime_alloc {
-std::atomic<bool> counting{false};
-std::atomic<std::uint64_t> allocations{0};
-inline void note() noexcept {
-  // Relaxed: a count read after the counted threads have been joined or
-  // synchronized with (flush/sync), which orders it.
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-}
-}  // namespace chime_bench::runtime_alloc
-
-extern "C" {
-void* __real_malloc(std::size_t n);
-void* __real_calloc(std::size_t n, std::size_t size);
-void* __real_realloc(void* p, std::size_t n);
-void* __real_aligned_alloc(std::size_t alignment, std::size_t n);
-int __real_posix_memalign(void** p, std::size_t alignment, std::size_t n);
-
-void* __wrap_malloc(std::size_t n) {
-  chime_bench::runtime_alloc::note();
-  return __real_malloc(n);
-}
-void* __wrap_calloc(std::size_t n, std::size_t size) {
-  chime_bench::runtime_alloc::note();
-  return __real_calloc(n, size);
-}
-void* __wrap_realloc(void* p, std::size_t n) {
-  chime_bench::runtime_alloc::note();
-  return __real_realloc(p, n);
-}
-void* __wrap_aligned_alloc(std::size_t alignment, std::size_t n) {
-  chime_bench::runtime_alloc::note();
-  return __real_aligned_alloc(alignment, n);
-}
-int __wrap_posix_memalign(void** p, std::size_t alignment, std::size_t n) {
-  chime_bench::runtime_alloc::note();
-  return __real_posix_memalign(p, alignment, n);
-}
-}
 
 namespace chime_bench {
 namespace {
@@ -541,20 +498,22 @@ struct Usage {
 // (a) schedule + cancel
 
 // Runs one schedule+cancel round: each producer does `per` pairs, or, with
-// per == 0, pairs until `deadline`. Returns the pairs done; *callers gets the
-// seconds until the producers were done, *seconds the seconds until the
-// service had applied everything, *used the process's CPU time and context
-// switches over that same window (each may be null).
+// per == 0, pairs until `deadline`. Returns the pairs done; *allocations gets
+// the allocations of every thread from before the gate opens until the service
+// had applied everything, *callers the seconds until the producers were done,
+// *seconds the seconds until the service had applied everything, *used the
+// process's CPU time and context switches over that same window (each may be
+// null).
 constexpr std::size_t kClockCheckEvery = 64;  // operations between deadline checks
 
 template <class S>
-std::uint64_t schedule_cancel_round(S& s, std::vector<typename S::Producer>& hs, unsigned P,
-                                    std::size_t per, TimePoint deadline,
-                                    std::atomic<std::uint64_t>& fired, const std::string& bench,
-                                    bool count_allocs, double* callers, double* seconds,
+std::uint64_t schedule_cancel_round(S& s, std::vector<typename S::Producer>& hs, unsigned P, std::size_t per,
+                                    TimePoint deadline, std::atomic<std::uint64_t>& fired, const std::string& bench,
+                                    std::uint64_t* allocations, double* callers, double* seconds,
                                     Usage* used = nullptr) {
   std::vector<std::uint64_t> done(P, 0);
   Usage u0;
+  std::optional<chime_alloc::CountScope> counting;
   const TimePoint t0 = run_producers(
       P,
       [&](unsigned p) {
@@ -570,12 +529,15 @@ std::uint64_t schedule_cancel_round(S& s, std::vector<typename S::Producer>& hs,
         done[p] = k;
       },
       [&] {
-        if (count_allocs) runtime_alloc::counting.store(true, std::memory_order_relaxed);
+        if (allocations != nullptr) counting.emplace();
         if (used != nullptr) u0 = Usage::now();
       });
   if (callers != nullptr) *callers = seconds_since(t0);
   s.sync();
-  if (count_allocs) runtime_alloc::counting.store(false, std::memory_order_relaxed);
+  if (counting) {
+    *allocations = counting->count();
+    counting.reset();
+  }
   if (seconds != nullptr) *seconds = seconds_since(t0);
   if (used != nullptr) *used = Usage::now() - u0;
   std::uint64_t total = 0;
@@ -594,8 +556,8 @@ void BM_ScheduleCancel(benchmark::State& state, std::string bench, unsigned P) {
   for (auto _ : state) {
     double callers = 0, secs = 0;
     Usage u;
-    items += schedule_cancel_round(s, hs, P, 0, Clock::now() + sizes().round, fired, bench, false,
-                                   &callers, &secs, &u);
+    items +=
+        schedule_cancel_round(s, hs, P, 0, Clock::now() + sizes().round, fired, bench, nullptr, &callers, &secs, &u);
     caller_secs += callers;
     used += u;
     state.SetIterationTime(secs);
@@ -616,14 +578,14 @@ void BM_Allocs(benchmark::State& state, std::string bench, unsigned P) {
   const std::size_t per = sizes().pairs / P;
   std::atomic<std::uint64_t> fired{0};
   // Warm-up: reach steady state (slabs, queues and free lists at their working size).
-  schedule_cancel_round(s, hs, P, per, TimePoint{}, fired, bench, false, nullptr, nullptr);
+  schedule_cancel_round(s, hs, P, per, TimePoint{}, fired, bench, nullptr, nullptr, nullptr);
   std::uint64_t allocations = 0;
   std::uint64_t items = 0;
   for (auto _ : state) {
-    runtime_alloc::allocations.store(0, std::memory_order_relaxed);
+    std::uint64_t round_allocations = 0;
     double secs = 0;
-    items += schedule_cancel_round(s, hs, P, per, TimePoint{}, fired, bench, true, nullptr, &secs);
-    allocations += runtime_alloc::allocations.load(std::memory_order_relaxed);
+    items += schedule_cancel_round(s, hs, P, per, TimePoint{}, fired, bench, &round_allocations, nullptr, &secs);
+    allocations += round_allocations;
     state.SetIterationTime(secs);
   }
   if (fired.load() != 0) fail(bench, "cancelled timers fired", fired.load(), 0);

@@ -31,8 +31,8 @@
 //      bytes_per_alarm (heap footprint of the structure with n alarms
 //      pending, divided by n; see alloc_counter.hpp). The iteration time is
 //      the sum of the timed phases (add + remove + fire + next).
-//    bytes_per_alarm comes from one untimed pass per run (counting
-//    operator new on); the timed phases run with counting off. By default
+//    bytes_per_alarm comes from one untimed pass per run (counting on);
+//    the timed phases run with counting off. By default
 //    malloc keeps the pages it has touched, so timed phases do not pay page
 //    faults (configure_malloc; CHIME_BENCH_MALLOC=cold to pay them).
 //    Under callgrind every timed phase is dumped separately
@@ -301,12 +301,12 @@ class Protocol {
 
   // Heap bytes of one instance holding all n alarms (untimed).
   std::size_t pending_bytes() {
-    CountingScope counting;
+    chime_alloc::CountScope counting{chime_alloc::Frees::balanced};
     std::size_t bytes = 0;
     {
       Impl timer(kBase);
       for (std::size_t i = 0; i < n_; ++i) handles_[i] = timer.add(alarm_time(i), i);
-      bytes = alloc_stats().live_bytes;
+      bytes = counting.stats().live_bytes;
     }
     return bytes;
   }
@@ -527,13 +527,13 @@ class Insert {
   // Heap bytes of one wheel right after construction and with all n alarms
   // pending (untimed).
   std::pair<std::size_t, std::size_t> footprint() {
-    CountingScope counting;
+    chime_alloc::CountScope counting{chime_alloc::Frees::balanced};
     std::pair<std::size_t, std::size_t> bytes;
     {
       Wheel wheel(config_, start());
-      bytes.first = alloc_stats().live_bytes;
+      bytes.first = counting.stats().live_bytes;
       add_all(wheel);
-      bytes.second = alloc_stats().live_bytes;
+      bytes.second = counting.stats().live_bytes;
     }
     return bytes;
   }

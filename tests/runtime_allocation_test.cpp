@@ -1,16 +1,17 @@
 // No heap allocation per timer (runtime.hpp: "No heap allocation per
 // timer in steady state"; task.hpp: a Task up to 48 bytes is stored inline).
 //
-// This file replaces the global operator new/delete for the whole
-// chime_runtime_tests binary with a version that counts allocations, on every
-// thread, but only while a CountScope is alive; otherwise it is plain malloc.
-// It is the only file of the binary that does so.
+// The binary links tests/alloc_counter (chime_alloc_counter, see
+// alloc_counter.hpp): a replacement global operator new/delete that counts
+// allocations on every thread while a chime_alloc::CountScope is alive, counts
+// big allocations always, and fails them under a chime_alloc::OutOfMemoryScope.
 //
 // Steady state means: after a warm-up that runs the same pattern as the
 // measured phase (same batch sizes, so slabs, free lists, wheel pools and the
 // moodycamel blocks of the calling thread's sub-queue have reached their
 // working size), schedule/cancel/reschedule/fire cycles allocate nothing.
 
+#include "alloc_counter.hpp"
 #include "runtime_test_support.hpp"
 
 #include <chime/lane.hpp>
@@ -30,91 +31,13 @@
 
 namespace {
 
-std::atomic<bool> g_counting{false};
-std::atomic<std::size_t> g_allocations{0};
-std::atomic<bool> g_out_of_memory{false};  // while set, operator new fails (throws std::bad_alloc)
-// Allocations of at least this size (a chunk of 4096 timer slots is ~450 KiB;
-// queue blocks and tasks are far smaller), counted whether or not a
-// CountScope is alive: a growing slab.
-constexpr std::size_t kBigAllocation = 256 * 1024;
-std::atomic<std::size_t> g_big_allocations{0};
-
-void* counted_malloc(std::size_t n) noexcept {
-  if (g_out_of_memory.load(std::memory_order_relaxed)) return nullptr;
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n >= kBigAllocation) g_big_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n == 0 ? 1 : n);
-}
-
-void* counted_aligned(std::size_t n, std::align_val_t al) noexcept {
-  if (g_out_of_memory.load(std::memory_order_relaxed)) return nullptr;
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n >= kBigAllocation) g_big_allocations.fetch_add(1, std::memory_order_relaxed);
-  const auto a = static_cast<std::size_t>(al);
-  return std::aligned_alloc(a, n == 0 ? a : (n + a - 1) / a * a);
-}
-
-// Out of line so that GCC does not pair the malloc inside operator new with this free and warn.
-[[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
-
-// Counts the allocations made on any thread during its lifetime.
-class CountScope {
- public:
-  CountScope() {
-    g_allocations.store(0);
-    g_counting.store(true);
-  }
-  ~CountScope() { g_counting.store(false); }
-  std::size_t count() const { return g_allocations.load(); }
-};
-
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
-void* operator new(std::size_t n, std::align_val_t al) {
-  if (void* p = counted_aligned(n, al)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n, std::align_val_t al) {
-  if (void* p = counted_aligned(n, al)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return counted_aligned(n, al);
-}
-void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return counted_aligned(n, al);
-}
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, std::size_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t) noexcept { release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
-
-namespace {
-
 using namespace chime_test;
 using chime::Firing;
 using chime::ManualClock;
 using chime::Runtime;
 using chime::Task;
 using chime::TimerId;
+using chime_alloc::CountScope;
 
 template <std::size_t N>
 struct Pad {
@@ -316,16 +239,17 @@ TEST(RuntimeAllocation, schedule_out_of_memory_throws_bad_alloc_and_schedules_no
   const auto capture = std::make_shared<int>(0);
   std::size_t accepted = 0;
   bool threw = false;
-  g_out_of_memory.store(true);
-  for (int i = 0; i < 100'000 && !threw; ++i) {
-    try {
-      rt.schedule_at(kStart, [&runs, capture](const Firing&) { runs.fetch_add(1); });
-      ++accepted;
-    } catch (const std::bad_alloc&) {
-      threw = true;
+  {
+    const chime_alloc::OutOfMemoryScope out_of_memory;
+    for (int i = 0; i < 100'000 && !threw; ++i) {
+      try {
+        rt.schedule_at(kStart, [&runs, capture](const Firing&) { runs.fetch_add(1); });
+        ++accepted;
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
     }
   }
-  g_out_of_memory.store(false);
   ASSERT_TRUE(threw) << "the queue never needed to allocate in " << accepted << " schedules";
   EXPECT_EQ(capture.use_count(), static_cast<long>(accepted) + 1) << "the refused timer's task was kept";
   EXPECT_EQ(rt.stats().scheduled, accepted + 1);  // the holder, and the accepted ones; not the refused one
@@ -354,7 +278,7 @@ TEST(RuntimeAllocation, producers_coming_and_going_return_their_cached_slots) {
   };
   for (int k = 0; k < 200; ++k) lifetime();  // warm-up: the slab reaches its working size
   rt.flush();
-  const std::size_t before = g_big_allocations.load();
+  const std::size_t before = chime_alloc::big_allocations();
   for (int k = 0; k < 3000; ++k) {
     lifetime();
     rt.flush();  // the wheel thread frees the cancelled slots: the next producer finds them
@@ -367,7 +291,7 @@ TEST(RuntimeAllocation, producers_coming_and_going_return_their_cached_slots) {
     a = rt.producer();
   }
   rt.flush();
-  EXPECT_EQ(g_big_allocations.load() - before, 0u) << "the slab grew: producers kept free slots";
+  EXPECT_EQ(chime_alloc::big_allocations() - before, 0u) << "the slab grew: producers kept free slots";
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
