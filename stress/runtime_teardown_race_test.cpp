@@ -49,9 +49,18 @@ TEST(RuntimeTeardownRace, cancel_and_wait_racing_run_start_and_end_never_leaves_
   std::mt19937_64 rng(chime_stress::seed());
   std::atomic<int> used_after_close{0};
   std::size_t results[4] = {};
+  // 2 s, and on a loaded machine longer (up to 10 s) until each of the
+  // three outcomes has been seen, so the race is exercised, not skipped.
   const auto stop_at = std::chrono::steady_clock::now() + 2s;
+  const auto give_up = stop_at + 8s;
   std::size_t rounds = 0;
-  while (std::chrono::steady_clock::now() < stop_at && rounds < 20'000) {
+  auto keep_going = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < stop_at && rounds < 20'000) return true;
+    const bool all_seen = results[0] != 0 && results[1] != 0 && results[2] != 0;
+    return !all_seen && now < give_up && rounds < 100'000;
+  };
+  while (keep_going()) {
     ++rounds;
     auto* conn = new Connection;
     conn->busy = std::chrono::microseconds(rng() % 2 == 0 ? 0 : rng() % 300);
