@@ -188,12 +188,25 @@ TEST(RuntimeTeardownRace, ten_thousand_timers_re_armed_from_their_callbacks_lose
   // its run returns) except in the moment between its run starting and its
   // callback's re-arm: armed() is false there, by contract (timer.hpp). So a
   // Timer found disarmed is looked at again until it is armed; one that stays
-  // disarmed for a whole second while its callback still re-arms lost an arm.
+  // disarmed for two seconds while its callback still re-arms lost an arm.
+  // Looked at every 200 us, not in a tight loop: armed() takes the handle's
+  // mutex, and a tight loop of it starves the callback that needs that mutex
+  // to re-arm (CI once saw a Timer "disarmed" for the whole second that way).
   int not_armed = 0;
   for (Entity& e : entities) {
-    const auto give_up = std::chrono::steady_clock::now() + 1s;
-    while (!e.timer->armed() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-    not_armed += e.timer->armed() ? 0 : 1;
+    const auto give_up = std::chrono::steady_clock::now() + 2s;
+    while (!e.timer->armed() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(200us);
+    if (!e.timer->armed()) {
+      if (not_armed == 0) {  // what the first one looked like, for the failure message
+        const chime::TimerId id = e.timer->id();
+        std::printf("disarmed Timer: inside its callback %d, runs %llu, expected due %lld ns, now %lld ns, "
+                    "its timer's state %d\n",
+                    e.inside.load(), static_cast<unsigned long long>(e.runs.load()),
+                    static_cast<long long>(e.expected_due.load()), static_cast<long long>(stress_support::ns(rt.clock().now())),
+                    static_cast<int>(rt.state(id)));
+      }
+      ++not_armed;
+    }
   }
   rearming.store(false);
   std::uint64_t total = 0;
