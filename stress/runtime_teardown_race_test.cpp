@@ -199,11 +199,12 @@ TEST(RuntimeTeardownRace, ten_thousand_timers_re_armed_from_their_callbacks_lose
     if (!e.timer->armed()) {
       if (not_armed == 0) {  // what the first one looked like, for the failure message
         const chime::TimerId id = e.timer->id();
-        std::printf("disarmed Timer: inside its callback %d, runs %llu, expected due %lld ns, now %lld ns, "
-                    "its timer's state %d\n",
-                    e.inside.load(), static_cast<unsigned long long>(e.runs.load()),
-                    static_cast<long long>(e.expected_due.load()), static_cast<long long>(stress_support::ns(rt.clock().now())),
-                    static_cast<int>(rt.state(id)));
+        std::printf(
+            "disarmed Timer: inside its callback %d, runs %llu, expected due %lld ns, now %lld ns, "
+            "its timer's state %d\n",
+            e.inside.load(), static_cast<unsigned long long>(e.runs.load()),
+            static_cast<long long>(e.expected_due.load()), static_cast<long long>(stress_support::ns(rt.clock().now())),
+            static_cast<int>(rt.state(id)));
       }
       ++not_armed;
     }
