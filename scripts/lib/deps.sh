@@ -19,6 +19,7 @@ CHIME_BUILD_PACKAGES=(
   libconcurrentqueue-dev  # runtime: moodycamel::ConcurrentQueue command queues
   libboost-dev            # runtime and bench/: Boost.Lockfree
   libuv1-dev              # bench/lane_bench.cpp: the libuv peer (optional: left out if pkg-config finds no libuv)
+  pkg-config              # bench/CMakeLists.txt finds libuv with it (a bare Debian root has none)
 )
 # shellcheck disable=SC2034
 CHIME_TEST_PACKAGES=(
