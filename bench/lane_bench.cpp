@@ -84,6 +84,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "lane_peers/asio_loop.hpp"
 #include "lane_peers/chime_lane_loop.hpp"
 #include "lane_peers/loop_job.hpp"
@@ -136,33 +137,6 @@ std::size_t fire_pool() {
   return std::max<std::size_t>(z.fire_timers, z.fire_rate * static_cast<std::size_t>(z.run.count()) / 1000);
 }
 
-[[noreturn]] [[gnu::cold]] void fail(const std::string& bench, const char* what, std::uint64_t a, std::uint64_t b) {
-  std::fprintf(stderr, "\n%s: CHECK FAILED: %s (%" PRIu64 " vs %" PRIu64 ")\n", bench.c_str(), what, a, b);
-  std::abort();
-}
-
-std::string fmt(std::chrono::nanoseconds d) {
-  const std::int64_t ns = d.count();
-  if (ns != 0 && ns % 3'600'000'000'000 == 0) return std::to_string(ns / 3'600'000'000'000) + "h";
-  if (ns != 0 && ns % 60'000'000'000 == 0 && ns < 3'600'000'000'000) return std::to_string(ns / 60'000'000'000) + "min";
-  if (ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
-  if (ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";
-  if (ns % 1'000 == 0) return std::to_string(ns / 1'000) + "us";
-  return std::to_string(ns) + "ns";
-}
-
-std::int64_t ns_of(TimePoint t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-// A pseudo-random, fixed spread (splitmix64 of the index).
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 std::int64_t process_cpu_ns() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -183,40 +157,6 @@ struct BackgroundCallback {
 };
 struct CancelledCallback {
   void operator()() const { g_cancelled_fired.fetch_add(1, std::memory_order_relaxed); }
-};
-
-// Counts runs; the one that reaches `target` wakes the waiting benchmark.
-// acq_rel: every callback's effects happen-before the waiter's final load.
-struct FireCallback {
-  std::atomic<std::uint64_t>* fired;
-  std::uint64_t target;
-  void operator()() const {
-    if (fired->fetch_add(1, std::memory_order_acq_rel) + 1 == target) fired->notify_all();
-  }
-};
-
-void wait_for_count(std::atomic<std::uint64_t>& fired, std::uint64_t target) {
-  for (std::uint64_t v = fired.load(std::memory_order_acquire); v < target; v = fired.load(std::memory_order_acquire)) {
-    fired.wait(v, std::memory_order_acquire);
-  }
-}
-
-struct LatenessRecord {
-  explicit LatenessRecord(std::size_t n) : due_ns(n), late_ns(n) {}
-  std::vector<std::int64_t> due_ns;
-  std::vector<std::int64_t> late_ns;
-  std::atomic<std::uint64_t> fired{0};
-  std::uint64_t target = 0;
-};
-
-struct LatenessCallback {
-  LatenessRecord* record;
-  std::size_t index;
-  void operator()() const {
-    const std::int64_t now = ns_of(Clock::now());  // first thing the callback does
-    record->late_ns[index] = now - record->due_ns[index];
-    if (record->fired.fetch_add(1, std::memory_order_acq_rel) + 1 == record->target) record->fired.notify_all();
-  }
 };
 
 // ---------------------------------------------------------------------------
@@ -520,13 +460,6 @@ void BM_ScheduleToFire(benchmark::State& state, std::string bench) {
 }
 
 // (c) lateness: fired_at - due
-
-double percentile_us(const std::vector<std::int64_t>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  std::size_t rank = static_cast<std::size_t>(q * static_cast<double>(sorted.size()) + 0.999999);
-  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
-  return static_cast<double>(sorted[rank - 1]) / 1e3;
-}
 
 template <class S>
 void BM_Lateness(benchmark::State& state, std::string bench) {

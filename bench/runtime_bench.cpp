@@ -104,6 +104,7 @@
 #include <sys/time.h>
 
 #include "alloc_counter.hpp"
+#include "bench_support.hpp"
 #include "runtime_peers/asio_timer_service.hpp"
 #include "runtime_peers/mutex_heap_service.hpp"
 
@@ -158,36 +159,6 @@ const Sizes& sizes() {
   return s;
 }
 
-[[noreturn]] [[gnu::cold]] void fail(const std::string& bench, const char* what, std::uint64_t a,
-                                     std::uint64_t b) {
-  std::fprintf(stderr, "\n%s: CHECK FAILED: %s (%" PRIu64 " vs %" PRIu64 ")\n", bench.c_str(), what,
-               a, b);
-  std::abort();
-}
-
-std::string fmt(std::chrono::nanoseconds d) {
-  const std::int64_t ns = d.count();
-  if (ns != 0 && ns % 3'600'000'000'000 == 0) return std::to_string(ns / 3'600'000'000'000) + "h";
-  if (ns != 0 && ns % 60'000'000'000 == 0 && ns < 3'600'000'000'000)
-    return std::to_string(ns / 60'000'000'000) + "min";
-  if (ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
-  if (ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";
-  if (ns % 1'000 == 0) return std::to_string(ns / 1'000) + "us";
-  return std::to_string(ns) + "ns";
-}
-
-std::int64_t ns_of(TimePoint t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-// A pseudo-random, fixed spread (splitmix64 of the index).
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // ---------------------------------------------------------------------------
 // Callbacks: all <= 16 trivially copyable bytes, so std::function (libstdc++)
 // and chime::Task both store them without allocating.
@@ -202,44 +173,6 @@ struct BackgroundCallback {
 struct CountCallback {
   std::atomic<std::uint64_t>* count;
   void operator()() const { count->fetch_add(1, std::memory_order_relaxed); }
-};
-
-// Counts runs; the one that reaches `target` wakes the waiting benchmark.
-// acq_rel: every callback's effects happen-before the waiter's final load
-// (a release sequence of read-modify-writes).
-struct FireCallback {
-  std::atomic<std::uint64_t>* fired;
-  std::uint64_t target;
-  void operator()() const {
-    if (fired->fetch_add(1, std::memory_order_acq_rel) + 1 == target) fired->notify_all();
-  }
-};
-
-void wait_for_count(std::atomic<std::uint64_t>& fired, std::uint64_t target) {
-  for (std::uint64_t v = fired.load(std::memory_order_acquire); v < target;
-       v = fired.load(std::memory_order_acquire)) {
-    fired.wait(v, std::memory_order_acquire);
-  }
-}
-
-// Lateness record: due times written by producers, lateness by callbacks.
-struct LatenessRecord {
-  explicit LatenessRecord(std::size_t n) : due_ns(n), late_ns(n) {}
-  std::vector<std::int64_t> due_ns;
-  std::vector<std::int64_t> late_ns;
-  std::atomic<std::uint64_t> fired{0};
-  std::uint64_t target = 0;
-};
-
-struct LatenessCallback {
-  LatenessRecord* record;
-  std::size_t index;
-  void operator()() const {
-    const std::int64_t now = ns_of(Clock::now());  // first thing the callback does
-    record->late_ns[index] = now - record->due_ns[index];
-    if (record->fired.fetch_add(1, std::memory_order_acq_rel) + 1 == record->target)
-      record->fired.notify_all();
-  }
 };
 
 // ---------------------------------------------------------------------------
@@ -632,14 +565,6 @@ void BM_ScheduleToFire(benchmark::State& state, std::string bench, unsigned P) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * target));
   state.counters["cpu_ns_per_fired"] = static_cast<double>(used.cpu_ns) / total;
   state.counters["ctx_switches_per_fired"] = static_cast<double>(used.switches) / total;
-}
-
-// (c) fire lateness under producer load
-double percentile_us(const std::vector<std::int64_t>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  std::size_t rank = static_cast<std::size_t>(q * static_cast<double>(sorted.size()) + 0.999999);
-  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
-  return static_cast<double>(sorted[rank - 1]) / 1e3;
 }
 
 template <class S>
