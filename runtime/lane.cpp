@@ -128,7 +128,7 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     // Cancelled sees the timer settled.
     if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
-      cancelled_.add();
+      counters_.add(Counter::cancelled);
       end_timer();
       slot.task.reset();
       slot.filed_generation = 0;
@@ -200,7 +200,7 @@ void RuntimeCore::close_lane(LaneCore* lane) {
         // (L3) acq_rel, as C4.
         if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
-          cancelled_.add();
+          counters_.add(Counter::cancelled);
           end_timer();
           break;
         }

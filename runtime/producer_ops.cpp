@@ -136,7 +136,7 @@ void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std
 // slot is reclaimed later, lazily, by the wheel thread). Exactly one
 // party calls this per accepted timer: whoever made the deciding transition.
 void RuntimeCore::end_timer() {
-  ended_.add();
+  counters_.add(Counter::ended);
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -198,7 +198,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   slot.word.store(pending, std::memory_order_seq_cst);
   if (stopped_.load(std::memory_order_seq_cst)) {
     if (take_back(slot, index, pending)) throw StoppedError("chime::Runtime: schedule after shutdown");
-    scheduled_.add();  // shutdown's sweep took it: accepted, and counted by shutdown as not fired
+    counters_.add(Counter::scheduled);  // shutdown's sweep took it: accepted, and counted by shutdown as not fired
     return TimerId(index, g, tag_);
   }
   if (!try_post_and_wake(Command{CommandKind::add, index, g, nullptr}, token, due_ns)) [[unlikely]] {
@@ -209,7 +209,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
     // guessed id): it counts as accepted and is settled; the slot is freed
     // by the shutdown sweep or, at worst, kept until destruction.
   }
-  scheduled_.add();
+  counters_.add(Counter::scheduled);
   return TimerId(index, g, tag_);
 }
 
@@ -253,7 +253,7 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
         return CancelOutcome::done;  // fired, cancelling, cancelled
     }
     if (slot->word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      cancelled_.add();
+      counters_.add(Counter::cancelled);
       end_timer();  // capacity is free now, not when the slot is reclaimed
       const SlotState from = StateWord::state(w);
       if (from == SlotState::pending) {
@@ -264,7 +264,7 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
         slot->task.reset();
         slot->word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
       }
-      if (from == SlotState::pending || from == SlotState::writing) lazy_cancels_.add();
+      if (from == SlotState::pending || from == SlotState::writing) counters_.add(Counter::lazy_cancels);
       return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }
   }
@@ -404,7 +404,7 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   // fails) or this due.
   if (slot->word.compare_exchange_strong(expected, StateWord::bumped(w, SlotState::pending),
                                          std::memory_order_release, std::memory_order_acquire)) {
-    rescheduled_.add();
+    counters_.add(Counter::rescheduled);
     // Later: the wheel finds it at its old (earlier) time and re-files it
     // lazily, no command needed. Earlier: the wheel must re-file it now.
     if (due_ns < old_due) post_and_wake(Command{CommandKind::reschedule, id.slot(), id.generation(), nullptr}, token, due_ns);

@@ -256,7 +256,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
           ++not_fired;
-          cancelled_.add();
+          counters_.add(Counter::cancelled);
           end_timer();
           break;
         }
@@ -266,7 +266,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
         ++not_fired;
-        cancelled_.add();
+        counters_.add(Counter::cancelled);
         end_timer();
         slot.task.reset();  // release what the callback captured now, not at destruction
         break;
@@ -280,17 +280,17 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
 
 Stats RuntimeCore::stats() const {
   Stats s;
-  s.scheduled = scheduled_.sum();
-  s.fired = fired_.sum();
-  s.cancelled = cancelled_.sum();
-  s.rescheduled = rescheduled_.sum();
-  const std::uint64_t ended = ended_.sum();
+  s.scheduled = counters_.sum(Counter::scheduled);
+  s.fired = counters_.sum(Counter::fired);
+  s.cancelled = counters_.sum(Counter::cancelled);
+  s.rescheduled = counters_.sum(Counter::rescheduled);
+  const std::uint64_t ended = counters_.sum(Counter::ended);
   s.pending = s.scheduled > ended ? s.scheduled - ended : 0;
-  s.callback_errors = callback_errors_.sum();
+  s.callback_errors = counters_.sum(Counter::callback_errors);
   s.queue_depth = commands_.size_approx();
   s.wakeups = wakeups_.load(std::memory_order_relaxed);
   s.zombie_sweeps = zombie_sweeps_.load(std::memory_order_relaxed);
-  s.slow_runs = slow_runs_.sum();
+  s.slow_runs = counters_.sum(Counter::slow_runs);
   s.lateness = lateness_.summary();
   s.run_time = run_time_.summary();
   return s;

@@ -289,12 +289,10 @@ class RuntimeCore {
   std::atomic<bool> wheel_exited_{false};  // set by the wheel thread as it returns
   std::mutex shutdown_mutex_;
 
-  // Counters (runtime_stats.hpp).
-  StripedCounter scheduled_, fired_, cancelled_, rescheduled_, ended_, callback_errors_;
-  // C1 and C2 cancels: timers the wheel thread reclaims lazily (filed
-  // zombies, or an ADD still queued). Compared with reclaimed_ to decide a
-  // zombie sweep.
-  StripedCounter lazy_cancels_;
+  // Counters (runtime_stats.hpp). Counter::lazy_cancels counts C1 and C2
+  // cancels: timers the wheel thread reclaims lazily (filed zombies, or an
+  // ADD still queued); compared with reclaimed_ to decide a zombie sweep.
+  RuntimeCounters counters_;
   std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> zombie_sweeps_{0};  // written by the wheel thread only
@@ -303,7 +301,6 @@ class RuntimeCore {
   std::atomic<bool> wheel_waits_for_workers_{false};
   LatenessHistogram lateness_;
   LatenessHistogram run_time_;
-  StripedCounter slow_runs_;
   std::atomic<std::uint64_t> live_timer_handles_{0};
 
   // Lanes (lane.cpp). lanes_ owns every LaneCore ever opened, for the

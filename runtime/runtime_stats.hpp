@@ -1,8 +1,9 @@
 // runtime/runtime_stats.hpp: the counters behind Runtime::stats().
 //
-// What this is: striped counters (one cache line per stripe, a thread picks a
-// stripe once) so that producers and workers never contend on a counter, and
-// a log-linear lateness histogram per recording thread. Who may touch it:
+// What this is: striped counters (a thread owns a stripe, one cache line
+// holding all its counters) so that producers and workers never contend on a
+// counter nor pay a locked instruction for one, and a log-linear lateness
+// histogram per recording thread. Who may touch it:
 // any thread adds; stats() sums.
 //
 // Guarantees: counts are exact once the adding threads are quiescent (for
@@ -27,28 +28,96 @@
 namespace chime::detail {
 
 inline constexpr std::size_t kStripes = 16;
+inline constexpr std::size_t kSharedStripe = kStripes - 1;
 
-inline std::size_t this_thread_stripe() noexcept {
-  static std::atomic<std::size_t> next{0};
-  thread_local const std::size_t stripe = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+// The stripes no live thread owns: bit k set means stripe k (k <
+// kSharedStripe) is free. Process-wide: a thread owns the same stripe index
+// in every runtime's counters.
+inline std::atomic<std::uint32_t> free_stripes{(1u << kSharedStripe) - 1};
+
+// The stripe the calling thread writes. The first kSharedStripe threads
+// alive at once each own one, as its single writer, so an add there is a
+// plain load and store (no locked instruction: on x86 a `lock add` on a
+// cache line this thread alone writes still costs ~20 cycles, three of them
+// per cancel); any further thread shares the last stripe and adds with
+// fetch_add. A thread gives its stripe back when it exits.
+//
+// Memory ordering: the stripe passes from its last owner to its next one
+// through free_stripes: the release fetch_or at exit pairs with the acquire
+// CAS that takes it, so the last owner's stores happen-before the next
+// owner's loads, and the single-writer add never loses a count.
+struct ThreadStripe {
+  std::size_t index = kSharedStripe;
+  ThreadStripe() noexcept {
+    std::uint32_t f = free_stripes.load(std::memory_order_relaxed);
+    while (f != 0) {
+      const std::uint32_t bit = f & (~f + 1);
+      if (free_stripes.compare_exchange_weak(f, f & ~bit, std::memory_order_acquire, std::memory_order_relaxed)) {
+        index = static_cast<std::size_t>(std::countr_zero(bit));
+        return;
+      }
+    }
+  }
+  ~ThreadStripe() {
+    const std::size_t owned = index;
+    // A thread_local destroyed after this one may still count: it then
+    // shares the last stripe, never the one given back.
+    index = kSharedStripe;
+    if (owned != kSharedStripe) free_stripes.fetch_or(1u << owned, std::memory_order_release);
+  }
+  ThreadStripe(const ThreadStripe&) = delete;
+  ThreadStripe& operator=(const ThreadStripe&) = delete;
+  bool exclusive() const noexcept { return index != kSharedStripe; }
+};
+
+inline const ThreadStripe& this_thread_stripe() noexcept {
+  thread_local const ThreadStripe stripe;
   return stripe;
 }
 
-class StripedCounter {
- public:
-  void add(std::uint64_t n = 1) noexcept {
-    stripes_[this_thread_stripe()].value.fetch_add(n, std::memory_order_relaxed);
+// Adds n to a counter of the calling thread's stripe (see ThreadStripe).
+// Relaxed: stats() promises no ordering (above).
+inline void stripe_add(std::atomic<std::uint64_t>& v, std::uint64_t n, const ThreadStripe& t) noexcept {
+  if (t.exclusive()) {
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  } else {
+    v.fetch_add(n, std::memory_order_relaxed);
   }
-  std::uint64_t sum() const noexcept {
+}
+
+// What the runtime counts.
+enum class Counter : unsigned {
+  scheduled,
+  fired,
+  cancelled,
+  rescheduled,
+  ended,            // timers whose outcome is decided (stats().pending = scheduled - ended)
+  callback_errors,
+  lazy_cancels,     // C1/C2 cancels: slots the wheel thread reclaims later
+  slow_runs,
+};
+inline constexpr std::size_t kCounters = 8;
+
+// Every counter of one runtime, striped: a thread's counters share one
+// cache line (a cancel adds three, on the same line), and no two threads'
+// stripes share a line.
+class RuntimeCounters {
+ public:
+  void add(Counter c, std::uint64_t n = 1) noexcept {
+    const ThreadStripe& t = this_thread_stripe();
+    stripe_add(stripes_[t.index].value[static_cast<unsigned>(c)], n, t);
+  }
+  std::uint64_t sum(Counter c) const noexcept {
     std::uint64_t s = 0;
-    for (const auto& st : stripes_) s += st.value.load(std::memory_order_relaxed);
+    for (const auto& st : stripes_) s += st.value[static_cast<unsigned>(c)].load(std::memory_order_relaxed);
     return s;
   }
 
  private:
   struct alignas(64) Stripe {
-    std::atomic<std::uint64_t> value{0};
+    std::array<std::atomic<std::uint64_t>, kCounters> value{};
   };
+  static_assert(sizeof(Stripe) == 64, "one thread's counters are one cache line");
   std::array<Stripe, kStripes> stripes_{};
 };
 
@@ -60,9 +129,14 @@ class LatenessHistogram {  // also used for run times
 
   void record(std::int64_t ns) noexcept {
     if (ns < 0) ns = 0;
-    Stripe& s = stripes_[this_thread_stripe()];
-    s.counts[bucket(static_cast<std::uint64_t>(ns))].fetch_add(1, std::memory_order_relaxed);
+    const ThreadStripe& t = this_thread_stripe();
+    Stripe& s = stripes_[t.index];
+    stripe_add(s.counts[bucket(static_cast<std::uint64_t>(ns))], 1, t);
     std::int64_t m = s.max.load(std::memory_order_relaxed);
+    if (t.exclusive()) {
+      if (ns > m) s.max.store(ns, std::memory_order_relaxed);
+      return;
+    }
     while (ns > m && !s.max.compare_exchange_weak(m, ns, std::memory_order_relaxed)) {
     }
   }

@@ -166,7 +166,7 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
 // A cancelled timer (C1 then K1, or C2 then R3) that the wheel thread owns:
 // free it. Its task was destroyed by the canceller (or rescheduler) before
 // it published Cancelled, so the task's line is not touched here. Counts it
-// against lazy_cancels_ for the zombie estimate.
+// against Counter::lazy_cancels for the zombie estimate.
 void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
   CHIME_ASSERT(StateWord::state(slot.word.load(std::memory_order_relaxed)) == SlotState::cancelled,
                "only a cancelled timer is reclaimed");
@@ -487,7 +487,7 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
 // that raced it. Amortized O(1) per cancel: a sweep over n filed timers
 // reclaims more than max(n/4, kMinZombiesForSweep) - (cancels in flight).
 void RuntimeCore::sweep_zombies_if_many() {
-  const std::uint64_t cancels = lazy_cancels_.sum();
+  const std::uint64_t cancels = counters_.sum(Counter::lazy_cancels);
   const std::uint64_t zombies = cancels > reclaimed_ ? cancels - reclaimed_ : 0;
   const std::uint64_t filed = wheel_.size() + overdue_.size();
   if (zombies < kMinZombiesForSweep || zombies * 4 < filed) return;

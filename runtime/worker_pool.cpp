@@ -89,7 +89,7 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
     CHIME_ASSERT((d[i].flags & Dispatch::stop) == 0, "a stop record before the end of a batch");
     if (run(d[i], steady_runtime_clock ? steady : clock_now, steady, retired, where)) ++ran;
   }
-  if (ran != 0) fired_.add(ran);
+  if (ran != 0) counters_.add(Counter::fired, ran);
   retired.flush();
   if (where == RunPlace::wheel_thread) {
     completed_.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
@@ -153,7 +153,7 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
   const std::int64_t took = steady_ns - start;
   run_time_.record(took);
   if (took > options_.slow_run.count()) [[unlikely]] {
-    slow_runs_.add();
+    counters_.add(Counter::slow_runs);
     if (options_.on_slow_run) {
       try {
         options_.on_slow_run(id, Duration(took));
@@ -167,7 +167,7 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
 }
 
 void RuntimeCore::report_callback_exception(TimerId id, std::exception_ptr e) noexcept {
-  callback_errors_.add();
+  counters_.add(Counter::callback_errors);
   if (options_.on_error) {
     try {
       options_.on_error(id, std::move(e));
