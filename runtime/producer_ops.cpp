@@ -104,6 +104,12 @@ bool RuntimeCore::take_wake() {
 // case its look at the queue (after its (P2)) sees our command.
 void RuntimeCore::wake_after_post(ProducerQueueToken* token, std::int64_t due_ns) {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
+  wake_after_fence(token, due_ns);
+}
+
+// The rest of wake_after_post, for a caller that has just made the (P1)
+// fence itself (schedule, whose fence also serves S1's pair with shutdown).
+void RuntimeCore::wake_after_fence(ProducerQueueToken* token, std::int64_t due_ns) {
   std::uint32_t& posts = token != nullptr ? token->posts_since_wake : tls_posts_since_wake;
   std::int64_t bound = wake_if_due_before_ns_.load(std::memory_order_relaxed);
   if (due_ns < bound) {
@@ -157,6 +163,30 @@ bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
   return true;
 }
 
+// (X1') The same for a schedule that saw shutdown only after posting its
+// ADD: the ADD may still be applied (by the wheel thread, or by shutdown's
+// look at the leftover commands), and whoever applies it frees the slot, as
+// for a cancel that beat its ADD. So this is a C1 + K1 cancel by the
+// scheduler itself: Pending -> Cancelling (acq_rel), destroy the task,
+// Cancelled (release: whoever frees the slot sees the task gone), and the
+// timer is not counted as accepted. A slot whose ADD nobody applies any more
+// (shutdown already looked at the queue) stays out of use until the runtime
+// is destroyed: at most one per schedule that raced shutdown. False if
+// another thread decided the timer first (shutdown's sweep, the wheel
+// thread's claim, a cancel by a guessed id): accepted and settled by them.
+bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint64_t pending) {
+  std::uint64_t expected = pending;
+  if (!slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelling),
+                                         std::memory_order_acq_rel)) {
+    return false;
+  }
+  slot.task.reset();
+  slot.word.store(StateWord::with_state(pending, SlotState::cancelled), std::memory_order_release);
+  counters_.add(Counter::lazy_cancels);  // the wheel thread may reclaim it, and counts that
+  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
                               ProducerQueueToken* token, LaneCore* lane) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
@@ -192,23 +222,31 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   slot.lane_generation = lane != nullptr ? lane->generation.load(std::memory_order_relaxed) : 0;
   slot.task = std::move(task);
   const std::uint64_t pending = StateWord::make(g, 0, SlotState::pending, period_ns != 0);
-  // (S1) seq_cst: a release for the fields above, and one half of the Dekker
-  // pair with shutdown's `stopped_` store: either we see stopped_ below, or
-  // shutdown's sweep sees this Pending word.
-  slot.word.store(pending, std::memory_order_seq_cst);
-  if (stopped_.load(std::memory_order_seq_cst)) {
-    if (take_back(slot, index, pending)) throw StoppedError("chime::Runtime: schedule after shutdown");
-    counters_.add(Counter::scheduled);  // shutdown's sweep took it: accepted, and counted by shutdown as not fired
-    return TimerId(index, g, tag_);
-  }
-  if (!try_post_and_wake(Command{CommandKind::add, index, g, nullptr}, token, due_ns)) [[unlikely]] {
+  // (S1) release: publishes the fields above with the word (to the wheel
+  // thread, whose acquire load of the word pairs with it, and to any thread
+  // that acts on the id).
+  slot.word.store(pending, std::memory_order_release);
+  if (!commands_.try_push(Command{CommandKind::add, index, g, nullptr}, token)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
-    // back (as a schedule that lost to shutdown does) and report the failure.
+    // back (nothing names the slot but us) and report the failure.
     if (take_back(slot, index, pending)) throw std::bad_alloc();
     // Someone else decided it first (shutdown's sweep, or a cancel by a
     // guessed id): it counts as accepted and is settled; the slot is freed
     // by the shutdown sweep or, at worst, kept until destruction.
+    counters_.add(Counter::scheduled);
+    return TimerId(index, g, tag_);
   }
+  // (P1) One seq_cst fence for two Dekker pairs: S1 and the ADD, then
+  // stopped_ (shutdown stores stopped_, then fences, then sweeps: either we
+  // see stopped_ below or its sweep and its look at the queue see our word
+  // and our ADD), and the ADD, then the sleeper's bound (wake_after_fence).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (stopped_.load(std::memory_order_relaxed)) [[unlikely]] {
+    if (withdraw_posted(slot, pending)) throw StoppedError("chime::Runtime: schedule after shutdown");
+    counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
+    return TimerId(index, g, tag_);
+  }
+  wake_after_fence(token, due_ns);
   counters_.add(Counter::scheduled);
   return TimerId(index, g, tag_);
 }

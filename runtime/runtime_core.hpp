@@ -222,9 +222,11 @@ class RuntimeCore {
   bool try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void wake_after_post(ProducerQueueToken* token, std::int64_t due_ns);
+  void wake_after_fence(ProducerQueueToken* token, std::int64_t due_ns);
   bool take_wake();
   void end_timer();
   bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
+  bool withdraw_posted(TimerSlot& slot, std::uint64_t pending);
   void throw_if_in_callback(const char* what) const;
 
   // wheel_thread.cpp

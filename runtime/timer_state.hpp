@@ -29,13 +29,16 @@
 //
 //  from              to                 who                      atomic op (order)
 //  ----------------  -----------------  -----------------------  -------------------------------
-//  (free, g-1)       {g,0,Pending}      producer: schedule_*     store (seq_cst)            (S1)
+//  (free, g-1)       {g,0,Pending}      producer: schedule_*     store (release), then the
+//                                       ADD, then a seq_cst fence (pairs with shutdown's)  (S1)
 //  {g,v,Pending}     {g,v,Writing}      producer: reschedule     CAS (acquire)              (R1)
 //  {g,v,Writing}     {g,v+1,Pending}    the same reschedule      CAS (release)              (R2)
 //  {g,v,Writing}     {g,v,Cancelling}   producer: cancel         CAS (acq_rel)  -> true     (C2)
 //  {g,v,Cancelling}  {g,v,Cancelled}    the reschedule (owner): destroys the task, then
 //                                       store (release) -> false                            (R3)
 //  {g,v,Pending}     {g,v,Cancelling}   producer: cancel         CAS (acq_rel)  -> true     (C1)
+//                                       (or a schedule that saw shutdown after posting its
+//                                       ADD, withdrawing its own timer: withdraw_posted)
 //  {g,v,Cancelling}  {g,v,Cancelled}    the same cancel: destroys the task, then
 //                                       store (release)                                     (K1)
 //  {g,v,Pending}     {g,v,Handed}       wheel: claim for a run   CAS (acq_rel)              (W1)
@@ -49,7 +52,7 @@
 //  {g,v,Running}     {g,v,Fired}        worker: periodic's last run (shutdown) CAS (acq_rel) (F3)
 //  {g,v,R}           {g,v,R|waiter}     cancel_and_wait, R = Running or RunningCancelled:
 //                                       CAS (acquire), then futex-wait on the low half     (WB)
-//  {g,v,Pending}     {g,v,Cancelled}    shutdown sweep / a schedule that lost to shutdown  CAS (X1)
+//  {g,v,Pending}     {g,v,Cancelled}    shutdown sweep / a schedule whose ADD failed (OOM) CAS (X1)
 //  {g,v,Handed}      {g,v,Cancelled}    shutdown(cancel_pending) sweep: a lane's ready run CAS (acq_rel) (X2)
 //  {g,v,Pending}     {g,v,Cancelled}    wheel: a destroyed lane's timer, filed or arriving CAS (acq_rel) (L1)
 //  {g,v,Handed}      {g,v,Cancelled}    wheel: a destroyed lane's timer it just claimed   CAS (acq_rel) (L2)
