@@ -386,7 +386,10 @@ TimerId Lane::schedule_every(Duration period, Task task, PeriodicOptions options
 }
 bool Lane::cancel(TimerId id) {
   check("cancel");
-  return core_->cancel(id, nullptr);  // one CAS: no command, no token
+  // One CAS, no command; the token only takes back the slot of a timer
+  // cancelled before the wheel thread filed it (on the lane's thread).
+  const detail::LaneToken token(*lane_);
+  return core_->cancel(id, token.get());
 }
 CancelResult Lane::try_cancel(TimerId id) {
   check("try_cancel");

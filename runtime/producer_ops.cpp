@@ -163,28 +163,53 @@ bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
   return true;
 }
 
-// (X1') The same for a schedule that saw shutdown only after posting its
-// ADD: the ADD may still be applied (by the wheel thread, or by shutdown's
-// look at the leftover commands), and whoever applies it frees the slot, as
-// for a cancel that beat its ADD. So this is a C1 + K1 cancel by the
-// scheduler itself: Pending -> Cancelling (acq_rel), destroy the task,
-// Cancelled (release: whoever frees the slot sees the task gone), and the
-// timer is not counted as accepted. A slot whose ADD nobody applies any more
-// (shutdown already looked at the queue) stays out of use until the runtime
-// is destroyed: at most one per schedule that raced shutdown. False if
-// another thread decided the timer first (shutdown's sweep, the wheel
+// The same for a schedule that saw shutdown only after posting its ADD: the
+// wheel thread may already have filed it (A1). So this is a C1 + K1 cancel
+// by the scheduler itself: Pending -> Cancelling (acq_rel), destroy the
+// task, Cancelled (release: whoever frees the slot sees the task gone), then
+// free the slot if it is not filed (a filed one is a zombie the wheel thread
+// or the shutdown sweep frees); the timer is not counted as accepted. False
+// if another thread decided the timer first (shutdown's sweep, the wheel
 // thread's claim, a cancel by a guessed id): accepted and settled by them.
-bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint64_t pending) {
-  std::uint64_t expected = pending;
-  if (!slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelling),
-                                         std::memory_order_acq_rel)) {
-    return false;
+bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending,
+                                  ProducerQueueToken* token) {
+  std::uint64_t w = pending;
+  // The wheel thread may have filed it meanwhile (A1 sets the filed bit):
+  // then it is a zombie the wheel thread (or the shutdown sweep) frees.
+  while (!slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelling),
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+    if ((w & ~StateWord::kFiledBit) != pending) return false;
   }
   slot.task.reset();
-  slot.word.store(StateWord::with_state(pending, SlotState::cancelled), std::memory_order_release);
-  counters_.add(Counter::lazy_cancels);  // the wheel thread may reclaim it, and counts that
+  slot.word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
+  if (StateWord::filed(w)) {
+    counters_.add(Counter::lazy_cancels);
+  } else {
+    free_unfiled(index, token);
+  }
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
+}
+
+// Frees the slot of a timer cancelled before the wheel thread filed it
+// (timer_state.hpp, "Who frees the slot"): into the caller's slot cache, so
+// its next schedule reuses it while its lines are warm on this core; without
+// a cache, to the shared free list.
+void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept {
+  if (token != nullptr) {
+    SlotCache& cache = token->slots;
+    if (cache.count == SlotCache::kSize) slab_.return_cached(cache);  // a full cache goes back as one batch
+    if (cache.count < SlotCache::kSize) {
+      cache.index[cache.count++] = index;
+      return;
+    }
+  }
+  try {
+    slab_.release(index);
+  } catch (const std::bad_alloc&) {
+    // No container for it (out of memory): the slot stays out of use, never
+    // double-used, as a cache that could not be returned (return_cached).
+  }
 }
 
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
@@ -242,7 +267,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   // and our ADD), and the ADD, then the sleeper's bound (wake_after_fence).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (stopped_.load(std::memory_order_relaxed)) [[unlikely]] {
-    if (withdraw_posted(slot, pending)) throw StoppedError("chime::Runtime: schedule after shutdown");
+    if (withdraw_posted(slot, index, pending, token)) throw StoppedError("chime::Runtime: schedule after shutdown");
     counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
     return TimerId(index, g, tag_);
   }
@@ -257,7 +282,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
 // zombie sweep); one cancelled while handed to a worker is freed by that
 // worker when its start (B1) fails. *slot_out is the timer's slot when the
 // outcome is running or stopped_later_runs (for cancel_and_wait).
-RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** slot_out) {
+RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** slot_out, ProducerQueueToken* token) {
   TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return CancelOutcome::unknown;
   *slot_out = slot;
@@ -297,20 +322,27 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
       if (from == SlotState::pending) {
         // (K1) We own the task now (nobody runs or frees a Cancelling timer):
         // destroy it here, where its line is warm, then publish Cancelled.
-        // release: the destruction happens-before the wheel thread's acquire
-        // load of Cancelled, after which it frees the slot.
+        // release: the destruction happens-before the acquire load of
+        // Cancelled by whoever frees the slot (the wheel thread, if filed).
         slot->task.reset();
         slot->word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
+        // Not filed yet: the slot is ours to free, now (timer_state.hpp,
+        // "Who frees the slot"); its ADD will find it Cancelled or reused.
+        if (!StateWord::filed(w)) free_unfiled(id.slot(), token);
       }
-      if (from == SlotState::pending || from == SlotState::writing) counters_.add(Counter::lazy_cancels);
+      // A filed one is a zombie the wheel thread reclaims; counted for the
+      // sweep's estimate. (C2 on an unfiled timer: the rescheduler frees it.)
+      if ((from == SlotState::pending || from == SlotState::writing) && StateWord::filed(w)) {
+        counters_.add(Counter::lazy_cancels);
+      }
       return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }
   }
 }
 
-bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* /*token*/) {
+bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* token) {
   TimerSlot* slot = nullptr;
-  const CancelOutcome o = decide_cancel(id, &slot);
+  const CancelOutcome o = decide_cancel(id, &slot, token);
   return o == CancelOutcome::won || o == CancelOutcome::stopped_later_runs;
 }
 
@@ -331,7 +363,7 @@ CancelResult RuntimeCore::result_of(CancelOutcome o) noexcept {
 
 CancelResult RuntimeCore::try_cancel(TimerId id) {
   TimerSlot* slot = nullptr;
-  return result_of(decide_cancel(id, &slot));
+  return result_of(decide_cancel(id, &slot, nullptr));
 }
 
 #ifndef NDEBUG
@@ -342,7 +374,7 @@ std::uint64_t pack_id(TimerId id) noexcept { return (std::uint64_t{id.slot()} <<
 
 CancelResult RuntimeCore::cancel_and_wait(TimerId id) {
   TimerSlot* slot = nullptr;
-  const CancelOutcome o = decide_cancel(id, &slot);
+  const CancelOutcome o = decide_cancel(id, &slot, nullptr);
   const CancelResult r = result_of(o);
   if (r != CancelResult::running) return r;
   const TimerId self = current_run();
@@ -448,14 +480,18 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     if (due_ns < old_due) post_and_wake(Command{CommandKind::reschedule, id.slot(), id.generation(), nullptr}, token, due_ns);
     return true;
   }
-  // (R3) The only way R2 fails: a cancel won meanwhile (C2). We still own the
-  // slot's fields; finish the cancel: destroy the task, then publish
-  // Cancelled. The wheel thread reclaims the slot lazily, as after C1
-  // (release: our writes to the slot happen-before its acquire load of
-  // Cancelled, so it frees a slot nobody writes any more).
+  // (R3) The only way R2 fails: a cancel won meanwhile (C2). (The wheel
+  // thread never changes a Writing word: an ADD that meets one waits for the
+  // next pass.) We still own the slot's fields; finish the cancel: destroy
+  // the task, then publish Cancelled. If the timer is filed, the wheel
+  // thread reclaims the slot lazily, as after C1 (release: our writes to the
+  // slot happen-before its acquire load of Cancelled, so it frees a slot
+  // nobody writes any more); if not, we free it.
   CHIME_ASSERT(StateWord::state(expected) == SlotState::cancelling, "R2 failed other than to a cancel (C2)");
   slot->task.reset();
   slot->word.store(StateWord::with_state(expected, SlotState::cancelled), std::memory_order_release);
+  // Not filed yet: the slot is ours to free (the cancel left it to us).
+  if (!StateWord::filed(expected)) free_unfiled(id.slot(), token);
   return false;
 }
 

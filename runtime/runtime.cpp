@@ -104,6 +104,8 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   wake_on_post_count_ = clock_kind_ != ClockKind::manual;
   slab_.reserve(options_.reserve);
   command_buffer_.resize(256);
+  deferred_adds_.reserve(64);
+  retry_adds_.reserve(64);
   dispatch_batch_.reserve(kScratchCapacity);
   overdue_order_.reserve(kScratchCapacity);
   wheel_fired_.reserve(kScratchCapacity);
@@ -200,30 +202,10 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
-  // The wheel thread has exited: its fields and the consumer side of the
-  // command queue are ours. A timer scheduled and cancelled so close to the
-  // stop that its ADD was never applied is freed here (its cancel needed no
-  // command, so only the ADD names it); a pending one is swept below.
-  {
-    Command leftover[256];
-    for (std::size_t n; (n = commands_.pop_bulk(leftover, 256)) != 0;) {
-      for (std::size_t k = 0; k < n; ++k) {
-        const Command& c = leftover[k];
-        if (c.kind != CommandKind::add && c.kind != CommandKind::rearm) continue;
-        TimerSlot& slot = slab_[c.slot];
-        const std::uint64_t w = slot.word.load(std::memory_order_acquire);
-        // Its ADD still queued, so neither the ADD nor a reclaim of a filed
-        // alarm freed it (a timer is filed by one ADD at a time: a periodic
-        // re-arm posts the next only after the run claimed it). A cancel may
-        // still be between C1 and K1 (Cancelling): wait for its store.
-        if (StateWord::generation(w) != c.generation || slot.filed_generation == c.generation) continue;
-        if (StateWord::state(settled_word(slot)) == SlotState::cancelled) {
-          CHIME_ASSERT(!slot.task, "a cancelled timer's task is destroyed by K1/R3");
-          slab_.release(c.slot);
-        }
-      }
-    }
-  }
+  // Commands still queued need nothing: a timer whose ADD was never
+  // applied is either still Pending (swept below) or was cancelled before
+  // it was filed, and then its canceller freed its slot (timer_state.hpp,
+  // "Who frees the slot").
   // Sweep: every timer still pending is cancelled and counted (X1). The
   // wheel thread has exited (joined), so its fields (filed_generation) are
   // ours now.

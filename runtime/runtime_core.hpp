@@ -213,7 +213,7 @@ class RuntimeCore {
     done,                // fired, finished or cancelled before
     unknown,             // stale, foreign or default id
   };
-  CancelOutcome decide_cancel(TimerId id, TimerSlot** slot);
+  CancelOutcome decide_cancel(TimerId id, TimerSlot** slot, ProducerQueueToken* token);
   static CancelResult result_of(CancelOutcome o) noexcept;
   void wait_for_run_end(TimerSlot& slot, TimerId id);
   TimerSlot* slot_of(TimerId id) const noexcept;
@@ -226,7 +226,8 @@ class RuntimeCore {
   bool take_wake();
   void end_timer();
   bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
-  bool withdraw_posted(TimerSlot& slot, std::uint64_t pending);
+  bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
+  void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
   void throw_if_in_callback(const char* what) const;
 
   // wheel_thread.cpp
@@ -331,6 +332,8 @@ class RuntimeCore {
   std::vector<std::uint32_t> fired_buffer_;
   std::vector<std::uint32_t> drain_buffer_;
   std::vector<Command> command_buffer_;
+  std::vector<Command> deferred_adds_;  // ADDs/REARMs that met Writing: applied again next pass (apply)
+  std::vector<Command> retry_adds_;     // the same, being applied again
   std::vector<FlushRequest*> flushes_;
   std::vector<DrainRequest*> drains_;
   StopRequest* stop_ = nullptr;

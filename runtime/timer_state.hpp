@@ -9,7 +9,7 @@
 // wheel_thread.cpp, worker_pool.cpp, and runtime.cpp for X1); every
 // precondition is checked with CHIME_ASSERT in debug and sanitizer builds.
 //
-// Word layout:   [ generation : 32 ][ version : 24 ][ periodic : 1 ][ waiter : 1 ][ state : 6 ]
+// Word layout:   [ generation : 32 ][ version : 24 ][ periodic : 1 ][ waiter : 1 ][ filed : 1 ][ state : 5 ]
 // - generation: which use of the slot this is. Bumped when a producer takes
 //   the slot for a new timer; a TimerId carries it, so every operation on a
 //   stale id fails its compare-and-swap. Generation 0 is never issued.
@@ -21,6 +21,13 @@
 //   word's low 32 bits (a futex); the worker's transition that ends the run
 //   (F1, F2, F3, F4) clears it and, if it was set, wakes the waiters. No
 //   other transition starts from a word with the bit set.
+// - filed: set (A1) by the wheel thread when it applies the timer's ADD or
+//   REARM (it files the timer), cleared by its claim (W1). It decides who
+//   frees the slot of a timer cancelled before it runs: set, the wheel
+//   thread (a zombie, reclaimed lazily); clear, the canceller, at once, into
+//   its own slot cache (the ADD still queued then finds the timer Cancelled
+//   or the slot reused, and does nothing). Kept by every producer transition
+//   (R1, R2, C1, C2, K1, R3) and by `with_state`.
 // - version: bumped each time a reschedule publishes a new due time. The wheel
 //   thread reads `due` between loading the word and its claim CAS; the CAS
 //   fails if a reschedule completed in between (no ABA on Pending).
@@ -41,7 +48,8 @@
 //                                       ADD, withdrawing its own timer: withdraw_posted)
 //  {g,v,Cancelling}  {g,v,Cancelled}    the same cancel: destroys the task, then
 //                                       store (release)                                     (K1)
-//  {g,v,Pending}     {g,v,Handed}       wheel: claim for a run   CAS (acq_rel)              (W1)
+//  {g,v,Pending}     {g,v,Pending,filed}  wheel: applies the ADD/REARM (files it)  CAS (acquire) (A1)
+//  {g,v,Pending,filed} {g,v,Handed}     wheel: claim for a run   CAS (acq_rel)              (W1)
 //  {g,v,Handed}      {g,v,Cancelled}    producer: cancel         CAS (acq_rel)  -> true     (C4)
 //  {g,v,Handed}      {g,v,Running}      worker: the run starts   CAS (acq_rel)              (B1)
 //  {g,v,Running}     {g,v,Fired}        worker: one-shot done    exchange (acq_rel)         (F1)
@@ -95,11 +103,17 @@
 // - a one-shot or final run: the worker, after F1/F3;
 // - a periodic cancelled while running (C3): the worker, after F4;
 // - a run cancelled while handed (C4): the worker, when its B1 fails;
-// - a timer cancelled while filed (C1, or C2 then R3): the wheel thread,
-//   when its alarm comes due or at a zombie sweep, whichever is first; one
-//   whose ADD is not applied yet: the wheel thread, when the ADD arrives
-//   (in both cases the task was already destroyed, by K1 or R3);
-//   either, once the wheel thread has stopped: the shutdown sweep.
+// - a timer cancelled while filed (C1, or C2 then R3, on a word with the
+//   filed bit): the wheel thread, when its alarm comes due or at a zombie
+//   sweep, whichever is first (the task was already destroyed, by K1 or R3);
+//   once the wheel thread has stopped: the shutdown sweep;
+// - a timer cancelled before the wheel filed it (the filed bit clear at C1
+//   or C2): the canceller after K1, or the rescheduler after R3, into its
+//   own slot cache. Its ADD, still queued, finds Cancelled (A1 is a CAS from
+//   Pending: it cannot succeed any more) or a newer generation, and does
+//   nothing: the wheel thread never touches that slot again. This keeps a
+//   timer cancelled soon after it was scheduled (most timeouts) on its
+//   producer's core, and its slot warm for the producer's next schedule.
 //
 // Who may write which field:
 // - `due`: the producer before S1; the owner of Writing (R1..R2); the worker
@@ -126,7 +140,8 @@ enum class SlotState : std::uint8_t {
 };
 
 struct StateWord {
-  static constexpr std::uint64_t kStateMask = 0x3F;
+  static constexpr std::uint64_t kStateMask = 0x1F;
+  static constexpr std::uint64_t kFiledBit = 0x20;
   static constexpr std::uint64_t kWaiterBit = 0x40;
   static constexpr std::uint64_t kPeriodicBit = 0x80;
   static constexpr unsigned kVersionShift = 8;
@@ -142,6 +157,8 @@ struct StateWord {
   static constexpr SlotState state(std::uint64_t w) noexcept { return static_cast<SlotState>(w & kStateMask); }
   static constexpr bool periodic(std::uint64_t w) noexcept { return (w & kPeriodicBit) != 0; }
   static constexpr bool has_waiter(std::uint64_t w) noexcept { return (w & kWaiterBit) != 0; }
+  // The wheel thread has filed this generation and not claimed it (A1..W1).
+  static constexpr bool filed(std::uint64_t w) noexcept { return (w & kFiledBit) != 0; }
   // A run is in progress (the callback started and has not returned).
   static constexpr bool run_in_progress(std::uint64_t w) noexcept {
     return state(w) == SlotState::running || state(w) == SlotState::running_cancelled;
@@ -153,16 +170,22 @@ struct StateWord {
     return static_cast<std::uint32_t>((w & kVersionMask) >> kVersionShift);
   }
   // The same word in state s, without the waiter bit (every transition but
-  // C3 leaves a state that nobody waits on, or starts from one).
+  // C3 leaves a state that nobody waits on, or starts from one); the filed
+  // bit is kept.
   static constexpr std::uint64_t with_state(std::uint64_t w, SlotState s) noexcept {
     return (w & ~(kStateMask | kWaiterBit)) | static_cast<std::uint64_t>(s);
+  }
+  // W1: claimed for a run, so no longer filed.
+  static constexpr std::uint64_t claimed(std::uint64_t w) noexcept {
+    return with_state(w, SlotState::handed) & ~kFiledBit;
   }
   // The low 32 bits: what a cancel_and_wait futex-waits on (little-endian:
   // the half at the word's address).
   static constexpr std::uint32_t low_half(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w); }
-  // Same generation, version + 1 (wrapping inside its 24 bits), state s.
+  // Same generation, version + 1 (wrapping inside its 24 bits), state s;
+  // the filed bit kept (R2 moves the due of a timer that may be filed).
   static constexpr std::uint64_t bumped(std::uint64_t w, SlotState s) noexcept {
-    return make(generation(w), version(w) + 1, s, periodic(w));
+    return make(generation(w), version(w) + 1, s, periodic(w)) | (w & kFiledBit);
   }
   // The generation the next timer in this slot gets: never 0.
   static constexpr std::uint32_t next_generation(std::uint64_t w) noexcept {
@@ -184,5 +207,14 @@ static_assert(StateWord::generation(StateWord::bumped(StateWord::make(7, 0xFFFFF
                                                       SlotState::pending)) == 7);
 static_assert(StateWord::periodic(StateWord::with_state(StateWord::make(7, 1, SlotState::pending, true),
                                                         SlotState::running)));
+static_assert(StateWord::filed(StateWord::bumped(StateWord::make(7, 1, SlotState::writing) | StateWord::kFiledBit,
+                                                 SlotState::pending)),
+              "R2 keeps the filed bit");
+static_assert(StateWord::filed(StateWord::with_state(StateWord::make(7, 1, SlotState::pending) | StateWord::kFiledBit,
+                                                     SlotState::cancelling)),
+              "C1 keeps the filed bit");
+static_assert(!StateWord::filed(StateWord::claimed(StateWord::make(7, 1, SlotState::pending) | StateWord::kFiledBit)));
+static_assert(StateWord::state(StateWord::make(7, 1, SlotState::running_cancelled) | StateWord::kFiledBit) ==
+              SlotState::running_cancelled);
 
 }  // namespace chime::detail

@@ -87,6 +87,8 @@ void RuntimeCore::wheel_main() {
     hand_over();
     if (!exhausted) {
       wheel_retired_->flush();
+      // An ADD waits for a reschedule's two stores (apply): let its thread run.
+      if (!deferred_adds_.empty()) std::this_thread::yield();
       continue;  // more commands queued: apply them before anything else waits or sleeps
     }
     if (stop_ != nullptr) {
@@ -120,6 +122,14 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
   bool any = false;
   exhausted = false;
   std::size_t applied = 0;
+  // ADDs that met a reschedule in flight last pass (apply): before any
+  // command posted after them, so a producer's commands stay in order.
+  if (!deferred_adds_.empty()) {
+    retry_adds_.swap(deferred_adds_);
+    for (const Command& c : retry_adds_) apply(c);
+    retry_adds_.clear();
+    any = true;
+  }
   while (applied < kMaxCommandsPerPass) {
     const std::size_t n = commands_.pop_bulk(command_buffer_.data(), command_buffer_.size());
     if (n == 0) {
@@ -153,6 +163,9 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
       }
     }
   }
+  // An ADD to apply again is a command not applied yet: requests wait for it
+  // (a flush must see that timer filed).
+  if (!deferred_adds_.empty()) exhausted = false;
   if (exhausted) {
     for (DrainRequest* d : drains_) {
       drain_all(Dispatch::drained, d->count);
@@ -171,6 +184,8 @@ void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
   CHIME_ASSERT(StateWord::state(slot.word.load(std::memory_order_relaxed)) == SlotState::cancelled,
                "only a cancelled timer is reclaimed");
   CHIME_ASSERT(!slot.task, "a lazily cancelled timer's task is destroyed before Cancelled is published");
+  CHIME_ASSERT(StateWord::filed(slot.word.load(std::memory_order_relaxed)),
+               "only a filed timer is ours to free; one cancelled before filing is freed by its canceller");
   // Only what is set is cleared: an ADD that found its timer cancelled
   // (the common case under schedule+cancel) leaves the state line clean, so
   // the producer that reuses the slot does not fetch it back dirty.
@@ -187,29 +202,46 @@ void RuntimeCore::apply(const Command& c) {
     case CommandKind::rearm: {  // a periodic's next run (F2)
       // acquire: pairs with S1/F2 (and the queue's release/acquire carries
       // them too), so `due` and the task are visible.
-      const std::uint64_t w = slot.word.load(std::memory_order_acquire);
-      if (StateWord::generation(w) != c.generation) return;  // only after a reclaim and a reuse; nothing to do
-      CHIME_ASSERT(slot.filed_generation != c.generation, "an ADD for a timer already filed");
-      switch (StateWord::state(w)) {
-        case SlotState::cancelled:  // cancelled before we ever filed it: the ADD is a no-op, free it
-          reclaim(slot, c.slot);
-          return;
-        case SlotState::pending:
-        case SlotState::writing:
-        case SlotState::cancelling:  // the rescheduler or canceller settles it (R2/R3/K1); consider() looks again
-          slot.filed_generation = c.generation;
-          if (slot.lane != nullptr && lane_closed(slot)) [[unlikely]] {
-            cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
+      std::uint64_t w = slot.word.load(std::memory_order_acquire);
+      for (;;) {
+        if (StateWord::generation(w) != c.generation) return;  // cancelled, freed by its canceller, and reused
+        CHIME_ASSERT(!StateWord::filed(w) && slot.filed_generation != c.generation, "an ADD for a timer already filed");
+        switch (StateWord::state(w)) {
+          case SlotState::pending:
+            // (A1) We file it, and from now on we free it if it is cancelled.
+            // acquire (as the load): `due` and the task. A cancel's C1 (or a
+            // reschedule's R1) races it on the word: one CAS wins.
+            if (!slot.word.compare_exchange_weak(w, w | StateWord::kFiledBit, std::memory_order_acquire,
+                                                 std::memory_order_acquire)) {
+              continue;
+            }
+            slot.filed_generation = c.generation;
+            if (slot.lane != nullptr && lane_closed(slot)) [[unlikely]] {
+              cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
+              return;
+            }
+            // A schedule's due at or before the clock is due now; a periodic's
+            // next run keeps the interval rule (its fixed rate is the user's
+            // command, applied when it was scheduled).
+            file(c.slot, slot, c.kind == CommandKind::add);
             return;
-          }
-          // A schedule's due at or before the clock is due now; a periodic's
-          // next run keeps the interval rule (its fixed rate is the user's
-          // command, applied when it was scheduled).
-          file(c.slot, slot, c.kind == CommandKind::add);
-          return;
-        default:
-          CHIME_ASSERT(false, "an ADD found its timer handed, running or fired");
-          return;
+          case SlotState::writing:
+            // A reschedule is two stores from done (R2, or R3 after a cancel):
+            // apply this ADD again next pass, which comes at once (wheel_main
+            // yields first; the pass does not count as having emptied the
+            // queue), rather than wait here for a thread that may be
+            // preempted.
+            deferred_adds_.push_back(c);
+            return;
+          case SlotState::cancelling:
+          case SlotState::cancelled:
+            // Cancelled before we filed it: its canceller (or rescheduler,
+            // after R3) frees the slot, and may already have; nothing to do.
+            return;
+          default:
+            CHIME_ASSERT(false, "an ADD found its timer handed, running or fired");
+            return;
+        }
       }
     }
     case CommandKind::reschedule: {  // due moved earlier (R2): re-file now
@@ -356,7 +388,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         }
         // (W1) acq_rel: acquire so the task is visible to the run; release so
         // a later reader of Handed sees our reads done.
-        if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::handed),
+        if (slot.word.compare_exchange_weak(w, StateWord::claimed(w),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
           slot.filed_generation = 0;
           dispatch(d);
@@ -466,7 +498,7 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
       d.due_ns = slot.due_ns.load(std::memory_order_relaxed);
       d.fired_at_ns = now;
       d.flags = static_cast<std::uint8_t>(flags | (StateWord::periodic(w) ? Dispatch::keep_due : 0));
-      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::handed),
+      if (slot.word.compare_exchange_weak(w, StateWord::claimed(w),
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {  // (W1)
         slot.filed_generation = 0;
         dispatch(d);

@@ -241,10 +241,14 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
                                                                 : base + slot.period_ns;
   slot.due_ns.store(next, std::memory_order_relaxed);
   bool rearmed = false;
+  // On the wheel thread the re-arm is filed right here, so F2 also sets the
+  // filed bit (A1 in the same CAS); elsewhere the wheel thread's A1 sets it
+  // when the REARM arrives.
+  const std::uint64_t filed = where == RunPlace::wheel_thread ? StateWord::kFiledBit : 0;
   while (StateWord::state(w) == SlotState::running) {
     // (F2) acq_rel: release publishes the new due with the new version (and
     // the run's effects, for a waiter); the waiter bit is dropped.
-    if (slot.word.compare_exchange_weak(w, StateWord::bumped(w, SlotState::pending), std::memory_order_acq_rel,
+    if (slot.word.compare_exchange_weak(w, StateWord::bumped(w, SlotState::pending) | filed, std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
       rearmed = true;
       break;
