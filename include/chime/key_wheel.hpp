@@ -20,8 +20,9 @@
 //   added while their key was within level 0 go in insertion order; elements
 //   moved down from a higher level join the end of their slot.
 // - `min_elt`, `min_key`: O(levels) bitmap lookups to find the first non-empty
-//   slot, then a scan of that one slot if it is above level 0; the answer is
-//   cached until it can change.
+//   slot, then, if it is above level 0, that slot's minimum: kept per slot as
+//   elements are added (O(1)) and found by a scan of the slot only after its
+//   minimum element left it; the answer is cached until it can change.
 // - `max_allowed_key() >= min(max_representable_key, min_allowed_key() +
 //   2^num_bits - 1)`, `max_allowed_key() <= max_representable_key`, and it
 //   never decreases.
@@ -155,6 +156,7 @@ class KeyWheel {
     }
     num_bits_ = shift;
     heads_.assign(slot_base, detail::kNilIndex);
+    slot_min_.assign(slot_base, kMinUnknown);
     // level_by_width_[w]: level of a key whose xor with `now` has bit width w.
     for (int w = 0; w <= 64; ++w) {
       int level = 0;
@@ -403,6 +405,17 @@ class KeyWheel {
           if (++guard > pool_.capacity()) fail("slot list has a cycle");
           i = n.next;
         } while (i != head);
+        const std::uint32_t m = slot_min_[l.slot_base + j];
+        if (level > 0 && m != kMinUnknown) {
+          std::uint32_t first_min = head;
+          for (std::uint32_t k = pool_[head].next; k != head; k = pool_[k].next) {
+            if (pool_[k].key < pool_[first_min].key) first_min = k;
+          }
+          if (m != first_min) {
+            fail("level " + std::to_string(level) + " slot " + std::to_string(j) + " caches element " +
+                 std::to_string(m) + " as its minimum, but its first smallest element is " + std::to_string(first_min));
+          }
+        }
       }
       if (((nonempty_levels_ >> level) & 1u) != (l.count != 0)) {
         fail("nonempty-levels mask disagrees with the count of level " + std::to_string(level));
@@ -610,7 +623,12 @@ class KeyWheel {
       head = i;
       n.prev = n.next = i;
       l.occupied.set(slot);
+      slot_min_[l.slot_base + slot] = i;
     } else {
+      // Above level 0 a slot holds a range of keys: keep its first smallest
+      // (we join the end, so only a strictly smaller key replaces it).
+      std::uint32_t& m = slot_min_[l.slot_base + slot];
+      if (level > 0 && m != kMinUnknown && n.key < pool_[m].key) m = i;
       Node& h = pool_[head];
       const std::uint32_t tail = h.prev;
       n.prev = tail;
@@ -627,6 +645,7 @@ class KeyWheel {
     Level& l = levels_[n.level];
     const std::size_t slot = slot_of(n.key, n.level);
     std::uint32_t& head = heads_[l.slot_base + slot];
+    if (slot_min_[l.slot_base + slot] == i) slot_min_[l.slot_base + slot] = kMinUnknown;  // found again by a scan
     if (n.next == i) {
       head = detail::kNilIndex;
       l.occupied.reset(slot);
@@ -698,10 +717,15 @@ class KeyWheel {
     if (s.level < 0) return min_cache_ = detail::kNilIndex;
     const std::uint32_t head = slot_head(s);
     std::uint32_t best = head;
-    if (s.level > 0) {  // a higher slot holds a range of keys: take the first smallest
-      for (std::uint32_t i = pool_[head].next; i != head; i = pool_[i].next) {
-        if (pool_[i].key < pool_[best].key) best = i;
+    if (s.level > 0) {  // a higher slot holds a range of keys: its first smallest
+      std::uint32_t& m = slot_min_[levels_[s.level].slot_base + s.slot];
+      if (m == kMinUnknown) {
+        for (std::uint32_t i = pool_[head].next; i != head; i = pool_[i].next) {
+          if (pool_[i].key < pool_[best].key) best = i;
+        }
+        m = best;
       }
+      best = m;
     }
     return min_cache_ = best;
   }
@@ -768,6 +792,11 @@ class KeyWheel {
   detail::ElementPool<T> pool_;
   std::vector<Level> levels_;
   std::vector<std::uint32_t> heads_;  // slot list heads, all levels
+  // Per slot above level 0: the index of its first element with the smallest
+  // key, or kMinUnknown (its minimum left; min_index scans it again). Only
+  // meaningful while the slot is non-empty; the first link into an empty
+  // slot sets it.
+  mutable std::vector<std::uint32_t> slot_min_;
   std::array<std::uint8_t, 65> level_by_width_{};
   int num_levels_ = 0;
   int num_bits_ = 0;
