@@ -108,6 +108,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   retry_adds_.reserve(64);
   dispatch_batch_.reserve(kScratchCapacity);
   overdue_order_.reserve(kScratchCapacity);
+  overdue_scratch_.reserve(kScratchCapacity);
   wheel_fired_.reserve(kScratchCapacity);
   sweep_buffer_.reserve(kScratchCapacity);
   // The wheel thread's scratch lists keep their capacity between passes;

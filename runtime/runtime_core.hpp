@@ -238,6 +238,7 @@ class RuntimeCore {
   bool due_now_at_application(std::int64_t due);
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
+  void sort_overdue();
   void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);
   void dispatch(const Dispatch& d);
   void hand_over();
@@ -321,6 +322,7 @@ class RuntimeCore {
     std::uint32_t index;
   };
   std::vector<Overdue> overdue_order_;                               // overdue timers by due time
+  std::vector<Overdue> overdue_scratch_;                             // sort_overdue's second buffer
   std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired_;  // this advance's alarms, by interval
   std::int64_t application_now_ns_ = INT64_MIN;  // the clock at this pass's application; MIN: not read yet
   std::vector<Dispatch> dispatch_batch_;  // claimed this pass for the workers, handed over at its end (hand_over)

@@ -289,6 +289,46 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
   }
 }
 
+// Sorts overdue_order_ (built in filing order) by due, ties in filing
+// order. When the dues of this pass span less than 2^33 ns (8.6 s; timers
+// due now at their application span a pass's lag), a stable LSD radix sort
+// on due - min in three 11-bit digits: linear, where std::sort's n log n
+// comparisons of (due, seq) were 6% of schedule-to-fire's CPU (perf).
+// Otherwise std::sort on (due, seq), which never allocates. Never allocates
+// beyond the scratch reserved at construction (kScratchCapacity) unless the
+// list is longer.
+void RuntimeCore::sort_overdue() {
+  const std::size_t n = overdue_order_.size();
+  std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const Overdue& o : overdue_order_) {
+    lo = std::min(lo, o.due);
+    hi = std::max(hi, o.due);
+  }
+  constexpr int kDigitBits = 11, kDigits = 3;
+  constexpr std::uint64_t kRange = std::uint64_t{1} << (kDigitBits * kDigits);
+  if (n < 512 || static_cast<std::uint64_t>(static_cast<__int128>(hi) - lo) >= kRange) {
+    std::sort(overdue_order_.begin(), overdue_order_.end(),
+              [](const Overdue& a, const Overdue& b) { return a.due != b.due ? a.due < b.due : a.seq < b.seq; });
+    return;
+  }
+  overdue_scratch_.resize(n);
+  Overdue* from = overdue_order_.data();
+  Overdue* to = overdue_scratch_.data();
+  for (int d = 0; d < kDigits; ++d) {
+    const int shift = d * kDigitBits;
+    std::uint32_t count[(1u << kDigitBits) + 1] = {};
+    auto digit = [&](const Overdue& o) {
+      return static_cast<std::uint32_t>((static_cast<std::uint64_t>(o.due - lo) >> shift) & ((1u << kDigitBits) - 1));
+    };
+    for (std::size_t i = 0; i < n; ++i) ++count[digit(from[i]) + 1];
+    for (std::uint32_t b = 0; b < (1u << kDigitBits); ++b) count[b + 1] += count[b];
+    for (std::size_t i = 0; i < n; ++i) to[count[digit(from[i])]++] = from[i];  // stable: ties keep their order
+    std::swap(from, to);
+  }
+  // An odd number of passes leaves the result in the scratch buffer.
+  if (from != overdue_order_.data()) std::copy(from, from + n, overdue_order_.data());
+}
+
 // True iff `due` is at or before the clock's time at this pass's
 // application. A due at or before the wheel's time needs no clock read (the
 // clock is never behind it); otherwise the clock is read once per pass.
@@ -311,12 +351,7 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
     if (!overdue_order_.empty() && due < overdue_order_.back().due) sorted = false;
     overdue_order_.push_back({due, static_cast<std::uint32_t>(overdue_order_.size()), index});
   }
-  if (!sorted) {
-    // By due, ties in filing order (seq): a stable order from std::sort,
-    // which, unlike std::stable_sort, never allocates a buffer.
-    std::sort(overdue_order_.begin(), overdue_order_.end(),
-              [](const Overdue& a, const Overdue& b) { return a.due != b.due ? a.due < b.due : a.seq < b.seq; });
-  }
+  if (!sorted) sort_overdue();
   overdue_.clear();
   awaiting_writer_ = false;
   wheel_fired_.clear();
