@@ -294,8 +294,8 @@ class RuntimeCore {
   std::mutex shutdown_mutex_;
 
   // Counters (runtime_stats.hpp). Counter::lazy_cancels counts C1 and C2
-  // cancels: timers the wheel thread reclaims lazily (filed zombies, or an
-  // ADD still queued); compared with reclaimed_ to decide a zombie sweep.
+  // cancels of filed timers: zombies the wheel thread reclaims lazily;
+  // compared with reclaimed_ to decide a zombie sweep.
   RuntimeCounters counters_;
   std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
   std::atomic<std::uint64_t> wakeups_{0};

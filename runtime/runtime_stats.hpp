@@ -93,7 +93,7 @@ enum class Counter : unsigned {
   rescheduled,
   ended,            // timers whose outcome is decided (stats().pending = scheduled - ended)
   callback_errors,
-  lazy_cancels,     // C1/C2 cancels: slots the wheel thread reclaims later
+  lazy_cancels,     // C1/C2 cancels of filed timers: zombies the wheel thread reclaims later
   slow_runs,
 };
 inline constexpr std::size_t kCounters = 8;

@@ -176,8 +176,8 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
   return any;
 }
 
-// A cancelled timer (C1 then K1, or C2 then R3) that the wheel thread owns:
-// free it. Its task was destroyed by the canceller (or rescheduler) before
+// A cancelled timer (C1 then K1, or C2 then R3) that the wheel thread owns
+// (it was filed: the filed bit): free it. Its task was destroyed by the canceller (or rescheduler) before
 // it published Cancelled, so the task's line is not touched here. Counts it
 // against Counter::lazy_cancels for the zombie estimate.
 void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
@@ -548,9 +548,8 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
 // Go's rule for deleted timers: cancelled timers stay filed (zombies) until
 // their alarm comes up, unless they exceed a quarter of the filed timers;
 // then one pass over the wheel reclaims them all. The estimate is every C1/C2
-// cancel minus every lazily cancelled timer reclaimed; it counts cancels
-// whose ADD is still queued too (those are reclaimed when the ADD arrives),
-// so it is an upper bound, and a sweep brings it back to at most the cancels
+// cancel of a filed timer (the others are freed by their canceller) minus
+// every zombie reclaimed, so a sweep brings it back to at most the cancels
 // that raced it. Amortized O(1) per cancel: a sweep over n filed timers
 // reclaims more than max(n/4, kMinZombiesForSweep) - (cancels in flight).
 void RuntimeCore::sweep_zombies_if_many() {
