@@ -9,6 +9,8 @@
 //   sleep_answers_late   GET /sleep?ms=K answers after >= K ms, and another connection is
 //                        answered meanwhile (a timer, not a blocking sleep)
 //   sigterm_exits_0      SIGTERM: the server exits 0 and prints its "stopped:" line
+//   server_close_times   (--record-close) the server timed the idle and request closes above
+//                        against their deadlines: at least one of each, none before its deadline
 // With --no-timers (the build without a timer service): /sleep answers 501, and the timeout
 // checks are skipped. Upper bounds are generous (2 s) for a loaded 2-core machine; lower bounds
 // are exact. Exits 0 iff every check passes; the whole run is bounded by alarm(18).
@@ -232,7 +234,7 @@ int main(int argc, char** argv) {
     ::close(out[1]);
     const std::string idle = std::to_string(kIdleMs), request = std::to_string(kRequestMs);
     execl(argv[1], argv[1], "--port", "0", "--threads", "2", "--idle-ms", idle.c_str(), "--request-ms", request.c_str(),
-          "--write-ms", "2000", "--duration", "30", static_cast<char*>(nullptr));
+          "--write-ms", "2000", "--duration", "30", "--record-close", static_cast<char*>(nullptr));
     std::perror("http_timeouts_check: exec");
     std::_Exit(127);
   }
@@ -269,6 +271,17 @@ int main(int argc, char** argv) {
   std::printf("server: %s", rest.c_str());
   check(WIFEXITED(status) && WEXITSTATUS(status) == 0 && rest.find("stopped:") != std::string::npos, "sigterm_exits_0",
         WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : std::string("killed by a signal"));
+  if (timers) {
+    for (const char* kind : {"idle", "request"}) {
+      const std::string tag = std::string("close_lateness kind=") + kind + " ";
+      const std::size_t at = rest.find(tag);
+      unsigned long n = 0;
+      long early = -1;
+      if (at != std::string::npos) std::sscanf(rest.c_str() + at + tag.size(), "n=%lu early=%ld", &n, &early);
+      check(n >= 1 && early == 0, "server_close_times",
+            std::string(kind) + ": " + (at == std::string::npos ? "no close_lateness line" : rest.substr(at, rest.find('\n', at) - at)));
+    }
+  }
   std::printf("%s: %d failed\n", g_failures == 0 ? "PASS" : "FAIL", g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -34,6 +34,12 @@
 // --duration seconds it stops: the loops close their connections, and the last line on stdout
 // is "stopped: ..." with the requests served, the connections closed by each reason and the
 // process's CPU time (getrusage: every thread, the timer service's included) per request.
+// With --record-close, each idle or request-deadline close is also timed against its
+// deadline (the steady clock's time at the arm plus the timeout, read just before the arm,
+// so never later than the timer's own due): before "stopped:" come two lines
+// "close_lateness kind=idle|request n=... early=... p50_ms=... p99_ms=... max_ms=...",
+// where early counts closes before the deadline. Off by default: it reads the clock at
+// every arm, which the CPU-per-request comparison of the timer services must not include.
 // Exits 0. It raises RLIMIT_NOFILE to its hard limit and says on stderr how many connections
 // that allows when it is under --max-conns.
 #include "http_timer_service.hpp"
@@ -79,6 +85,7 @@ struct Options {
   std::int64_t precision_ms = 1;
   std::size_t max_header = 8192;
   std::size_t max_conns = 10000;  // for the fd-limit message only
+  bool record_close = false;      // time idle and request closes against their deadlines
 };
 
 [[noreturn]] void die(const char* what) {
@@ -165,6 +172,7 @@ struct Conn {
   bool close_after_write = false;
   bool epollout = false;  // output is blocked: the epoll events are EPOLLOUT only
   bool closing = false;   // closed; freed after the batch of events
+  SteadyClock::time_point deadline[2] = {};  // --record-close: idle, request
   http_timers::ConnTimers timers;
 };
 
@@ -172,6 +180,7 @@ struct LoopStats {
   std::uint64_t requests = 0;
   std::uint64_t accepted = 0;
   std::uint64_t closed[static_cast<int>(Closed::count)] = {};
+  std::vector<std::int64_t> close_late_ns[2];  // --record-close: idle, request; close time - deadline
 };
 
 constexpr std::uint64_t kListenKey = ~std::uint64_t{0};
@@ -242,9 +251,11 @@ class EventLoop final : public http_timers::Sink {
     if (!c.timers.current(kind, SteadyClock::now())) return;  // re-armed or disarmed since (mailbox services)
     switch (kind) {
       case Kind::idle:
+        record_close(c, kind);
         close_conn(c, Closed::idle);
         break;
       case Kind::request:
+        record_close(c, kind);
         fail(c, 408, "Request Timeout", Closed::request);
         break;
       case Kind::write:
@@ -255,13 +266,24 @@ class EventLoop final : public http_timers::Sink {
         c.sleeping = false;
         ++stats_.requests;
         c.out += response(200, "OK", "slept\n", !c.close_after_write);
-        c.timers.arm(Kind::idle, idle_);
+        arm(c, Kind::idle, idle_);
         if (flush(c)) process(c);
         break;
     }
   }
 
  private:
+  // Arms an idle or request timer, noting its deadline first with --record-close.
+  void arm(Conn& c, Kind k, std::chrono::milliseconds timeout) {
+    if (o_.record_close) c.deadline[k == Kind::idle ? 0 : 1] = SteadyClock::now() + timeout;
+    c.timers.arm(k, timeout);
+  }
+  void record_close(const Conn& c, Kind k) {
+    if (!o_.record_close) return;
+    const int i = k == Kind::idle ? 0 : 1;
+    stats_.close_late_ns[i].push_back((SteadyClock::now() - c.deadline[i]).count());
+  }
+
   void add(int fd, std::uint64_t key) {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -291,7 +313,7 @@ class EventLoop final : public http_timers::Sink {
       ev.events = EPOLLIN | EPOLLRDHUP;
       ev.data.u64 = id;
       if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl (connection)");
-      c.timers.arm(Kind::idle, idle_);
+      arm(c, Kind::idle, idle_);
     }
   }
 
@@ -334,7 +356,7 @@ class EventLoop final : public http_timers::Sink {
         if (c.in.size() > o_.max_header) {
           fail(c, 431, "Request Header Fields Too Large", Closed::too_large);
         } else if (!c.in.empty() && !c.request_armed) {
-          c.timers.arm(Kind::request, request_);  // the deadline for the whole header
+          arm(c, Kind::request, request_);  // the deadline for the whole header
           c.request_armed = true;
         }
         return;
@@ -379,7 +401,7 @@ class EventLoop final : public http_timers::Sink {
         return;
       }
       ++stats_.requests;
-      c.timers.arm(Kind::idle, idle_);  // the touch
+      arm(c, Kind::idle, idle_);  // the touch
       if (!flush(c)) return;
     }
   }
@@ -540,10 +562,13 @@ int main(int argc, char** argv) {
       o.max_header = std::strtoull(next(), nullptr, 10);
     } else if (a == "--max-conns") {
       o.max_conns = std::strtoull(next(), nullptr, 10);
+    } else if (a == "--record-close") {
+      o.record_close = true;
     } else {
       std::fprintf(stderr,
                    "usage: http_timeouts_server [--threads N] [--port P (0: ephemeral)] [--duration S] [--idle-ms T] "
-                   "[--request-ms R] [--write-ms W] [--precision-ms P] [--max-header B] [--max-conns N]\n");
+                   "[--request-ms R] [--write-ms W] [--precision-ms P] [--max-header B] [--max-conns N] "
+                   "[--record-close]\n");
       return 2;
     }
   }
@@ -614,6 +639,19 @@ int main(int argc, char** argv) {
     all.requests += s.requests;
     all.accepted += s.accepted;
     for (int k = 0; k < static_cast<int>(Closed::count); ++k) all.closed[k] += s.closed[k];
+    for (int i = 0; i < 2; ++i) all.close_late_ns[i].insert(all.close_late_ns[i].end(), s.close_late_ns[i].begin(), s.close_late_ns[i].end());
+  }
+  if (o.record_close) {
+    for (int i = 0; i < 2; ++i) {
+      std::vector<std::int64_t>& v = all.close_late_ns[i];
+      std::sort(v.begin(), v.end());
+      auto q = [&](double p) {
+        return v.empty() ? 0.0 : static_cast<double>(v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))]) / 1e6;
+      };
+      const auto early = std::count_if(v.begin(), v.end(), [](std::int64_t x) { return x < 0; });
+      std::printf("close_lateness kind=%s n=%zu early=%lld p50_ms=%.3f p99_ms=%.3f max_ms=%.3f\n", i == 0 ? "idle" : "request",
+                  v.size(), static_cast<long long>(early), q(0.5), q(0.99), v.empty() ? 0.0 : static_cast<double>(v.back()) / 1e6);
+    }
   }
   std::printf("stopped: service=%s requests=%llu accepted=%llu wall_s=%.3f cpu_s=%.3f cpu_us_per_request=%.3f closed:",
               http_timers::kServiceName, static_cast<unsigned long long>(all.requests),
