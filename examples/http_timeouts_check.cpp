@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
       long early = -1;
       if (at != std::string::npos) std::sscanf(rest.c_str() + at + tag.size(), "n=%lu early=%ld", &n, &early);
       check(n >= 1 && early == 0, "server_close_times",
-            std::string(kind) + ": " + (at == std::string::npos ? "no close_lateness line" : rest.substr(at, rest.find('\n', at) - at)));
+            std::string(kind) + ": " +
+                (at == std::string::npos ? "no close_lateness line" : rest.substr(at, rest.find('\n', at) - at)));
     }
   }
   std::printf("%s: %d failed\n", g_failures == 0 ? "PASS" : "FAIL", g_failures);

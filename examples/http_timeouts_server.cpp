@@ -639,18 +639,23 @@ int main(int argc, char** argv) {
     all.requests += s.requests;
     all.accepted += s.accepted;
     for (int k = 0; k < static_cast<int>(Closed::count); ++k) all.closed[k] += s.closed[k];
-    for (int i = 0; i < 2; ++i) all.close_late_ns[i].insert(all.close_late_ns[i].end(), s.close_late_ns[i].begin(), s.close_late_ns[i].end());
+    for (int i = 0; i < 2; ++i)
+      all.close_late_ns[i].insert(all.close_late_ns[i].end(), s.close_late_ns[i].begin(), s.close_late_ns[i].end());
   }
   if (o.record_close) {
     for (int i = 0; i < 2; ++i) {
       std::vector<std::int64_t>& v = all.close_late_ns[i];
       std::sort(v.begin(), v.end());
       auto q = [&](double p) {
-        return v.empty() ? 0.0 : static_cast<double>(v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))]) / 1e6;
+        return v.empty() ? 0.0
+                         : static_cast<double>(
+                               v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))]) /
+                               1e6;
       };
       const auto early = std::count_if(v.begin(), v.end(), [](std::int64_t x) { return x < 0; });
-      std::printf("close_lateness kind=%s n=%zu early=%lld p50_ms=%.3f p99_ms=%.3f max_ms=%.3f\n", i == 0 ? "idle" : "request",
-                  v.size(), static_cast<long long>(early), q(0.5), q(0.99), v.empty() ? 0.0 : static_cast<double>(v.back()) / 1e6);
+      std::printf("close_lateness kind=%s n=%zu early=%lld p50_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+                  i == 0 ? "idle" : "request", v.size(), static_cast<long long>(early), q(0.5), q(0.99),
+                  v.empty() ? 0.0 : static_cast<double>(v.back()) / 1e6);
     }
   }
   std::printf("stopped: service=%s requests=%llu accepted=%llu wall_s=%.3f cpu_s=%.3f cpu_us_per_request=%.3f closed:",

@@ -176,8 +176,8 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
   std::uint64_t w = pending;
   // The wheel thread may have filed it meanwhile (A1 sets the filed bit):
   // then it is a zombie the wheel thread (or the shutdown sweep) frees.
-  while (!slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelling),
-                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+  while (!slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelling), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
     if ((w & ~StateWord::kFiledBit) != pending) return false;
   }
   slot.task.reset();

@@ -91,9 +91,9 @@ enum class Counter : unsigned {
   fired,
   cancelled,
   rescheduled,
-  ended,            // timers whose outcome is decided (stats().pending = scheduled - ended)
+  ended,  // timers whose outcome is decided (stats().pending = scheduled - ended)
   callback_errors,
-  lazy_cancels,     // C1/C2 cancels of filed timers: zombies the wheel thread reclaims later
+  lazy_cancels,  // C1/C2 cancels of filed timers: zombies the wheel thread reclaims later
   slow_runs,
 };
 inline constexpr std::size_t kCounters = 8;

@@ -423,8 +423,8 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         }
         // (W1) acq_rel: acquire so the task is visible to the run; release so
         // a later reader of Handed sees our reads done.
-        if (slot.word.compare_exchange_weak(w, StateWord::claimed(w),
-                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+        if (slot.word.compare_exchange_weak(w, StateWord::claimed(w), std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
           slot.filed_generation = 0;
           dispatch(d);
           return;
@@ -533,8 +533,8 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
       d.due_ns = slot.due_ns.load(std::memory_order_relaxed);
       d.fired_at_ns = now;
       d.flags = static_cast<std::uint8_t>(flags | (StateWord::periodic(w) ? Dispatch::keep_due : 0));
-      if (slot.word.compare_exchange_weak(w, StateWord::claimed(w),
-                                          std::memory_order_acq_rel, std::memory_order_acquire)) {  // (W1)
+      if (slot.word.compare_exchange_weak(w, StateWord::claimed(w), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {  // (W1)
         slot.filed_generation = 0;
         dispatch(d);
         ++count;

@@ -126,20 +126,20 @@ TEST_P(DueOrderTest, thousands_of_past_due_timers_applied_together_run_in_due_or
   gate.wait_started();
   constexpr int kTimers = 3000;
   std::vector<std::pair<std::int64_t, int>> posted;  // (due in us, posting index)
-  std::uint64_t x = 88172645463325252ull;             // xorshift: a fixed, spread sequence
+  std::uint64_t x = 88172645463325252ull;            // xorshift: a fixed, spread sequence
   for (int i = 0; i < kTimers; ++i) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    const std::int64_t due_us = static_cast<std::int64_t>(x % 100) * 1000 + (i % 3 == 0 ? 0 : static_cast<std::int64_t>(x % 7));
+    const std::int64_t due_us =
+        static_cast<std::int64_t>(x % 100) * 1000 + (i % 3 == 0 ? 0 : static_cast<std::int64_t>(x % 7));
     posted.emplace_back(due_us, i);
     rt.schedule_at(at(std::chrono::microseconds(due_us)), rec.task(i));
   }
   gate.release();
   flusher.join();
   rt.flush();
-  std::stable_sort(posted.begin(), posted.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(posted.begin(), posted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<int> expected;
   for (const auto& p : posted) expected.push_back(p.second);
   EXPECT_EQ(rec.tags(), expected);
