@@ -146,9 +146,9 @@ void RuntimeCore::end_timer() {
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-// (X1) A schedule that must not be accepted (it lost to shutdown, or its ADD
-// could not be posted) takes its timer back: Pending -> Cancelled, then the
-// task, the capacity and the slot are given back. False if another thread
+// (X1) A schedule whose ADD could not be posted (out of memory) takes its
+// timer back: Pending -> Cancelled, then the task, the capacity and the slot
+// are given back (nothing else names the slot: no ADD is queued). False if another thread
 // decided the timer first (shutdown's sweep, or a cancel by a guessed id):
 // then it counts as accepted and is settled by whoever decided it.
 bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending) {

@@ -167,8 +167,8 @@ TEST_P(LazyReclaimTest, cancel_posts_no_command) {
 }
 
 // A cancel that lands before the wheel filed the ADD makes the ADD a no-op:
-// the timer never runs and its slot is free again at the next pass (the next
-// schedule after the flush takes it).
+// the timer never runs and its slot is free again at once (its canceller
+// frees it: the filed bit was clear), so the next schedule takes it.
 TEST_P(LazyReclaimTest, cancel_before_the_add_is_filed_makes_the_add_a_no_op) {
   // A filed alarm at 3 ms: a schedule due later does not wake the wheel
   // (ManualClock), so the cancel below lands before its ADD is applied.
@@ -179,7 +179,7 @@ TEST_P(LazyReclaimTest, cancel_before_the_add_is_filed_makes_the_add_a_no_op) {
   rt.flush();
   EXPECT_EQ(rt.state(id), TimerState::cancelled);
   const TimerId next = rt.schedule_at(at(5ms), rec.task(1));
-  EXPECT_EQ(next.slot(), id.slot()) << "the cancelled timer's slot was not freed when its ADD arrived";
+  EXPECT_EQ(next.slot(), id.slot()) << "the cancelled timer's slot was not freed by its cancel";
   EXPECT_EQ(rt.state(id), TimerState::unknown) << "an id whose slot was reused reads unknown";
   advance_to(clock, rt, at(10ms));
   EXPECT_EQ(rec.tags(), (std::vector<int>{9, 1}));
