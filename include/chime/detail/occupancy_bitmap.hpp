@@ -14,6 +14,7 @@
 // iff word w of layer L-1 is non-zero; no bit at or beyond `size` is set.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -50,6 +51,8 @@ class OccupancyBitmap {
   bool any() const noexcept { return words_.back() != 0; }
 
   bool test(std::size_t i) const noexcept { return (word(0, i >> 6) >> (i & 63)) & 1u; }
+  // Bits 64 * wi to 64 * wi + 63 (wi < (size + 63) / 64), bit 0 first. For checks.
+  std::uint64_t word_at(std::size_t wi) const noexcept { return word(0, wi); }
 
   // Sets bit i (i < size). Never allocates.
   void set(std::size_t i) noexcept {
@@ -126,21 +129,27 @@ class OccupancyBitmap {
   // Throws std::logic_error if the summary layers disagree with the layer below
   // or a bit beyond size is set.
   void check() const {
+    // Word by word: the last word of layer 0 may hold bits beyond size_; every other word is all valid.
     for (std::size_t wi = 0; wi < layer_words_[0]; ++wi) {
-      for (unsigned b = 0; b < 64; ++b) {
-        if ((word(0, wi) >> b & 1u) && (wi << 6) + b >= size_) {
-          throw std::logic_error("OccupancyBitmap: bit " + std::to_string((wi << 6) + b) + " set beyond size " +
-                                 std::to_string(size_));
-        }
+      const std::size_t valid = std::min<std::size_t>(64, size_ - std::min(size_, wi << 6));
+      const std::uint64_t beyond = valid == 64 ? 0 : ~std::uint64_t{0} << valid;
+      if (const std::uint64_t bad = word(0, wi) & beyond; bad != 0) {
+        throw std::logic_error("OccupancyBitmap: bit " +
+                               std::to_string((wi << 6) + static_cast<std::size_t>(std::countr_zero(bad))) +
+                               " set beyond size " + std::to_string(size_));
       }
     }
     for (std::size_t layer = 1; layer < layers(); ++layer) {
-      for (std::size_t i = 0; i < layer_words_[layer] * 64; ++i) {
-        const bool summary = (word(layer, i >> 6) >> (i & 63)) & 1u;
-        const bool below = i < layer_words_[layer - 1] && word(layer - 1, i) != 0;
-        if (summary != below) {
-          throw std::logic_error("OccupancyBitmap: summary bit " + std::to_string(i) + " of layer " +
-                                 std::to_string(layer) + " disagrees with the layer below");
+      for (std::size_t wi = 0; wi < layer_words_[layer]; ++wi) {
+        // The summary word wi should have bit b set exactly when word 64 * wi + b below is non-zero.
+        std::uint64_t want = 0;
+        for (std::size_t b = 0; b < 64 && (wi << 6) + b < layer_words_[layer - 1]; ++b) {
+          want |= std::uint64_t{word(layer - 1, (wi << 6) + b) != 0} << b;
+        }
+        if (const std::uint64_t bad = word(layer, wi) ^ want; bad != 0) {
+          throw std::logic_error("OccupancyBitmap: summary bit " +
+                                 std::to_string((wi << 6) + static_cast<std::size_t>(std::countr_zero(bad))) +
+                                 " of layer " + std::to_string(layer) + " disagrees with the layer below");
         }
       }
     }
