@@ -47,7 +47,7 @@ class FreeSlotStack {
   FreeSlotStack(const FreeSlotStack&) = delete;
   FreeSlotStack& operator=(const FreeSlotStack&) = delete;
   ~FreeSlotStack() {
-    for (std::uint32_t c = 0; c < kMaxChunks; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+    for (std::uint32_t c = 0; c < chunks_used_; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
   }
 
   // Pops the most recently pushed batch into out[0, kBatch); returns its

@@ -116,7 +116,8 @@ class TimerSlab {
   TimerSlab(const TimerSlab&) = delete;
   TimerSlab& operator=(const TimerSlab&) = delete;
   ~TimerSlab() {
-    for (std::uint32_t c = 0; c < kMaxChunks; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+    // Only the chunks below the highest one created (most runtimes use a few of the 65,536).
+    for (std::uint32_t c = 0; c < chunk_end_; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
   }
 
   // Number of slot indices ever handed out; every index below it is valid.
@@ -221,12 +222,14 @@ class TimerSlab {
     std::lock_guard<std::mutex> lock(grow_mutex_);
     if (chunks_[c].load(std::memory_order_relaxed) == nullptr) {
       chunks_[c].store(new TimerSlot[kChunkSize], std::memory_order_release);  // (A)
+      chunk_end_ = std::max(chunk_end_, c + 1);
     }
   }
 
   std::unique_ptr<std::atomic<TimerSlot*>[]> chunks_;
   std::atomic<std::uint32_t> fresh_{0};
   std::mutex grow_mutex_;
+  std::uint32_t chunk_end_ = 0;  // one past the highest chunk created; guarded by grow_mutex_ (read by the destructor)
   FreeSlotStack free_;
 };
 
