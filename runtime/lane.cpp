@@ -117,7 +117,7 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
         slot.task.reset();  // C4 while we held the claim: the holder frees it
         slot.filed_generation = 0;
         slot.alarm = {};
-        wheel_retired_->add(index);
+        wt().retired->add(index);
       } else {
         reclaim(slot, index);  // a zombie (C1/K1 or C2/R3)
       }
@@ -133,7 +133,7 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
       slot.task.reset();
       slot.filed_generation = 0;
       slot.alarm = {};
-      wheel_retired_->add(index);
+      wt().retired->add(index);
       return;
     }
   }
@@ -142,27 +142,27 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
 // Wheel thread, serving a close_lane command: cancels every timer of the
 // closed lane that is filed (in the wheel or on the overdue list).
 void RuntimeCore::close_lane_on_wheel(LaneCore* lane) {
-  sweep_buffer_.clear();
-  wheel_.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
-    const std::uint32_t index = wheel_.value(a);
-    if (slab_[index].lane == lane && lane_closed(slab_[index])) sweep_buffer_.push_back(index);
+  wt().sweep_buffer.clear();
+  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
+    const std::uint32_t index = wt().wheel.value(a);
+    if (slab_[index].lane == lane && lane_closed(slab_[index])) wt().sweep_buffer.push_back(index);
   });
-  for (std::uint32_t index : sweep_buffer_) {
+  for (std::uint32_t index : wt().sweep_buffer) {
     TimerSlot& slot = slab_[index];
-    wheel_.remove(slot.alarm);
+    wt().wheel.remove(slot.alarm);
     cancel_for_closed_lane(slot, index);
   }
   std::size_t kept = 0;
-  for (std::uint32_t index : overdue_) {
+  for (std::uint32_t index : wt().overdue) {
     TimerSlot& slot = slab_[index];
     if (slot.lane == lane && lane_closed(slot)) {
       cancel_for_closed_lane(slot, index);
     } else {
-      overdue_[kept++] = index;
+      wt().overdue[kept++] = index;
     }
   }
-  overdue_.resize(kept);
-  wheel_retired_->flush();
+  wt().overdue.resize(kept);
+  wt().retired->flush();
 }
 
 void RuntimeCore::close_lane(LaneCore* lane) {

@@ -98,30 +98,14 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       tag_(next_runtime_tag()),
       commands_(options_.command_queue),
       due_limit_ns_(due_limit_for(start_ns_)),
-      wheel_(WheelConfig{options_.precision, options_.level_bits, options_.reserve}, TimePoint(Duration(start_ns_))) {
+      wt_(WheelConfig{options_.precision, options_.level_bits, options_.reserve}, TimePoint(Duration(start_ns_))) {
   // A manual clock never wakes the wheel on its own (clock.hpp): commands
   // wait for a flush or for a schedule that needs the wheel earlier.
   wake_on_post_count_ = clock_kind_ != ClockKind::manual;
   slab_.reserve(options_.reserve);
-  command_buffer_.resize(256);
-  deferred_adds_.reserve(64);
-  retry_adds_.reserve(64);
-  dispatch_batch_.reserve(kScratchCapacity);
-  overdue_order_.reserve(kScratchCapacity);
-  overdue_scratch_.reserve(kScratchCapacity);
-  wheel_fired_.reserve(kScratchCapacity);
-  sweep_buffer_.reserve(kScratchCapacity);
-  // The wheel thread's scratch lists keep their capacity between passes;
-  // reserving up front means a burst of overdue or fired timers within this
-  // size never allocates, however the passes happen to fall.
-  fired_buffer_.reserve(kScratchCapacity);
-  overdue_.reserve(kScratchCapacity);
-  drain_buffer_.reserve(kScratchCapacity);
-  flushes_.reserve(64);
-  drains_.reserve(64);
-  handoff_token_ = std::make_unique<moodycamel::ProducerToken>(handoff_);
-  workers_.reserve(options_.workers);
-  for (unsigned i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_main(); });
+  wt().handoff_token = std::make_unique<moodycamel::ProducerToken>(pool_.handoff);
+  pool_.threads.reserve(options_.workers);
+  for (unsigned i = 0; i < options_.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
   wheel_thread_ = std::thread([this] { wheel_main(); });
 }
 
@@ -183,12 +167,12 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   wheel_thread_.join();
   // The wheel thread has stopped dispatching; queue one stop per worker
   // behind every run (same producer token: FIFO), then join them.
-  for (std::size_t i = 0; i < workers_.size(); ++i) {
+  for (std::size_t i = 0; i < pool_.threads.size(); ++i) {
     Dispatch stop;
     stop.flags = Dispatch::stop;
-    while (!handoff_.enqueue(*handoff_token_, stop)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (!pool_.handoff.enqueue(*wt().handoff_token, stop)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  for (auto& t : workers_) t.join();
+  for (auto& t : pool_.threads) t.join();
   // A lane's batch in progress finishes first (lane.cpp, the Dekker pair on
   // each lane's runs_active): its re-arms are then leftovers below, and no
   // lane starts a run while the sweep looks at Handed words.

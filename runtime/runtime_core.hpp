@@ -6,8 +6,10 @@
 // - producer side (any thread): producer_ops.cpp: schedule, cancel,
 //   reschedule, state. They act on a slot's state word (timer_state.hpp) and
 //   post commands (command_queue.hpp).
-// - the wheel thread: wheel_thread.cpp: owns `wheel_`, the slots' wheel-only
-//   fields and `overdue_`; drains commands, advances the wheel, claims due
+// - the wheel thread: wheel_thread.cpp: owns its WheelThreadState
+//   (wheel_thread_state.hpp: the wheel, the overdue list, the pass's scratch,
+//   the requests; reached through wt(), which checks the caller in debug
+//   builds) and the slots' wheel-only fields; drains commands, advances the wheel, claims due
 //   timers (W1) and hands them to the workers.
 // - workers: worker_pool.cpp: run a claimed timer's task, then finish it (F1,
 //   F2, F3) and count it.
@@ -15,8 +17,8 @@
 //   shutdown, stats.
 //
 // Read in this order: timer_state.hpp, timer_slab.hpp, command_queue.hpp,
-// wake_signal.hpp, this file, producer_ops.cpp, wheel_thread.cpp,
-// worker_pool.cpp, runtime.cpp.
+// wake_signal.hpp, wheel_thread_state.hpp, worker_pool.hpp, this file,
+// producer_ops.cpp, wheel_thread.cpp, worker_pool.cpp, runtime.cpp.
 #pragma once
 
 #include <atomic>
@@ -29,8 +31,6 @@
 #include <thread>
 #include <vector>
 
-#include <concurrentqueue/blockingconcurrentqueue.h>
-
 #include "chime/detail/assert.hpp"
 #include "chime/runtime.hpp"
 #include "chime/timing_wheel.hpp"
@@ -40,6 +40,8 @@
 #include "runtime_stats.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
+#include "wheel_thread_state.hpp"
+#include "worker_pool.hpp"
 
 namespace chime::detail {
 
@@ -89,14 +91,6 @@ struct Completion {
   std::condition_variable cv;
   bool done = false;
   int notify_fd = -1;  // also written to when signalled, if set
-};
-
-// The wheel-to-worker hand-off queue's traits: workers spin only briefly
-// before sleeping on the semaphore (moodycamel's default is 10,000 spins,
-// which on a 2-core machine takes the core from the threads that produce
-// the work).
-struct HandoffTraits : moodycamel::ConcurrentQueueDefaultTraits {
-  static const int MAX_SEMA_SPINS = 64;
 };
 
 struct FlushRequest {
@@ -203,6 +197,17 @@ class RuntimeCore {
  private:
   enum class ClockKind { steady, manual, other };
 
+  // The wheel thread's own data. Precondition (CHIME_ASSERT): called on the
+  // wheel thread, or while it is not running (construction, after the join).
+  WheelThreadState& wt() noexcept {
+#ifndef NDEBUG
+    const std::thread::id owner = wheel_owner_.load(std::memory_order_relaxed);
+    CHIME_ASSERT(owner == std::thread::id{} || owner == std::this_thread::get_id(),
+                 "the wheel thread's state touched from another thread while the wheel thread runs");
+#endif
+    return wt_;
+  }
+
   // producer_ops.cpp
   // What a cancel decided (one CAS, or none): cancel, try_cancel and
   // cancel_and_wait read it their way.
@@ -277,8 +282,30 @@ class RuntimeCore {
   std::int64_t horizon_key_;          // the last interval the wheel advances into (runtime.cpp, horizon_key)
   std::int64_t max_wheel_now_ns_;     // its start: the wheel's time never passes it
   std::uint32_t tag_;                 // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
+  bool wake_on_post_count_ = true;    // producers wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
 
-  // Shared.
+  // The seam: what more than one role touches. Each row: who writes, who
+  // reads, the order, and why it is enough (the full argument is at the
+  // line named; the slots' state words are timer_state.hpp's).
+  //
+  // | member | writes | reads | order | why enough |
+  // |---|---|---|---|---|
+  // | slab_ slots | producers (task, due, state word), the wheel thread (wheel-only fields), workers | all | the state word's CASes (timer_state.hpp) | a slot's fields are published by the transition that hands the slot on |
+  // | commands_ | producers | the wheel thread | moodycamel / Boost.Lockfree release-acquire | a command's fields happen-before its application |
+  // | wake_if_due_before_ns_ | the wheel thread (its bound, before sleeping), a producer (CAS to "awake") | producers | relaxed + the (P1)/(P2) seq_cst fences | the CAS only elects one waker; the fences order post vs the sleeper's look at the queue (producer_ops.cpp, wake_after_post) |
+  // | due_limit_ns_ | the wheel thread, after each advance | producers (range check) | relaxed | only grows: a stale value is smaller, so the check is conservative (check_due_in_range) |
+  // | stopped_ | shutdown (seq_cst) | producers, lanes | acquire / seq_cst | S1's Dekker pair with shutdown: the producer's (P1) fence after its ADD vs this seq_cst store (state-machine.md, "Shutdown vs producers still scheduling"); lanes: the runs_active pair (lane.cpp) |
+  // | shutdown_done_ | shutdown, after its sweep (release) | shutdown (under its mutex), a lane waiting for the sweep (acquire) | release / acquire | the sweep's writes happen-before the lane's next look at the slots |
+  // | wheel_exited_ | the wheel thread as it returns (release) | a blocked flush / drain / close (acquire) | release / acquire | a request posted after the wheel thread stopped is never served: the waiter stops waiting (Completion::wait) |
+  // | completed_ | workers and lanes, once per batch (release) | the wheel thread, flush (acquire) | release / acquire + the (F-W) fences | the runs' effects happen-before a flush that sees the count; the fences pair it with wheel_waits_for_workers_ (count_completed) |
+  // | wheel_waits_for_workers_ | the wheel thread, before sleeping | workers (count_completed) | relaxed + the (F-W) seq_cst fences | one of the two sees the other: the worker wakes the wheel, or the wheel sees the count and does not sleep |
+  // | live_ | producers (fetch_add on schedule), whoever ends a timer (fetch_sub) | producers | relaxed RMWs | max_pending needs an exact count, not an order with anything else |
+  // | counters_, lateness_, run_time_ | each thread its own stripe / histogram cells | stats() | relaxed (runtime_stats.hpp) | statistics: each value exact once its writers are quiet, never torn |
+  // | wakeups_, zombie_sweeps_ | the wheel thread only | stats() | relaxed | single writer; readers need no order with other data |
+  // | live_timer_handles_ | Timer handles (timer.cpp: relaxed add, release sub) | the destructor's debug check (acquire) | release / acquire | a debug check that every Timer died first |
+  //
+  // Configuration above is written by the constructor before any thread
+  // starts (std::thread's start orders it for them) and never after.
   TimerSlab slab_;
   CommandQueue commands_;
   WakeSignal wake_;
@@ -295,12 +322,11 @@ class RuntimeCore {
 
   // Counters (runtime_stats.hpp). Counter::lazy_cancels counts C1 and C2
   // cancels of filed timers: zombies the wheel thread reclaims lazily;
-  // compared with reclaimed_ to decide a zombie sweep.
+  // compared with WheelThreadState::reclaimed to decide a zombie sweep.
   RuntimeCounters counters_;
   std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> zombie_sweeps_{0};  // written by the wheel thread only
-  std::atomic<std::uint64_t> dispatched_{0};  // written by the wheel thread only
   std::atomic<std::uint64_t> completed_{0};   // runs finished (worker or inline)
   std::atomic<bool> wheel_waits_for_workers_{false};
   LatenessHistogram lateness_;
@@ -313,43 +339,19 @@ class RuntimeCore {
   std::mutex lanes_mutex_;
   std::vector<std::unique_ptr<LaneCore>> lanes_;
 
-  // Wheel thread only.
-  TimingWheel<std::uint32_t> wheel_;
-  std::vector<std::uint32_t> overdue_;  // filed timers due before the wheel's current interval
-  struct Overdue {
-    std::int64_t due;
-    std::uint32_t seq;  // position on overdue_: ties go in filing order
-    std::uint32_t index;
-  };
-  std::vector<Overdue> overdue_order_;                               // overdue timers by due time
-  std::vector<Overdue> overdue_scratch_;                             // sort_overdue's second buffer
-  std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired_;  // this advance's alarms, by interval
-  std::int64_t application_now_ns_ = INT64_MIN;  // the clock at this pass's application; MIN: not read yet
-  std::vector<Dispatch> dispatch_batch_;  // claimed this pass for the workers, handed over at its end (hand_over)
-  std::vector<LaneCore*> touched_lanes_;  // lanes with runs in their batch this pass
-  std::vector<std::uint32_t> sweep_buffer_;
-  std::unique_ptr<RetiredSlots> wheel_retired_;  // created on the wheel thread (its token)
-  std::uint64_t reclaimed_ = 0;  // lazily cancelled timers the wheel thread (or shutdown) freed
-  static constexpr std::size_t kScratchCapacity = 4096;
-  std::vector<std::uint32_t> fired_buffer_;
-  std::vector<std::uint32_t> drain_buffer_;
-  std::vector<Command> command_buffer_;
-  std::vector<Command> deferred_adds_;  // ADDs/REARMs that met Writing: applied again next pass (apply)
-  std::vector<Command> retry_adds_;     // the same, being applied again
-  std::vector<FlushRequest*> flushes_;
-  std::vector<DrainRequest*> drains_;
-  StopRequest* stop_ = nullptr;
-  std::int64_t pass_min_due_ns_ = INT64_MAX;  // earliest due dispatched since the last settle_flushes
-  bool awaiting_writer_ = false;              // this pass put a mid-reschedule timer on overdue_
-  bool wake_on_post_count_ = true;           // producers wake a sleeping wheel every kPostsPerWake posts
-  bool lingering_ = false;                   // sleep(): commands keep coming; wake within kLingerNs
-  bool last_sleep_short_ = false;            // the last sleep was cut short (a producer woke us early)
-  bool running_ = true;
-
-  // Workers.
-  moodycamel::BlockingConcurrentQueue<Dispatch, HandoffTraits> handoff_;
-  std::unique_ptr<moodycamel::ProducerToken> handoff_token_;
-  std::vector<std::thread> workers_;
+  // The wheel thread's own data (wheel_thread_state.hpp): reached only
+  // through wt(), which checks the caller in debug and sanitizer builds.
+  WheelThreadState wt_;
+#ifndef NDEBUG
+  // The wheel thread while it runs (set first thing in wheel_main, reset as
+  // it returns); the default id before it starts and after it exits. Only
+  // wt()'s check reads it, relaxed: a thread entitled to wt() (the wheel
+  // thread, or any thread before the start or after the join) is ordered
+  // with the stores by the thread's start and join.
+  std::atomic<std::thread::id> wheel_owner_{};
+#endif
+  // The workers and their hand-off queue (worker_pool.hpp).
+  WorkerPool pool_;
   std::thread wheel_thread_;
 };
 

@@ -1,7 +1,8 @@
 // runtime/wheel_thread.cpp: the wheel thread's loop. Only this thread touches
-// `wheel_`, `overdue_`, the slots' wheel-only fields (alarm,
-// filed_generation), the batch of claimed runs, its batch of retired slots
-// and the pending flush/drain/stop requests.
+// its own data (WheelThreadState, wheel_thread_state.hpp, through wt(): the
+// wheel, the overdue list, the batch of claimed runs, its batch of retired
+// slots, the pending flush/drain/stop requests) and the slots' wheel-only
+// fields (alarm, filed_generation).
 //
 // One pass:
 //   1. snapshot completed_ (for flush), then apply queued commands in bulk
@@ -42,6 +43,8 @@
 
 namespace chime::detail {
 
+using Overdue = WheelThreadState::Overdue;
+
 namespace {
 // At most this many commands per pass, so that under a flood of commands the
 // wheel still advances and dispatches between batches (a pass of 8192
@@ -64,53 +67,61 @@ constexpr std::int64_t kLingerNs = 1'000'000;
 }  // namespace
 
 void RuntimeCore::wheel_main() {
+#ifndef NDEBUG
+  wheel_owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);  // wt()'s check
+#endif
   struct ExitFlag {
-    ~ExitFlag() { flag.store(true, std::memory_order_release); }
-    std::atomic<bool>& flag;
-  } exit_flag{wheel_exited_};
+    ~ExitFlag() {
+#ifndef NDEBUG
+      core.wheel_owner_.store(std::thread::id{}, std::memory_order_relaxed);
+#endif
+      core.wheel_exited_.store(true, std::memory_order_release);
+    }
+    RuntimeCore& core;
+  } exit_flag{*this};
   // Timer slack: let futex timeouts expire on time (default slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  wheel_retired_ = std::make_unique<RetiredSlots>(slab_);
-  while (running_) {
+  wt().retired = std::make_unique<RetiredSlots>(slab_);
+  while (wt().running) {
     const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
     // The clock at application, read by file() the first time a command of
     // this pass needs it: a timer applied this pass with its due at or before
     // it is due now.
-    application_now_ns_ = INT64_MIN;
+    wt().application_now_ns = INT64_MIN;
     bool exhausted = false;
     const bool busy = apply_commands(exhausted);
     std::int64_t now = clock_->now().time_since_epoch().count();
-    const std::int64_t wheel_now = wheel_.now().time_since_epoch().count();
+    const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
     if (now < wheel_now) now = wheel_now;  // a clock must not go backwards; never move the wheel back
     if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;  // the horizon (runtime.cpp, horizon_key)
     advance_and_dispatch(now);
     hand_over();
     if (!exhausted) {
-      wheel_retired_->flush();
+      wt().retired->flush();
       // An ADD waits for a reschedule's two stores (apply): let its thread run.
-      if (!deferred_adds_.empty()) std::this_thread::yield();
+      if (!wt().deferred_adds.empty()) std::this_thread::yield();
       continue;  // more commands queued: apply them before anything else waits or sleeps
     }
-    if (stop_ != nullptr) {
-      if (stop_->mode == ShutdownMode::fire_pending) {
+    if (wt().stop != nullptr) {
+      if (wt().stop->mode == ShutdownMode::fire_pending) {
         std::size_t count = 0;
         drain_all(Dispatch::drained | Dispatch::final, count);
         hand_over();
       }
-      running_ = false;
-      for (FlushRequest* f : flushes_) f->completion.signal();
-      flushes_.clear();
+      wt().running = false;
+      for (FlushRequest* f : wt().flushes) f->completion.signal();
+      wt().flushes.clear();
       break;
     }
     sweep_zombies_if_many();
-    wheel_retired_->flush();
+    wt().retired->flush();
     settle_flushes(completed_snapshot);
     // Runs dispatched by passes that did not empty the queue count towards
     // the next settle: reset only after one.
-    pass_min_due_ns_ = INT64_MAX;
+    wt().pass_min_due_ns = INT64_MAX;
     sleep(busy);
   }
-  wheel_retired_->flush();
+  wt().retired->flush();
 }
 
 // Applies up to kMaxCommandsPerPass commands; returns true iff it applied
@@ -124,30 +135,30 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
   std::size_t applied = 0;
   // ADDs that met a reschedule in flight last pass (apply): before any
   // command posted after them, so a producer's commands stay in order.
-  if (!deferred_adds_.empty()) {
-    retry_adds_.swap(deferred_adds_);
-    for (const Command& c : retry_adds_) apply(c);
-    retry_adds_.clear();
+  if (!wt().deferred_adds.empty()) {
+    wt().retry_adds.swap(wt().deferred_adds);
+    for (const Command& c : wt().retry_adds) apply(c);
+    wt().retry_adds.clear();
     any = true;
   }
   while (applied < kMaxCommandsPerPass) {
-    const std::size_t n = commands_.pop_bulk(command_buffer_.data(), command_buffer_.size());
+    const std::size_t n = commands_.pop_bulk(wt().command_buffer.data(), wt().command_buffer.size());
     if (n == 0) {
       exhausted = true;
       break;
     }
     applied += n;
     for (std::size_t i = 0; i < n; ++i) {
-      const Command& c = command_buffer_[i];
+      const Command& c = wt().command_buffer[i];
       switch (c.kind) {
         case CommandKind::flush:
-          flushes_.push_back(static_cast<FlushRequest*>(c.request));
+          wt().flushes.push_back(static_cast<FlushRequest*>(c.request));
           break;
         case CommandKind::drain:
-          drains_.push_back(static_cast<DrainRequest*>(c.request));
+          wt().drains.push_back(static_cast<DrainRequest*>(c.request));
           break;
         case CommandKind::stop:
-          stop_ = static_cast<StopRequest*>(c.request);
+          wt().stop = static_cast<StopRequest*>(c.request);
           break;
         case CommandKind::close_lane: {
           // Every ADD the closing thread posted before is applied (FIFO);
@@ -165,13 +176,13 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
   }
   // An ADD to apply again is a command not applied yet: requests wait for it
   // (a flush must see that timer filed).
-  if (!deferred_adds_.empty()) exhausted = false;
+  if (!wt().deferred_adds.empty()) exhausted = false;
   if (exhausted) {
-    for (DrainRequest* d : drains_) {
+    for (DrainRequest* d : wt().drains) {
       drain_all(Dispatch::drained, d->count);
       d->completion.signal();
     }
-    drains_.clear();
+    wt().drains.clear();
   }
   return any;
 }
@@ -191,8 +202,8 @@ void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
   // the producer that reuses the slot does not fetch it back dirty.
   if (slot.filed_generation != 0) slot.filed_generation = 0;
   if (slot.alarm != TimingWheel<std::uint32_t>::Alarm{}) slot.alarm = {};
-  wheel_retired_->add(index);
-  ++reclaimed_;
+  wt().retired->add(index);
+  ++wt().reclaimed;
 }
 
 void RuntimeCore::apply(const Command& c) {
@@ -231,7 +242,7 @@ void RuntimeCore::apply(const Command& c) {
             // yields first; the pass does not count as having emptied the
             // queue), rather than wait here for a thread that may be
             // preempted.
-            deferred_adds_.push_back(c);
+            wt().deferred_adds.push_back(c);
             return;
           case SlotState::cancelling:
           case SlotState::cancelled:
@@ -245,8 +256,8 @@ void RuntimeCore::apply(const Command& c) {
       }
     }
     case CommandKind::reschedule: {  // due moved earlier (R2): re-file now
-      if (slot.filed_generation != c.generation || !wheel_.contains(slot.alarm)) return;
-      wheel_.remove(slot.alarm);
+      if (slot.filed_generation != c.generation || !wt().wheel.contains(slot.alarm)) return;
+      wt().wheel.remove(slot.alarm);
       file(c.slot, slot, true);
       return;
     }
@@ -266,11 +277,11 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
   if (at_application && due_now_at_application(due)) {
     slot.alarm = {};
-    overdue_.push_back(index);
+    wt().overdue.push_back(index);
     return;
   }
-  const TimePoint now = wheel_.now();
-  const std::int64_t bound = wheel_.alarm_upper_bound().time_since_epoch().count();
+  const TimePoint now = wt().wheel.now();
+  const std::int64_t bound = wt().wheel.alarm_upper_bound().time_since_epoch().count();
   if (due >= bound) {
     // Beyond what the wheel can hold now (a periodic timer's next run far
     // out): park it at the last time the wheel accepts. When that alarm
@@ -278,18 +289,18 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
     // for any due pushed later; it never runs early. bound - 1 >= now: the
     // wheel never advances past the horizon interval, where the bound is
     // still the next interval's start (runtime.cpp, horizon_key).
-    slot.alarm = wheel_.add(TimePoint(Duration(bound - 1)), index);
+    slot.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
   } else if (due >= now.time_since_epoch().count()) {
-    slot.alarm = wheel_.add(TimePoint(Duration(due)), index);
-  } else if (due >= wheel_.now_interval_num_start().time_since_epoch().count()) {
-    slot.alarm = wheel_.add(now, index);  // same interval as `due`: fires exactly when `due` would
+    slot.alarm = wt().wheel.add(TimePoint(Duration(due)), index);
+  } else if (due >= wt().wheel.now_interval_num_start().time_since_epoch().count()) {
+    slot.alarm = wt().wheel.add(now, index);  // same interval as `due`: fires exactly when `due` would
   } else {
     slot.alarm = {};
-    overdue_.push_back(index);
+    wt().overdue.push_back(index);
   }
 }
 
-// Sorts overdue_order_ (built in filing order) by due, ties in filing
+// Sorts overdue_order (built in filing order) by due, ties in filing
 // order. When the dues of this pass span less than 2^33 ns (8.6 s; timers
 // due now at their application span a pass's lag), a stable LSD radix sort
 // on due - min in three 11-bit digits: linear, where std::sort's n log n
@@ -298,22 +309,22 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
 // beyond the scratch reserved at construction (kScratchCapacity) unless the
 // list is longer.
 void RuntimeCore::sort_overdue() {
-  const std::size_t n = overdue_order_.size();
+  const std::size_t n = wt().overdue_order.size();
   std::int64_t lo = INT64_MAX, hi = INT64_MIN;
-  for (const Overdue& o : overdue_order_) {
+  for (const Overdue& o : wt().overdue_order) {
     lo = std::min(lo, o.due);
     hi = std::max(hi, o.due);
   }
   constexpr int kDigitBits = 11, kDigits = 3;
   constexpr std::uint64_t kRange = std::uint64_t{1} << (kDigitBits * kDigits);
   if (n < 512 || static_cast<std::uint64_t>(static_cast<__int128>(hi) - lo) >= kRange) {
-    std::sort(overdue_order_.begin(), overdue_order_.end(),
+    std::sort(wt().overdue_order.begin(), wt().overdue_order.end(),
               [](const Overdue& a, const Overdue& b) { return a.due != b.due ? a.due < b.due : a.seq < b.seq; });
     return;
   }
-  overdue_scratch_.resize(n);
-  Overdue* from = overdue_order_.data();
-  Overdue* to = overdue_scratch_.data();
+  wt().overdue_scratch.resize(n);
+  Overdue* from = wt().overdue_order.data();
+  Overdue* to = wt().overdue_scratch.data();
   for (int d = 0; d < kDigits; ++d) {
     const int shift = d * kDigitBits;
     std::uint32_t count[(1u << kDigitBits) + 1] = {};
@@ -326,16 +337,16 @@ void RuntimeCore::sort_overdue() {
     std::swap(from, to);
   }
   // An odd number of passes leaves the result in the scratch buffer.
-  if (from != overdue_order_.data()) std::copy(from, from + n, overdue_order_.data());
+  if (from != wt().overdue_order.data()) std::copy(from, from + n, wt().overdue_order.data());
 }
 
 // True iff `due` is at or before the clock's time at this pass's
 // application. A due at or before the wheel's time needs no clock read (the
 // clock is never behind it); otherwise the clock is read once per pass.
 bool RuntimeCore::due_now_at_application(std::int64_t due) {
-  if (due <= wheel_.now().time_since_epoch().count()) return true;
-  if (application_now_ns_ == INT64_MIN) application_now_ns_ = clock_->now().time_since_epoch().count();
-  return due <= application_now_ns_;
+  if (due <= wt().wheel.now().time_since_epoch().count()) return true;
+  if (wt().application_now_ns == INT64_MIN) wt().application_now_ns = clock_->now().time_since_epoch().count();
+  return due <= wt().application_now_ns;
 }
 
 void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
@@ -344,42 +355,42 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
   // filed (posting order for one producer), as Go's runtime does. Copied,
   // not swapped: a swap would hand each buffer's capacity to the other
   // every pass, and the smaller one would allocate again.
-  overdue_order_.clear();
+  wt().overdue_order.clear();
   bool sorted = true;
-  for (std::uint32_t index : overdue_) {
+  for (std::uint32_t index : wt().overdue) {
     const std::int64_t due = slab_[index].due_ns.load(std::memory_order_relaxed);
-    if (!overdue_order_.empty() && due < overdue_order_.back().due) sorted = false;
-    overdue_order_.push_back({due, static_cast<std::uint32_t>(overdue_order_.size()), index});
+    if (!wt().overdue_order.empty() && due < wt().overdue_order.back().due) sorted = false;
+    wt().overdue_order.push_back({due, static_cast<std::uint32_t>(wt().overdue_order.size()), index});
   }
   if (!sorted) sort_overdue();
-  overdue_.clear();
-  awaiting_writer_ = false;
-  wheel_fired_.clear();
-  if (now_ns > wheel_.now().time_since_epoch().count()) {
-    wheel_.advance_clock(TimePoint(Duration(now_ns)), [&](TimingWheel<std::uint32_t>::Alarm a) {
-      wheel_fired_.emplace_back(wheel_.at(a).time_since_epoch().count(), wheel_.value(a));
+  wt().overdue.clear();
+  wt().awaiting_writer = false;
+  wt().wheel_fired.clear();
+  if (now_ns > wt().wheel.now().time_since_epoch().count()) {
+    wt().wheel.advance_clock(TimePoint(Duration(now_ns)), [&](TimingWheel<std::uint32_t>::Alarm a) {
+      wt().wheel_fired.emplace_back(wt().wheel.at(a).time_since_epoch().count(), wt().wheel.value(a));
     });
     due_limit_ns_.store(due_limit_for(now_ns), std::memory_order_relaxed);  // only ever grows
   }
-  const std::int64_t boundary = wheel_.now_interval_num_start().time_since_epoch().count();
+  const std::int64_t boundary = wt().wheel.now_interval_num_start().time_since_epoch().count();
   // Merge the two, each in nondecreasing interval order (the wheel's alarms
   // by the time they were filed at, overdue ones by due), so the runs go out
   // in nondecreasing interval order. An overdue timer is due now (its due
   // is at or before now_ns); a wheel alarm runs iff its due (which a touch
   // may have moved later) is before the boundary.
   std::size_t a = 0, b = 0;
-  while (a < overdue_order_.size() || b < wheel_fired_.size()) {
-    if (b == wheel_fired_.size() || (a < overdue_order_.size() && overdue_order_[a].due <= wheel_fired_[b].first)) {
-      const std::uint32_t index = overdue_order_[a++].index;
+  while (a < wt().overdue_order.size() || b < wt().wheel_fired.size()) {
+    if (b == wt().wheel_fired.size() || (a < wt().overdue_order.size() && wt().overdue_order[a].due <= wt().wheel_fired[b].first)) {
+      const std::uint32_t index = wt().overdue_order[a++].index;
       slab_[index].alarm = {};
       consider(index, boundary, now_ns, now_ns);
     } else {
-      const std::uint32_t index = wheel_fired_[b++].second;
+      const std::uint32_t index = wt().wheel_fired[b++].second;
       slab_[index].alarm = {};
       consider(index, boundary, now_ns, INT64_MIN);
     }
   }
-  wheel_fired_.clear();
+  wt().wheel_fired.clear();
 }
 
 // A filed timer whose alarm fired (or that was overdue): a timer may run iff
@@ -408,7 +419,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         d.fired_at_ns = fired_at;
         // A flush waits for this run if any run it covers was due by its
         // target: the earliest one, before skip coalescing moves d.due_ns.
-        pass_min_due_ns_ = std::min(pass_min_due_ns_, due);
+        wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, due);
         if (StateWord::periodic(w) && slot.on_missed != Missed::catch_up) {
           // skip, delay: coalesce every run that may run now (due before the
           // boundary, or at or before due_now_ns) into the latest one.
@@ -438,8 +449,8 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         // at once (sleep() yields first). Not "at the next interval": its
         // new due may be passed already, and the clock may not move on.
         slot.alarm = {};
-        overdue_.push_back(index);
-        awaiting_writer_ = true;
+        wt().overdue.push_back(index);
+        wt().awaiting_writer = true;
         return;
       case SlotState::cancelled:  // a zombie (C1, or C2 then R3): reclaim it now
         reclaim(slot, index);
@@ -453,11 +464,11 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
 }
 
 void RuntimeCore::dispatch(const Dispatch& d) {
-  pass_min_due_ns_ = std::min(pass_min_due_ns_, d.due_ns);
+  wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, d.due_ns);
   TimerSlot& slot = slab_[d.slot];  // line 0, which the claim just wrote
   LaneCore* lane = slot.lane;
   if (lane == nullptr) {
-    dispatch_batch_.push_back(d);
+    wt().dispatch_batch.push_back(d);
     return;
   }
   // acquire: pairs with close_lane's release bump; a timer of a destroyed
@@ -466,52 +477,51 @@ void RuntimeCore::dispatch(const Dispatch& d) {
     cancel_for_closed_lane(slot, d.slot);
     return;
   }
-  if (lane->batch.empty()) touched_lanes_.push_back(lane);
+  if (lane->batch.empty()) wt().touched_lanes.push_back(lane);
   lane->batch.push_back(d);
 }
 
 // Hands this pass's claimed runs over in one batch: one bulk enqueue and one
 // semaphore signal for the workers (or, with workers = 0, runs them here,
-// in order, outside any wheel iteration). dispatched_ is published once per
-// batch (relaxed: only this thread writes it; flush compares it on this
-// thread, and stats readers need no order).
+// in order, outside any wheel iteration). The dispatch count goes up once
+// per batch (flush marks compare against it, on this thread).
 void RuntimeCore::hand_over() {
-  std::size_t n = dispatch_batch_.size();
-  for (LaneCore* lane : touched_lanes_) n += lane->batch.size();
+  std::size_t n = wt().dispatch_batch.size();
+  for (LaneCore* lane : wt().touched_lanes) n += lane->batch.size();
   if (n == 0) return;
-  dispatched_.store(dispatched_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  wt().dispatched += n;
   // Lanes first: their runs wait for their threads, the workers' start now.
   // One bulk enqueue and at most one eventfd write per lane and pass.
-  for (LaneCore* lane : touched_lanes_) {
+  for (LaneCore* lane : wt().touched_lanes) {
     while (!lane->ready.enqueue_bulk(*lane->wheel_token, lane->batch.data(), lane->batch.size())) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // out of memory: they are Handed, retry
     }
     lane->batch.clear();
     lane->signal();
   }
-  touched_lanes_.clear();
-  n = dispatch_batch_.size();
+  wt().touched_lanes.clear();
+  n = wt().dispatch_batch.size();
   if (n == 0) return;
-  if (workers_.empty()) {
-    run_batch(dispatch_batch_.data(), n, *wheel_retired_, RunPlace::wheel_thread);
+  if (pool_.threads.empty()) {
+    run_batch(wt().dispatch_batch.data(), n, *wt().retired, RunPlace::wheel_thread);
   } else {
     // Out of memory, retry: the timers are Handed, and only their runs end that.
-    while (!handoff_.enqueue_bulk(*handoff_token_, dispatch_batch_.data(), n)) {
+    while (!pool_.handoff.enqueue_bulk(*wt().handoff_token, wt().dispatch_batch.data(), n)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  dispatch_batch_.clear();
+  wt().dispatch_batch.clear();
 }
 
 // Claims every filed timer for a run now, before its due time (drain(),
 // shutdown(fire_pending)), and hands them over. Counts the runs.
 void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
-  std::vector<std::uint32_t>& all = drain_buffer_;
-  all.assign(overdue_.begin(), overdue_.end());
-  overdue_.clear();
-  wheel_.for_each([&](TimingWheel<std::uint32_t>::Alarm a) { all.push_back(wheel_.value(a)); });
-  wheel_.clear();
-  const std::int64_t now = wheel_.now().time_since_epoch().count();
+  std::vector<std::uint32_t>& all = wt().drain_buffer;
+  all.assign(wt().overdue.begin(), wt().overdue.end());
+  wt().overdue.clear();
+  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) { all.push_back(wt().wheel.value(a)); });
+  wt().wheel.clear();
+  const std::int64_t now = wt().wheel.now().time_since_epoch().count();
   for (std::uint32_t index : all) {
     TimerSlot& slot = slab_[index];
     slot.alarm = {};
@@ -554,67 +564,67 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
 // reclaims more than max(n/4, kMinZombiesForSweep) - (cancels in flight).
 void RuntimeCore::sweep_zombies_if_many() {
   const std::uint64_t cancels = counters_.sum(Counter::lazy_cancels);
-  const std::uint64_t zombies = cancels > reclaimed_ ? cancels - reclaimed_ : 0;
-  const std::uint64_t filed = wheel_.size() + overdue_.size();
+  const std::uint64_t zombies = cancels > wt().reclaimed ? cancels - wt().reclaimed : 0;
+  const std::uint64_t filed = wt().wheel.size() + wt().overdue.size();
   if (zombies < kMinZombiesForSweep || zombies * 4 < filed) return;
-  sweep_buffer_.clear();
-  wheel_.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
-    const std::uint32_t index = wheel_.value(a);
+  wt().sweep_buffer.clear();
+  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
+    const std::uint32_t index = wt().wheel.value(a);
     // acquire: pairs with C1's acq_rel / R3's release: the canceller's
     // writes to the slot happen-before we free it.
     if (StateWord::state(slab_[index].word.load(std::memory_order_acquire)) == SlotState::cancelled) {
-      sweep_buffer_.push_back(index);
+      wt().sweep_buffer.push_back(index);
     }
   });
-  for (std::uint32_t index : sweep_buffer_) {
+  for (std::uint32_t index : wt().sweep_buffer) {
     TimerSlot& slot = slab_[index];
-    wheel_.remove(slot.alarm);
+    wt().wheel.remove(slot.alarm);
     reclaim(slot, index);
   }
   zombie_sweeps_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
-  if (flushes_.empty()) return;
-  const std::uint64_t dispatched = dispatched_.load(std::memory_order_relaxed);
+  if (wt().flushes.empty()) return;
+  const std::uint64_t dispatched = wt().dispatched;
   std::size_t kept = 0;
-  for (FlushRequest* f : flushes_) {
+  for (FlushRequest* f : wt().flushes) {
     // A flush is done when every run dispatched up to and including the pass
     // that first saw it has completed, and so has every run due at or before
     // its target that a later pass dispatched while it waited (periodic
     // catch-up runs), and nothing due by then is still overdue.
     // completed_snapshot was read before this pass applied commands, so a
     // re-arm posted by a run counted in it has been applied in this pass.
-    if (!f->seen || pass_min_due_ns_ <= f->target_ns) {
+    if (!f->seen || wt().pass_min_due_ns <= f->target_ns) {
       f->seen = true;
       f->mark = dispatched;
     }
     bool overdue_by_target = false;
-    for (std::uint32_t index : overdue_) {
+    for (std::uint32_t index : wt().overdue) {
       if (slab_[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
     }
     if (completed_snapshot >= f->mark && !overdue_by_target) {
       f->completion.signal();
     } else {
-      flushes_[kept++] = f;
+      wt().flushes[kept++] = f;
     }
   }
-  flushes_.resize(kept);
+  wt().flushes.resize(kept);
 }
 
 void RuntimeCore::sleep(bool busy) {
-  if (!overdue_.empty()) {  // due now: next pass
+  if (!wt().overdue.empty()) {  // due now: next pass
     // Only a reschedule's two stores to wait for: let its thread run first.
-    if (awaiting_writer_) std::this_thread::yield();
+    if (wt().awaiting_writer) std::this_thread::yield();
     return;
   }
-  const bool waiting_for_runs = !flushes_.empty();
+  const bool waiting_for_runs = !wt().flushes.empty();
   // (F-W) Workers bump completed_, fence, then read this flag to decide
   // whether to wake us; we set it, fence, then re-read completed_.
   wheel_waits_for_workers_.store(waiting_for_runs, std::memory_order_relaxed);
   std::int64_t deadline = INT64_MAX;  // in the runtime clock's domain
   // At the horizon nothing in the wheel ever fires (it never advances on).
-  if (const auto next = wheel_.next_alarm_fires_at(); next && wheel_.now().time_since_epoch().count() < max_wheel_now_ns_) {
+  if (const auto next = wt().wheel.next_alarm_fires_at(); next && wt().wheel.now().time_since_epoch().count() < max_wheel_now_ns_) {
     deadline = next->time_since_epoch().count();
   }
   // Lingering (commands keep coming): wake up at most kLingerNs from now even
@@ -623,9 +633,9 @@ void RuntimeCore::sleep(bool busy) {
   // command. Only while passes apply commands and the previous sleep was cut
   // short by a producer, or lingered: the first pass without commands
   // sleeps until the next alarm (or forever). Never with a ManualClock.
-  lingering_ = busy && clock_kind_ != ClockKind::manual && (lingering_ || last_sleep_short_);
+  wt().lingering = busy && clock_kind_ != ClockKind::manual && (wt().lingering || wt().last_sleep_short);
   std::int64_t wake_at_ns = deadline;  // in the runtime clock's domain: when we will wake up
-  if (lingering_) {
+  if (wt().lingering) {
     const std::int64_t now = clock_->now().time_since_epoch().count();
     if (now < deadline - kLingerNs) wake_at_ns = now + kLingerNs;
   }
@@ -646,7 +656,7 @@ void RuntimeCore::sleep(bool busy) {
   bool skip = commands_.size_approx() != 0;
   if (waiting_for_runs) {
     std::uint64_t need = 0;
-    for (FlushRequest* f : flushes_) need = std::max(need, f->mark);
+    for (FlushRequest* f : wt().flushes) need = std::max(need, f->mark);
     if (completed_.load(std::memory_order_acquire) >= need) skip = true;
   }
   if (!skip) {
@@ -671,7 +681,7 @@ void RuntimeCore::sleep(bool busy) {
     const TimePoint until{Duration(wake_at)};
     wake_.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
     wakeups_.fetch_add(1, std::memory_order_relaxed);
-    last_sleep_short_ = (steady_clock_.now() - steady_before).count() < kLingerNs;
+    wt().last_sleep_short = (steady_clock_.now() - steady_before).count() < kLingerNs;
   }
   wake_if_due_before_ns_.store(INT64_MIN, std::memory_order_relaxed);
 }

@@ -55,11 +55,11 @@ constexpr std::size_t kWorkerBatch = 8;
 }  // namespace
 
 void RuntimeCore::worker_main() {
-  moodycamel::ConsumerToken token(handoff_);
+  moodycamel::ConsumerToken token(pool_.handoff);
   RetiredSlots retired(slab_);
   Dispatch batch[kWorkerBatch];
   for (;;) {
-    const std::size_t n = handoff_.wait_dequeue_bulk(token, batch, kWorkerBatch);
+    const std::size_t n = pool_.handoff.wait_dequeue_bulk(token, batch, kWorkerBatch);
     // Stop records come after every run (same producer token: FIFO), so
     // they end their batch. One is ours; any others we took belong to the
     // other workers: put them back.
@@ -68,7 +68,7 @@ void RuntimeCore::worker_main() {
     run_batch(batch, runs, retired, RunPlace::worker);
     if (runs != n) {
       for (std::size_t k = runs + 1; k < n; ++k) {
-        while (!handoff_.enqueue(batch[k])) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        while (!pool_.handoff.enqueue(batch[k])) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       return;
     }

@@ -50,7 +50,9 @@ TEST(OccupancyBitmapTest, searches_agree_with_a_plain_bit_vector_and_check_holds
       ASSERT_EQ(b.find_next(from), model_next(m, from)) << "size " << size << " from " << from;
       ASSERT_EQ(b.find_prev(from), model_prev(m, from)) << "size " << size << " from " << from;
       ASSERT_EQ(b.any(), model_next(m, 0) != OccupancyBitmap::npos);
-      if (op % 100 == 0) ASSERT_NO_THROW(b.check()) << "size " << size;
+      if (op % 100 == 0) {
+        ASSERT_NO_THROW(b.check()) << "size " << size;
+      }
     }
     ASSERT_NO_THROW(b.check()) << "size " << size;
   }

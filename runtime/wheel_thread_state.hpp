@@ -1,0 +1,99 @@
+// runtime/wheel_thread_state.hpp: everything only the wheel thread touches.
+//
+// What this is: the wheel thread's own data (runtime_core.hpp holds one, and
+// reaches it only through RuntimeCore::wt(), which in debug and sanitizer
+// builds checks that the caller is the wheel thread, or that the wheel
+// thread is not running: before it starts and after shutdown joined it).
+// Nothing here is atomic and nothing here needs to be: no other thread reads
+// or writes it while the wheel thread runs. What other threads see of the
+// wheel thread's work crosses at the seams RuntimeCore declares (the slots'
+// state words, the command and hand-off queues, the published counters),
+// each with its memory order argued there.
+//
+// Contents: the timing wheel of filed timers (values: slot indices), the
+// overdue list (timers due before the wheel's current interval), the pass's
+// scratch lists (commands, due-now ordering, claimed runs, retired slots),
+// the pending flush / drain / stop requests, and the pass-to-pass flags of
+// the sleep policy. wheel_thread.cpp uses them; lane.cpp (close_lane_on_wheel,
+// on the wheel thread) and runtime.cpp (construction, and shutdown after the
+// join) also do.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <concurrentqueue/concurrentqueue.h>
+
+#include "chime/timing_wheel.hpp"
+#include "command_queue.hpp"
+#include "dispatch.hpp"
+#include "timer_slab.hpp"
+
+namespace chime::detail {
+
+struct FlushRequest;
+struct DrainRequest;
+struct StopRequest;
+struct LaneCore;
+
+struct WheelThreadState {
+  // Scratch lists reserve this much up front and keep their capacity
+  // between passes: a burst of overdue or fired timers within this size
+  // never allocates, however the passes happen to fall.
+  static constexpr std::size_t kScratchCapacity = 4096;
+
+  WheelThreadState(const WheelConfig& config, TimePoint start) : wheel(config, start) {
+    command_buffer.resize(256);
+    deferred_adds.reserve(64);
+    retry_adds.reserve(64);
+    dispatch_batch.reserve(kScratchCapacity);
+    overdue_order.reserve(kScratchCapacity);
+    overdue_scratch.reserve(kScratchCapacity);
+    wheel_fired.reserve(kScratchCapacity);
+    sweep_buffer.reserve(kScratchCapacity);
+    fired_buffer.reserve(kScratchCapacity);
+    overdue.reserve(kScratchCapacity);
+    drain_buffer.reserve(kScratchCapacity);
+    flushes.reserve(64);
+    drains.reserve(64);
+  }
+
+  TimingWheel<std::uint32_t> wheel;
+  std::vector<std::uint32_t> overdue;  // filed timers due before the wheel's current interval
+  struct Overdue {
+    std::int64_t due;
+    std::uint32_t seq;  // position on overdue: ties go in filing order
+    std::uint32_t index;
+  };
+  std::vector<Overdue> overdue_order;                               // overdue timers by due time
+  std::vector<Overdue> overdue_scratch;                             // sort_overdue's second buffer
+  std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired;  // this advance's alarms, by interval
+  std::int64_t application_now_ns = INT64_MIN;  // the clock at this pass's application; MIN: not read yet
+  std::vector<Dispatch> dispatch_batch;  // claimed this pass for the workers, handed over at its end (hand_over)
+  std::vector<LaneCore*> touched_lanes;  // lanes with runs in their batch this pass
+  std::vector<std::uint32_t> sweep_buffer;
+  std::unique_ptr<RetiredSlots> retired;  // created on the wheel thread (its token)
+  std::uint64_t reclaimed = 0;           // lazily cancelled timers the wheel thread (or shutdown) freed
+  std::uint64_t dispatched = 0;          // runs handed over so far (flush marks wait for their completion)
+  std::vector<std::uint32_t> fired_buffer;
+  std::vector<std::uint32_t> drain_buffer;
+  std::vector<Command> command_buffer;
+  std::vector<Command> deferred_adds;  // ADDs/REARMs that met Writing: applied again next pass (apply)
+  std::vector<Command> retry_adds;     // the same, being applied again
+  std::vector<FlushRequest*> flushes;
+  std::vector<DrainRequest*> drains;
+  StopRequest* stop = nullptr;
+  std::int64_t pass_min_due_ns = INT64_MAX;  // earliest due dispatched since the last settle_flushes
+  bool awaiting_writer = false;              // this pass put a mid-reschedule timer on overdue
+  bool lingering = false;                    // sleep(): commands keep coming; wake within kLingerNs
+  bool last_sleep_short = false;             // the last sleep was cut short (a producer woke us early)
+  bool running = true;
+  // The wheel thread's token on the hand-off queue (the worker pool's), so
+  // its bulk enqueues stay FIFO. Made by RuntimeCore's constructor.
+  std::unique_ptr<moodycamel::ProducerToken> handoff_token;
+};
+
+}  // namespace chime::detail
