@@ -282,27 +282,50 @@ class RuntimeCore {
   std::int64_t horizon_key_;          // the last interval the wheel advances into (runtime.cpp, horizon_key)
   std::int64_t max_wheel_now_ns_;     // its start: the wheel's time never passes it
   std::uint32_t tag_;                 // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
-  bool wake_on_post_count_ = true;    // producers wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
+  bool wake_on_post_count_ = true;    // wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
 
-  // The seam: what more than one role touches. Each row: who writes, who
-  // reads, the order, and why it is enough (the full argument is at the
-  // line named; the slots' state words are timer_state.hpp's).
-  //
-  // | member | writes | reads | order | why enough |
-  // |---|---|---|---|---|
-  // | slab_ slots | producers (task, due, state word), the wheel thread (wheel-only fields), workers | all | the state word's CASes (timer_state.hpp) | a slot's fields are published by the transition that hands the slot on |
-  // | commands_ | producers | the wheel thread | moodycamel / Boost.Lockfree release-acquire | a command's fields happen-before its application |
-  // | wake_if_due_before_ns_ | the wheel thread (its bound, before sleeping), a producer (CAS to "awake") | producers | relaxed + the (P1)/(P2) seq_cst fences | the CAS only elects one waker; the fences order post vs the sleeper's look at the queue (producer_ops.cpp, wake_after_post) |
-  // | due_limit_ns_ | the wheel thread, after each advance | producers (range check) | relaxed | only grows: a stale value is smaller, so the check is conservative (check_due_in_range) |
-  // | stopped_ | shutdown (seq_cst) | producers, lanes | acquire / seq_cst | S1's Dekker pair with shutdown: the producer's (P1) fence after its ADD vs this seq_cst store (state-machine.md, "Shutdown vs producers still scheduling"); lanes: the runs_active pair (lane.cpp) |
-  // | shutdown_done_ | shutdown, after its sweep (release) | shutdown (under its mutex), a lane waiting for the sweep (acquire) | release / acquire | the sweep's writes happen-before the lane's next look at the slots |
-  // | wheel_exited_ | the wheel thread as it returns (release) | a blocked flush / drain / close (acquire) | release / acquire | a request posted after the wheel thread stopped is never served: the waiter stops waiting (Completion::wait) |
-  // | completed_ | workers and lanes, once per batch (release) | the wheel thread, flush (acquire) | release / acquire + the (F-W) fences | the runs' effects happen-before a flush that sees the count; the fences pair it with wheel_waits_for_workers_ (count_completed) |
-  // | wheel_waits_for_workers_ | the wheel thread, before sleeping | workers (count_completed) | relaxed + the (F-W) seq_cst fences | one of the two sees the other: the worker wakes the wheel, or the wheel sees the count and does not sleep |
-  // | live_ | producers (fetch_add on schedule), whoever ends a timer (fetch_sub) | producers | relaxed RMWs | max_pending needs an exact count, not an order with anything else |
-  // | counters_, lateness_, run_time_ | each thread its own stripe / histogram cells | stats() | relaxed (runtime_stats.hpp) | statistics: each value exact once its writers are quiet, never torn |
-  // | wakeups_, zombie_sweeps_ | the wheel thread only | stats() | relaxed | single writer; readers need no order with other data |
-  // | live_timer_handles_ | Timer handles (timer.cpp: relaxed add, release sub) | the destructor's debug check (acquire) | release / acquire | a debug check that every Timer died first |
+  // The seam: what more than one role touches. For each: who writes, who
+  // reads, the order, and why it is enough (the full argument is where
+  // named; the slots' state words are timer_state.hpp's).
+  // - slab_'s slots: producers (task, due, state word), the wheel thread
+  //   (its fields), workers; ordered by the state word's transitions
+  //   (timer_state.hpp): a slot's fields are published by the transition
+  //   that hands the slot on.
+  // - commands_: producers push, the wheel thread pops; the queue's
+  //   release / acquire orders a command's fields before its application.
+  // - wake_if_due_before_ns_: the wheel thread stores its bound before it
+  //   sleeps, a producer CASes it to "awake"; relaxed, with the (P1)/(P2)
+  //   seq_cst fences: the CAS only elects one waker, the fences order a
+  //   post against the sleeper's look at the queue (producer_ops.cpp,
+  //   wake_after_post).
+  // - due_limit_ns_: the wheel thread raises it after each advance,
+  //   producers read it for the range check; relaxed: it only grows, so a
+  //   stale value is smaller and the check conservative (check_due_in_range).
+  // - stopped_: shutdown stores it seq_cst; producers and lanes read it:
+  //   S1's Dekker pair (the producer's (P1) fence after its ADD against this
+  //   store: state-machine.md, "Shutdown vs producers still scheduling")
+  //   and the lanes' runs_active pair (lane.cpp).
+  // - shutdown_done_: shutdown stores it (release) after its sweep; a lane
+  //   waiting for the sweep acquires it, so the sweep's writes come first.
+  // - wheel_exited_: the wheel thread stores it (release) as it returns; a
+  //   blocked flush / drain / close acquires it and stops waiting for a
+  //   request that will never be served (Completion::wait).
+  // - completed_: workers and lanes add once per batch (release); the wheel
+  //   thread and flush acquire it, so a run's effects come before a flush
+  //   that counts it; the (F-W) fences pair it with wheel_waits_for_workers_.
+  // - wheel_waits_for_workers_: the wheel thread stores it before sleeping,
+  //   workers read it (count_completed); relaxed with the (F-W) seq_cst
+  //   fences: the worker wakes the wheel, or the wheel sees the count.
+  // - live_: producers add on schedule, whoever ends a timer subtracts;
+  //   relaxed RMWs: max_pending needs an exact count, no order with
+  //   anything else.
+  // - counters_, lateness_, run_time_: each thread writes its own stripe or
+  //   cells, stats() sums (runtime_stats.hpp); relaxed: exact once the
+  //   writers are quiet, never torn.
+  // - wakeups_, zombie_sweeps_: the wheel thread only writes, stats()
+  //   reads; relaxed: one writer, no order needed with other data.
+  // - live_timer_handles_: Timer handles add (relaxed) and subtract
+  //   (release) (timer.cpp); the destructor's debug check acquires it.
   //
   // Configuration above is written by the constructor before any thread
   // starts (std::thread's start orders it for them) and never after.

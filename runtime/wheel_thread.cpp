@@ -380,7 +380,8 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
   // may have moved later) is before the boundary.
   std::size_t a = 0, b = 0;
   while (a < wt().overdue_order.size() || b < wt().wheel_fired.size()) {
-    if (b == wt().wheel_fired.size() || (a < wt().overdue_order.size() && wt().overdue_order[a].due <= wt().wheel_fired[b].first)) {
+    if (b == wt().wheel_fired.size() ||
+        (a < wt().overdue_order.size() && wt().overdue_order[a].due <= wt().wheel_fired[b].first)) {
       const std::uint32_t index = wt().overdue_order[a++].index;
       slab_[index].alarm = {};
       consider(index, boundary, now_ns, now_ns);
@@ -624,7 +625,8 @@ void RuntimeCore::sleep(bool busy) {
   wheel_waits_for_workers_.store(waiting_for_runs, std::memory_order_relaxed);
   std::int64_t deadline = INT64_MAX;  // in the runtime clock's domain
   // At the horizon nothing in the wheel ever fires (it never advances on).
-  if (const auto next = wt().wheel.next_alarm_fires_at(); next && wt().wheel.now().time_since_epoch().count() < max_wheel_now_ns_) {
+  if (const auto next = wt().wheel.next_alarm_fires_at();
+      next && wt().wheel.now().time_since_epoch().count() < max_wheel_now_ns_) {
     deadline = next->time_since_epoch().count();
   }
   // Lingering (commands keep coming): wake up at most kLingerNs from now even

@@ -72,12 +72,12 @@ struct WheelThreadState {
   std::vector<Overdue> overdue_scratch;                             // sort_overdue's second buffer
   std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired;  // this advance's alarms, by interval
   std::int64_t application_now_ns = INT64_MIN;  // the clock at this pass's application; MIN: not read yet
-  std::vector<Dispatch> dispatch_batch;  // claimed this pass for the workers, handed over at its end (hand_over)
-  std::vector<LaneCore*> touched_lanes;  // lanes with runs in their batch this pass
+  std::vector<Dispatch> dispatch_batch;         // claimed this pass for the workers, handed over at its end (hand_over)
+  std::vector<LaneCore*> touched_lanes;         // lanes with runs in their batch this pass
   std::vector<std::uint32_t> sweep_buffer;
   std::unique_ptr<RetiredSlots> retired;  // created on the wheel thread (its token)
-  std::uint64_t reclaimed = 0;           // lazily cancelled timers the wheel thread (or shutdown) freed
-  std::uint64_t dispatched = 0;          // runs handed over so far (flush marks wait for their completion)
+  std::uint64_t reclaimed = 0;            // lazily cancelled timers the wheel thread (or shutdown) freed
+  std::uint64_t dispatched = 0;           // runs handed over so far (flush marks wait for their completion)
   std::vector<std::uint32_t> fired_buffer;
   std::vector<std::uint32_t> drain_buffer;
   std::vector<Command> command_buffer;
