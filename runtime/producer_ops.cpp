@@ -140,7 +140,9 @@ void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std
 // shutdown swept it): it stops counting as pending, for stats() and for
 // max_pending, at once, even if its slot is freed later (a cancelled timer's
 // slot is reclaimed later, lazily, by the wheel thread). Exactly one
-// party calls this per accepted timer: whoever made the deciding transition.
+// party calls this per accepted timer: whoever made the deciding transition
+// (after it; the worker ending a one-shot calls it just before F1, the only
+// transition left to the run, so no one sees Fired while it still counts).
 void RuntimeCore::end_timer() {
   counters_.add(Counter::ended);
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);

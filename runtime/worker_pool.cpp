@@ -197,12 +197,17 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
     // published as over: a cancel_and_wait that returns may free what the
     // captures point to.
     slot.task.reset();
-    // (F1) acq_rel exchange: release so the run's effects happen-before
-    // whoever reads Fired; an RMW, so it reads a waiter bit set by WB. Only
-    // this worker leaves Running for a one-shot, so the word it writes is w
-    // with the state changed (a waiter changes nothing but its bit).
-    const std::uint64_t old = slot.word.exchange(StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel);
+    // The timer leaves the count (max_pending, stats().pending) before F1
+    // publishes Fired: a thread that sees Fired and schedules at once must
+    // find its place free (RuntimeCapacityRelease). Safe to do first: only
+    // this worker ends a one-shot that is Running.
     end_timer();
+    // (F1) acq_rel exchange: release so the run's effects (and the count
+    // above) happen-before whoever reads Fired; an RMW, so it reads a waiter
+    // bit set by WB. Only this worker leaves Running for a one-shot, so the
+    // word it writes is w with the state changed (a waiter changes nothing
+    // but its bit).
+    const std::uint64_t old = slot.word.exchange(StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel);
     retired.add(d.slot);
     wake_waiters_if_any(slot, old);
     return;
