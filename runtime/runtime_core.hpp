@@ -288,44 +288,70 @@ class RuntimeCore {
   // reads, the order, and why it is enough (the full argument is where
   // named; the slots' state words are timer_state.hpp's).
   // - slab_'s slots: producers (task, due, state word), the wheel thread
-  //   (its fields), workers; ordered by the state word's transitions
-  //   (timer_state.hpp): a slot's fields are published by the transition
-  //   that hands the slot on.
-  // - commands_: producers push, the wheel thread pops; the queue's
-  //   release / acquire orders a command's fields before its application.
+  //   (state word: A1, W1, L1/L2; its own fields; a closed lane's tasks),
+  //   workers and lanes (B1, F1-F4; a periodic's next due), shutdown's
+  //   sweep (X1/X2). A slot's fields are handed on by the state word's
+  //   transitions (timer_state.hpp); a slot's reuse by the free list's
+  //   release / acquire (timer_slab.hpp); the sweep's access to the wheel
+  //   thread's fields by the join.
+  // - commands_: producers push timer commands; workers and lanes push
+  //   periodic re-arms; flush, drain, shutdown and close_lane push
+  //   requests; the wheel thread pops (stats() reads size_approx). The
+  //   queue's release / acquire orders a command's fields before its
+  //   application.
   // - wake_if_due_before_ns_: the wheel thread stores its bound before it
-  //   sleeps, a producer CASes it to "awake"; relaxed, with the (P1)/(P2)
+  //   sleeps and INT64_MIN after; whoever posts (producers, workers and
+  //   lanes re-arming) may CAS it to "awake". Relaxed, with the (P1)/(P2)
   //   seq_cst fences: the CAS only elects one waker, the fences order a
   //   post against the sleeper's look at the queue (producer_ops.cpp,
   //   wake_after_post).
-  // - due_limit_ns_: the wheel thread raises it after each advance,
-  //   producers read it for the range check; relaxed: it only grows, so a
-  //   stale value is smaller and the check conservative (check_due_in_range).
-  // - stopped_: shutdown stores it seq_cst; producers and lanes read it:
-  //   S1's Dekker pair (the producer's (P1) fence after its ADD against this
-  //   store: state-machine.md, "Shutdown vs producers still scheduling")
-  //   and the lanes' runs_active pair (lane.cpp).
-  // - shutdown_done_: shutdown stores it (release) after its sweep; a lane
-  //   waiting for the sweep acquires it, so the sweep's writes come first.
+  // - due_limit_ns_: the constructor sets it, the wheel thread raises it
+  //   after each advance; schedule, reschedule and Timer's arm read it for
+  //   the range check. Relaxed: it only grows, so a stale value is smaller
+  //   and the check conservative (near the limit it may refuse a due the
+  //   wheel would already take; never the reverse) (check_due_in_range).
+  // - stopped_: shutdown stores it seq_cst, then fences before its sweep;
+  //   a schedule fences (P1) after its ADD, then loads it: S1's Dekker pair
+  //   (state-machine.md, "Shutdown vs producers still scheduling"); lanes
+  //   pair it with runs_active (lane.cpp); flush, drain, open_lane,
+  //   close_lane and check_schedulable read it (acquire) as an early out.
+  // - shutdown_done_: shutdown stores it (release) after its sweep and
+  //   reads it under its mutex; a lane waiting for the sweep acquires it,
+  //   so the sweep's writes come first.
   // - wheel_exited_: the wheel thread stores it (release) as it returns; a
   //   blocked flush / drain / close acquires it and stops waiting for a
-  //   request that will never be served (Completion::wait).
-  // - completed_: workers and lanes add once per batch (release); the wheel
-  //   thread and flush acquire it, so a run's effects come before a flush
-  //   that counts it; the (F-W) fences pair it with wheel_waits_for_workers_.
+  //   request that will never be served (Completion::wait); close_lane's
+  //   acquire also makes every ready-queue enqueue of the wheel thread
+  //   visible before it drains the lane.
+  // - completed_: workers and lanes add once per batch (release), and so
+  //   do the wheel thread's inline runs and close_lane's drain; the wheel
+  //   thread acquires it (so a run's effects and re-arm posts come before
+  //   the pass that counts it); a flusher learns of it through
+  //   Completion's mutex. The (F-W) fences pair it with
+  //   wheel_waits_for_workers_.
   // - wheel_waits_for_workers_: the wheel thread stores it before sleeping,
-  //   workers read it (count_completed); relaxed with the (F-W) seq_cst
-  //   fences: the worker wakes the wheel, or the wheel sees the count.
-  // - live_: producers add on schedule, whoever ends a timer subtracts;
-  //   relaxed RMWs: max_pending needs an exact count, no order with
-  //   anything else.
-  // - counters_, lateness_, run_time_: each thread writes its own stripe or
-  //   cells, stats() sums (runtime_stats.hpp); relaxed: exact once the
-  //   writers are quiet, never torn.
+  //   workers and lanes read it (count_completed); relaxed, with the (F-W)
+  //   seq_cst fences (the wheel's is (P2)): the worker wakes the wheel, or
+  //   the wheel sees the count.
+  // - live_: schedule adds (and subtracts on a refusal, a take-back or a
+  //   withdrawal); whoever ends a timer subtracts (end_timer; a worker
+  //   ending a one-shot does so before F1). Relaxed RMWs: max_pending needs
+  //   an exact count; the order that matters (a timer seen Fired no longer
+  //   counts) comes from F1's release (RuntimeCapacityRelease).
+  // - counters_, lateness_, run_time_: each thread writes its own stripe
+  //   (threads beyond the 15th share the last one with RMWs), stats() and
+  //   the wheel thread's zombie estimate sum (runtime_stats.hpp); relaxed:
+  //   exact once the writers' work happens-before the read (a flush, a
+  //   join), never torn.
   // - wakeups_, zombie_sweeps_: the wheel thread only writes, stats()
   //   reads; relaxed: one writer, no order needed with other data.
   // - live_timer_handles_: Timer handles add (relaxed) and subtract
   //   (release) (timer.cpp); the destructor's debug check acquires it.
+  // - wake_ (the wheel thread's futex word): every poster, flush, drain,
+  //   close_lane, shutdown and count_completed wake it; the wheel thread
+  //   prepares and waits (wake_signal.hpp has its protocol).
+  // - pool_.handoff: see worker_pool.hpp. lanes_ is under lanes_mutex_;
+  //   each LaneCore's atomics are argued in lane_core.hpp.
   //
   // Configuration above is written by the constructor before any thread
   // starts (std::thread's start orders it for them) and never after.
