@@ -173,7 +173,17 @@ void RuntimeCore::close_lane(LaneCore* lane) {
 #endif
   // release: pairs with lane_closed's acquire (the wheel thread's).
   lane->generation.fetch_add(1, std::memory_order_release);
-  if (!stopped_.load(std::memory_order_acquire)) {
+  if (on_wheel_thread()) {
+    // A callback on the wheel thread (workers = 0) closes a lane: the wheel
+    // thread cannot serve a command it waits for, so it closes the lane
+    // itself. Its callbacks run from hand_over, after the pass's advance,
+    // while nothing iterates the wheel or the overdue list; the lane's batch
+    // of this pass is already in its ready queue (drained below), and
+    // dispatch() cancels any later claim of the lane (L2). This holds during
+    // shutdown(fire_pending)'s final runs too, which the wheel thread runs
+    // before it exits: it must not wait for its own exit either.
+    close_lane_on_wheel(lane);
+  } else if (!stopped_.load(std::memory_order_acquire)) {
     CloseLaneRequest request;
     request.lane = lane;
     commands_.push_retrying(Command{CommandKind::close_lane, 0, 0, &request}, nullptr);
@@ -183,7 +193,8 @@ void RuntimeCore::close_lane(LaneCore* lane) {
   }
   // Shutdown in progress: the wheel thread may still hand us runs of the old
   // generation (it may not have seen the bump); once it exited it hands none.
-  while (stopped_.load(std::memory_order_acquire) && !wheel_exited_.load(std::memory_order_acquire)) {
+  while (!on_wheel_thread() && stopped_.load(std::memory_order_acquire) &&
+         !wheel_exited_.load(std::memory_order_acquire)) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   // No run of this lane is handed to it any more: cancel what is ready (L3).

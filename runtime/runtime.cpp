@@ -2,20 +2,22 @@
 // RuntimeCore), and the lifecycle: construction, flush, drain, shutdown,
 // stats.
 //
-// Race: shutdown vs producers still scheduling.
-//   producer (schedule)                         shutdown
-//   slot.word = Pending (S1, seq_cst)           stopped_ = true (seq_cst)
-//   if stopped_: CAS Pending -> Cancelled (X1)  ... join threads ...
-//     won: free it, throw StoppedError          sweep: every Pending -> Cancelled (X1), counted
-//     lost: the sweep counts it; return its id
+// Race: shutdown vs producers still scheduling (docs/state-machine.md, "Shutdown vs producers still
+// scheduling").
+//   producer (schedule)                           shutdown
+//   slot.word = Pending (S1, release)             stopped_ = true (seq_cst)
+//   post the ADD; fence (seq_cst) (P1)            fence (seq_cst)
+//   if stopped_: withdraw_posted: C1, then K1     ... join threads ...
+//     won: not accepted, throw StoppedError       sweep: every Pending -> Cancelled (X1), counted
+//     lost: the sweep (or a claim) decided it; return its id
 // Either the producer sees stopped_, or the sweep sees its Pending word, and
-// exactly one X1 CAS wins: every accepted timer is fired, cancelled, or
-// counted by shutdown as not fired.
+// exactly one CAS wins: every accepted timer is fired, cancelled, or counted
+// by shutdown as not fired. The commands still queued need nothing.
 //
 // Race: shutdown vs cancel: a timer cancelled after the wheel thread's last
 // pass stays filed (a zombie nobody reclaims); the sweep frees it (Cancelled
-// and still filed) itself, and one whose ADD was still queued is freed when
-// shutdown empties the queue (docs/state-machine.md, "Shutdown vs cancel").
+// and still filed) itself. One cancelled before it was filed was freed by its
+// canceller (docs/state-machine.md, "Shutdown vs cancel").
 //
 // Race: shutdown vs a running callback: shutdown joins the workers after the
 // wheel thread has stopped dispatching; a run in progress finishes; a

@@ -237,6 +237,7 @@ class RuntimeCore {
 
   // wheel_thread.cpp
   void wheel_main();
+  bool on_wheel_thread() const noexcept;  // this thread is this runtime's wheel thread
   bool apply_commands(bool& exhausted);
   void apply(const Command& c);
   void file(std::uint32_t index, TimerSlot& slot, bool at_application);

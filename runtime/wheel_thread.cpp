@@ -64,14 +64,21 @@ constexpr std::uint64_t kMinZombiesForSweep = CHIME_ZOMBIE_SWEEP_MIN;
 // due before its next alarm; timers due before the linger ends still wake
 // it, so lingering adds no lateness.
 constexpr std::int64_t kLingerNs = 1'000'000;
+// The runtime whose wheel thread this thread is (null on every other thread):
+// close_lane must not wait for a pass of the thread it runs on.
+thread_local const RuntimeCore* tls_wheel_thread_of = nullptr;
 }  // namespace
+
+bool RuntimeCore::on_wheel_thread() const noexcept { return tls_wheel_thread_of == this; }
 
 void RuntimeCore::wheel_main() {
 #ifndef NDEBUG
   wheel_owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);  // wt()'s check
 #endif
+  tls_wheel_thread_of = this;
   struct ExitFlag {
     ~ExitFlag() {
+      tls_wheel_thread_of = nullptr;
 #ifndef NDEBUG
       core.wheel_owner_.store(std::thread::id{}, std::memory_order_relaxed);
 #endif

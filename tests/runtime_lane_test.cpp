@@ -8,6 +8,10 @@
 
 #include <poll.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <optional>
 #include <stdexcept>
 
 #include "runtime_test_support.hpp"
@@ -230,6 +234,65 @@ TEST_P(LaneTest, destroying_a_lane_cancels_its_pending_and_ready_runs) {
   EXPECT_EQ(s.cancelled, 3u);
   EXPECT_EQ(s.pending, 0u);
   EXPECT_EQ(s.fired, 0u);
+}
+
+// Waits for `f` for at most 10 s; a deadlock (the case these tests guard) cannot be unwound, so
+// it fails the test and ends the process instead of hanging ctest until its timeout.
+template <class Future>
+void expect_returns(Future& f, const char* what) {
+  if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << what << " did not return within 10 s: deadlock";
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+}
+
+// With workers = 0 the callback runs on the wheel thread, which used to wait for a pass of itself
+// to close the lane, forever.
+TEST_P(LaneTest, a_callback_that_destroys_another_lane_returns_and_cancels_that_lanes_runs) {
+  int lane_runs = 0;
+  bool closed = false;
+  std::optional<chime::Lane> other(rt.lane());
+  const chime::TimerId pending = other->schedule_at(at(50ms), [&] { ++lane_runs; });
+  const chime::TimerId ready = other->schedule_at(at(1ms), [&] { ++lane_runs; });
+  rt.schedule_at(at(3ms), [&] {
+    other.reset();  // nobody runs that lane: its ready run is cancelled here
+    closed = true;
+  });
+  clock.set(at(3ms));
+  // One pass readies `ready` on the lane, then runs the callback that destroys the lane.
+  auto flushed = std::async(std::launch::async, [&] { rt.flush(); });
+  expect_returns(flushed, "a flush whose callback destroys another lane");
+  EXPECT_TRUE(closed);
+  advance_to(clock, rt, at(100ms));
+  EXPECT_EQ(lane_runs, 0);
+  EXPECT_EQ(rt.state(pending), chime::TimerState::cancelled);
+  EXPECT_EQ(rt.state(ready), chime::TimerState::cancelled);
+  const chime::Stats s = rt.stats();
+  EXPECT_EQ(s.cancelled, 2u);
+  EXPECT_EQ(s.fired, 1u);
+  EXPECT_EQ(s.pending, 0u);
+}
+
+// The same from a final run of shutdown(fire_pending): with workers = 0 the wheel thread runs it
+// before it exits, so closing the lane must not wait for that exit either.
+TEST_P(LaneTest, a_final_run_at_shutdown_that_destroys_another_lane_returns) {
+  int lane_runs = 0;
+  std::optional<chime::Lane> other(rt.lane());
+  const chime::TimerId lane_timer = other->schedule_at(at(50ms), [&] { ++lane_runs; });
+  bool closed = false;
+  rt.schedule_at(at(40ms), [&] {
+    other.reset();
+    closed = true;
+  });
+  rt.flush();
+  auto stopped = std::async(std::launch::async, [&] { return rt.shutdown(chime::ShutdownMode::fire_pending); });
+  expect_returns(stopped, "shutdown(fire_pending) whose final run destroys another lane");
+  stopped.get();
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(lane_runs, 0) << "the destroyed lane's final run is cancelled with the lane";
+  EXPECT_EQ(rt.state(lane_timer), chime::TimerState::cancelled);
+  EXPECT_EQ(rt.stats().pending, 0u);
 }
 
 TEST_P(LaneTest, a_new_lane_reusing_a_closed_one_gets_none_of_its_runs) {
