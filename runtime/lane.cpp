@@ -12,7 +12,8 @@
 //
 // Closing a lane (its Lane destroyed): the lane's generation is bumped
 // (release), then the wheel thread is asked (a close_lane command, waited
-// for) to cancel every timer of the lane it has filed (L1). A timer of the
+// for) to cancel every timer of the lane it has filed (L1); a callback
+// running on the wheel thread itself does that part inline. A timer of the
 // lane whose ADD or re-arm arrives later, or that the wheel claims before
 // it sees the close, is cancelled there (L1 at application, L2 at the claim:
 // lane_closed compares the slot's lane generation, acquire, with the bump).
