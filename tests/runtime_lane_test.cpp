@@ -255,7 +255,10 @@ TEST_P(LaneTest, a_callback_that_destroys_another_lane_returns_and_cancels_that_
   std::optional<chime::Lane> other(rt.lane());
   const chime::TimerId pending = other->schedule_at(at(50ms), [&] { ++lane_runs; });
   const chime::TimerId ready = other->schedule_at(at(1ms), [&] { ++lane_runs; });
-  rt.schedule_at(at(3ms), [&] {
+  // Due at 2 ms, so that it runs at 3 ms whether its schedule is applied before the clock moves
+  // (its 1 ms interval has ended) or after (due now). Due at 3 ms, it would run only if applied
+  // after: otherwise the flush waits for the lane's ready run, which nobody runs.
+  rt.schedule_at(at(2ms), [&] {
     other.reset();  // nobody runs that lane: its ready run is cancelled here
     closed = true;
   });
