@@ -91,9 +91,8 @@ void RuntimeCore::wheel_main() {
   wt().retired = std::make_unique<RetiredSlots>(slab_);
   while (wt().running) {
     const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
-    // The clock at application, read by file() the first time a command of
-    // this pass needs it: a timer applied this pass with its due at or before
-    // it is due now.
+    // The clock at application: read by file() the first time a command needs
+    // it, again after each batch of commands is dequeued (apply_commands).
     wt().application_now_ns = INT64_MIN;
     bool exhausted = false;
     const bool busy = apply_commands(exhausted);
@@ -155,6 +154,13 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
       break;
     }
     applied += n;
+    // Every command of this batch was posted before it was dequeued, so a
+    // clock read from now on is at or after its posting: a timer due by then
+    // (schedule_after(0ns, f)) is due now. A read cached from an earlier
+    // batch can precede a command's posting; it would file such a timer in
+    // the wheel's current interval, where it waits for the interval to end
+    // and a flush() that follows does not wait for it.
+    wt().application_now_ns = INT64_MIN;
     for (std::size_t i = 0; i < n; ++i) {
       const Command& c = wt().command_buffer[i];
       switch (c.kind) {
@@ -347,9 +353,10 @@ void RuntimeCore::sort_overdue() {
   if (from != wt().overdue_order.data()) std::copy(from, from + n, wt().overdue_order.data());
 }
 
-// True iff `due` is at or before the clock's time at this pass's
+// True iff `due` is at or before the clock's time at its command's
 // application. A due at or before the wheel's time needs no clock read (the
-// clock is never behind it); otherwise the clock is read once per pass.
+// clock is never behind it); otherwise the clock is read at most once per
+// batch of dequeued commands, after the batch was dequeued.
 bool RuntimeCore::due_now_at_application(std::int64_t due) {
   if (due <= wt().wheel.now().time_since_epoch().count()) return true;
   if (wt().application_now_ns == INT64_MIN) wt().application_now_ns = clock_->now().time_since_epoch().count();

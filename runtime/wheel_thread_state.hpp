@@ -71,7 +71,7 @@ struct WheelThreadState {
   std::vector<Overdue> overdue_order;                               // overdue timers by due time
   std::vector<Overdue> overdue_scratch;                             // sort_overdue's second buffer
   std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired;  // this advance's alarms, by interval
-  std::int64_t application_now_ns = INT64_MIN;  // the clock at this pass's application; MIN: not read yet
+  std::int64_t application_now_ns = INT64_MIN;  // the clock at this batch's application; MIN: not read yet
   std::vector<Dispatch> dispatch_batch;         // claimed this pass for the workers, handed over at its end (hand_over)
   std::vector<LaneCore*> touched_lanes;         // lanes with runs in their batch this pass
   std::vector<std::uint32_t> sweep_buffer;

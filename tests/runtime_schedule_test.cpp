@@ -13,8 +13,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -137,6 +139,72 @@ TEST_P(ScheduleTest, schedule_after_zero_fires_at_flush_with_a_clock_that_never_
   EXPECT_EQ(rec.runs()[0].firing.due, clock.now());
   EXPECT_EQ(rec.runs()[0].firing.fired_at, clock.now());
   EXPECT_EQ(rt.state(id), TimerState::fired);
+}
+
+// A clock that holds the wheel thread inside its next read once armed: the
+// read returns the time loaded before it paused, so the test can move the
+// time and post commands while the wheel thread is in the middle of a pass.
+class PausingClock final : public chime::Clock {
+ public:
+  explicit PausingClock(TimePoint start) : now_ns_(start.time_since_epoch().count()) {}
+  TimePoint now() const noexcept override {
+    const std::int64_t t = now_ns_.load();
+    if (std::this_thread::get_id() != test_thread_ && armed_.exchange(false)) {
+      paused_.store(true);
+      paused_.notify_all();
+      while (!resumed_.load()) resumed_.wait(false);
+    }
+    return TimePoint(Duration(t));
+  }
+  void set(TimePoint t) { now_ns_.store(t.time_since_epoch().count()); }
+  void arm() { armed_.store(true); }
+  void wait_paused() const {
+    while (!paused_.load()) paused_.wait(false);
+  }
+  void resume() {
+    resumed_.store(true);
+    resumed_.notify_all();
+  }
+
+ private:
+  const std::thread::id test_thread_ = std::this_thread::get_id();
+  std::atomic<std::int64_t> now_ns_;
+  mutable std::atomic<bool> armed_{false}, paused_{false}, resumed_{false};
+};
+
+// "Due now at application" holds for each command, not for the pass it is
+// applied in: a timer posted after the wheel thread read the clock for an
+// earlier command of the same pass, due at or before the clock when its own
+// command is applied, is due now. Forced here: the wheel thread pauses in the
+// clock read for timer A (due later); meanwhile the clock moves to 3 ms and B
+// is posted, due at 3 ms. B is applied in the same pass, after A. Were B
+// judged by the clock read for A, it would be filed in the interval [3, 4)
+// and the flush at 3 ms would not run it (CI found this as a flush that
+// returned with schedule_after(0ns) timers still pending).
+TEST(RuntimeDueNow, a_command_dequeued_after_the_passs_first_clock_read_is_judged_by_a_later_read) {
+  for (const unsigned workers : {0u, 1u, 2u}) {
+    SCOPED_TRACE("workers " + std::to_string(workers));
+    PausingClock clock(kStart);
+    chime::RuntimeOptions options;
+    options.precision = kPrecision;
+    options.workers = workers;
+    options.clock = &clock;
+    Runtime rt(options);
+    Recorder rec;
+    rt.flush();  // the wheel thread settles it, then sleeps without reading the clock
+    clock.arm();
+    const TimerId a = rt.schedule_at(at(10ms), rec.task(1));  // due after the wheel's time: a clock read
+    clock.wait_paused();
+    clock.set(at(3ms));
+    const TimerId b = rt.schedule_at(at(3ms), rec.task(2));  // due now by the clock when it is applied
+    clock.resume();
+    rt.flush();
+    ASSERT_EQ(rec.count(), 1u) << "B, due at the clock's time when applied, did not run at the flush";
+    EXPECT_EQ(rec.runs()[0].tag, 2);
+    EXPECT_EQ(rec.runs()[0].firing.fired_at, at(3ms));
+    EXPECT_EQ(rt.state(b), TimerState::fired);
+    EXPECT_EQ(rt.state(a), TimerState::pending);
+  }
 }
 
 // A due time one nanosecond after the clock's time keeps the interval rule: not due now, and not fired
