@@ -3,7 +3,8 @@
 // sizeof <= 48, alignof <= alignof(max_align_t) with a nothrow move are stored
 // inline (allocation counts are pinned in runtime_allocation_test.cpp); a
 // default or moved-from Task is empty and invoking it does nothing; the
-// callable is destroyed exactly once. Also TimerId basics.
+// callable is destroyed exactly once. Also TimerId basics, and std::atomic<TimerId>
+// (it links with chime::runtime alone).
 
 #include "runtime_test_support.hpp"
 
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -189,6 +191,44 @@ TEST(RuntimeTask, timer_id_validity_and_equality) {
   static_assert(!(TimerId(4, 2) == TimerId(5, 2)));
   static_assert(TimerId(4, 2).slot() == 4 && TimerId(4, 2).generation() == 2);
   SUCCEED();
+}
+
+// std::atomic<TimerId> links with chime::runtime alone (it brings libatomic) and hands ids
+// between threads: every id one thread publishes is taken exactly once by the other, through
+// compare_exchange, and cancels its timer.
+TEST(RuntimeTask, atomic_timer_id_hands_ids_between_threads) {
+  chime::ManualClock clock(kStart);
+  chime::Runtime rt(manual_options(clock, 1));
+  constexpr int kIds = 2000;
+  std::atomic<TimerId> published{};
+  std::atomic<bool> done{false};
+  int taken = 0;
+  std::thread taker([&] {
+    for (;;) {
+      TimerId id = published.load();
+      if (!id) {
+        if (done.load()) break;
+        std::this_thread::yield();
+        continue;
+      }
+      if (published.compare_exchange_strong(id, TimerId{})) {
+        EXPECT_TRUE(rt.cancel(id));
+        ++taken;
+      }
+    }
+  });
+  for (int i = 0; i < kIds; ++i) {
+    const TimerId id = rt.schedule_after(1h, [] {});
+    TimerId empty{};
+    while (!published.compare_exchange_weak(empty, id)) empty = TimerId{};
+  }
+  while (published.load()) std::this_thread::yield();
+  done.store(true);
+  taker.join();
+  EXPECT_EQ(taken, kIds);
+  rt.flush();
+  EXPECT_EQ(rt.stats().pending, 0u);
+  EXPECT_EQ(rt.stats().cancelled, static_cast<std::uint64_t>(kIds));
 }
 
 }  // namespace

@@ -31,6 +31,13 @@ class TimerId;
 // for one of this runtime's timers (the runtime tag: a process-wide counter,
 // 32 bits, so no two live runtimes share one until 2^32 - 1 runtimes have
 // been created).
+//
+// 12 bytes, trivially copyable: `std::atomic<TimerId>` works (load, store,
+// compare_exchange), but is not lock-free. GCC and Clang compile its
+// operations to calls into libatomic, which `chime::runtime` links for you
+// (PUBLIC, through the CMake package and chime.pc: cmake/ChimeLibatomic.cmake);
+// a program that uses this header without linking chime::runtime must add
+// -latomic itself.
 class TimerId {
  public:
   constexpr TimerId() noexcept = default;

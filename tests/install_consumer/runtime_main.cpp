@@ -1,9 +1,13 @@
 // Uses an installed chime::runtime: a timer scheduled on a lane runs on this
-// thread once the runtime has been flushed, and only then.
+// thread once the runtime has been flushed, and only then; and a TimerId kept in
+// a std::atomic, handed to another thread, links with chime::runtime alone (the
+// package brings libatomic).
 #include <chime/chime.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 int main() {
   using namespace std::chrono_literals;
@@ -23,6 +27,20 @@ int main() {
   rt.flush();  // on the lane's thread: runs the lane's ready runs
   if (runs != 1) {
     std::fprintf(stderr, "the lane run did not run at flush (runs %d)\n", runs);
+    return 1;
+  }
+
+  std::atomic<chime::TimerId> shared{};
+  const chime::TimerId id = rt.schedule_after(1h, [] {});
+  shared.store(id);
+  bool cancelled = false;
+  std::thread other([&] {
+    chime::TimerId seen = shared.load();
+    if (shared.compare_exchange_strong(seen, chime::TimerId{})) cancelled = rt.cancel(seen);
+  });
+  other.join();
+  if (!cancelled || shared.load()) {
+    std::fprintf(stderr, "the id kept in std::atomic<TimerId> did not cancel its timer\n");
     return 1;
   }
   std::printf("chime install consumer (runtime): ok\n");
