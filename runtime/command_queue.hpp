@@ -50,10 +50,26 @@ enum class CommandKind : std::uint8_t {
 };
 
 struct Command {
+  // "Not read": a timer command posted on the steady clock without a clock
+  // read (schedule_at); the wheel thread judges "due now" by its own read
+  // at application, which is later, so never earlier (design.md).
+  static constexpr std::int64_t kNotRead = INT64_MIN;
+
   CommandKind kind;
   std::uint32_t slot;
   std::uint32_t generation;
-  void* request;
+  union {
+    void* request;              // flush, drain, stop, close_lane: the request
+    std::int64_t called_at_ns;  // add, reschedule: the runtime clock's time read in the call that posted it
+  };
+
+  static Command timer(CommandKind kind, std::uint32_t slot, std::uint32_t generation,
+                       std::int64_t called_at_ns = kNotRead) noexcept {
+    Command c{kind, slot, generation, {nullptr}};
+    c.called_at_ns = called_at_ns;
+    return c;
+  }
+  static Command for_request(CommandKind kind, void* request) noexcept { return Command{kind, 0, 0, {request}}; }
 };
 static_assert(std::is_trivially_copyable_v<Command>);
 

@@ -187,7 +187,7 @@ void RuntimeCore::close_lane(LaneCore* lane) {
   } else if (!stopped_.load(std::memory_order_acquire)) {
     CloseLaneRequest request;
     request.lane = lane;
-    commands_.push_retrying(Command{CommandKind::close_lane, 0, 0, &request}, nullptr);
+    commands_.push_retrying(Command::for_request(CommandKind::close_lane, &request), nullptr);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
     wake_.wake();
     request.completion.wait(wheel_exited_);  // served, or the wheel thread exited (shutdown)

@@ -253,7 +253,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   // thread, whose acquire load of the word pairs with it, and to any thread
   // that acts on the id).
   slot.word.store(pending, std::memory_order_release);
-  if (!commands_.try_push(Command{CommandKind::add, index, g, nullptr}, token)) [[unlikely]] {
+  if (!commands_.try_push(Command::timer(CommandKind::add, index, g, due_now_reading()), token)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
     // back (nothing names the slot but us) and report the failure.
     if (take_back(slot, index, pending)) throw std::bad_alloc();
@@ -478,8 +478,18 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
                                          std::memory_order_release, std::memory_order_acquire)) {
     counters_.add(Counter::rescheduled);
     // Later: the wheel finds it at its old (earlier) time and re-files it
-    // lazily, no command needed. Earlier: the wheel must re-file it now.
-    if (due_ns < old_due) post_and_wake(Command{CommandKind::reschedule, id.slot(), id.generation(), nullptr}, token, due_ns);
+    // lazily, no command needed. Earlier: the wheel must re-file it now; so
+    // must a later due that is already due now by this call's clock read
+    // (read only where it is not the steady clock: due_now_reading).
+    if (due_ns < old_due) {
+      post_and_wake(Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()), token,
+                    due_ns);
+    } else if (clock_kind_ != ClockKind::steady) {
+      const std::int64_t called_at = due_now_reading();
+      if (due_ns <= called_at) {
+        post_and_wake(Command::timer(CommandKind::reschedule, id.slot(), id.generation(), called_at), token, due_ns);
+      }
+    }
     return true;
   }
   // (R3) The only way R2 fails: a cancel won meanwhile (C2). (The wheel

@@ -135,7 +135,7 @@ void RuntimeCore::flush() {
   const ThreadLanes lanes = lanes_of_this_thread();
   if (!lanes.empty()) request.completion.notify_fd = lane_flush_notify_fd();
   request.target_ns = clock_->now().time_since_epoch().count();
-  commands_.push_retrying(Command{CommandKind::flush, 0, 0, &request}, nullptr);
+  commands_.push_retrying(Command::for_request(CommandKind::flush, &request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
   if (lanes.empty()) {
@@ -149,7 +149,7 @@ std::size_t RuntimeCore::drain() {
   throw_if_in_callback("drain");
   if (stopped_.load(std::memory_order_acquire)) return 0;
   DrainRequest request;
-  commands_.push_retrying(Command{CommandKind::drain, 0, 0, &request}, nullptr);
+  commands_.push_retrying(Command::for_request(CommandKind::drain, &request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
   request.completion.wait(wheel_exited_);
@@ -163,7 +163,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
   StopRequest request;
   request.mode = mode;
-  commands_.push_retrying(Command{CommandKind::stop, 0, 0, &request}, nullptr);
+  commands_.push_retrying(Command::for_request(CommandKind::stop, &request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   wake_.wake();
   wheel_thread_.join();

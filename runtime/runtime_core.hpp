@@ -208,6 +208,17 @@ class RuntimeCore {
     return wt_;
   }
 
+  // The runtime clock's time read in a call that schedules or reschedules,
+  // by which the wheel thread judges "due now" (design.md): every clock but
+  // the steady one is read in the call, so on a ManualClock a timer's fate
+  // depends only on the order of the user's calls, never on when the wheel
+  // thread applies its command. On the steady clock the call does not read
+  // it (Command::kNotRead): the wheel thread's read at application is later,
+  // so its verdict is never earlier, and schedule_at keeps no clock read.
+  std::int64_t due_now_reading() const noexcept {
+    return clock_kind_ == ClockKind::steady ? Command::kNotRead : clock_->now().time_since_epoch().count();
+  }
+
   // producer_ops.cpp
   // What a cancel decided (one CAS, or none): cancel, try_cancel and
   // cancel_and_wait read it their way.
@@ -240,8 +251,8 @@ class RuntimeCore {
   bool on_wheel_thread() const noexcept;  // this thread is this runtime's wheel thread
   bool apply_commands(bool& exhausted);
   void apply(const Command& c);
-  void file(std::uint32_t index, TimerSlot& slot, bool at_application);
-  bool due_now_at_application(std::int64_t due);
+  void file(std::uint32_t index, TimerSlot& slot, bool at_application, std::int64_t called_at_ns = Command::kNotRead);
+  bool due_now_at_application(std::int64_t due, std::int64_t called_at_ns);
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void sort_overdue();

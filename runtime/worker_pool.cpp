@@ -269,7 +269,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
       slot.filed_generation = d.generation;
       file(d.slot, slot, false);
     } else {
-      post_and_wake(Command{CommandKind::rearm, d.slot, d.generation, nullptr}, nullptr, next);
+      post_and_wake(Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
     }
     return;
   }
