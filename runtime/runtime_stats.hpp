@@ -10,7 +10,10 @@
 // example after flush()); a concurrent stats() is a consistent-enough
 // snapshot (each counter individually monotonic). Histogram percentiles are
 // reported as the upper edge of their bucket (at most 1/8 = 12.5% above the
-// true value); max is exact.
+// true value); max, count and sum are exact, and so are the cumulative
+// buckets of DurationStats (their bounds, 2^k - 1 ns, are edges of this
+// histogram). A concurrent summary's buckets and count come from one read of
+// the counts (the +Inf bucket equals count); its sum is read separately.
 //
 // Memory ordering: all relaxed. stats() promises no ordering with other
 // operations; flush() provides the happens-before that makes counts exact.
@@ -132,6 +135,7 @@ class LatenessHistogram {  // also used for run times
     const ThreadStripe& t = this_thread_stripe();
     Stripe& s = stripes_[t.index];
     stripe_add(s.counts[bucket(static_cast<std::uint64_t>(ns))], 1, t);
+    stripe_add(s.sum, static_cast<std::uint64_t>(ns), t);
     std::int64_t m = s.max.load(std::memory_order_relaxed);
     if (t.exclusive()) {
       if (ns > m) s.max.store(ns, std::memory_order_relaxed);
@@ -145,13 +149,25 @@ class LatenessHistogram {  // also used for run times
     std::array<std::uint64_t, kBuckets> counts{};
     std::int64_t max = 0;
     std::uint64_t total = 0;
+    std::uint64_t sum = 0;
     for (const auto& s : stripes_) {
       for (int b = 0; b < kBuckets; ++b) counts[b] += s.counts[b].load(std::memory_order_relaxed);
       max = std::max(max, s.max.load(std::memory_order_relaxed));
+      sum += s.sum.load(std::memory_order_relaxed);
     }
     for (auto c : counts) total += c;
     DurationStats out;
     if (total == 0) return out;
+    out.count = total;
+    out.sum = Duration(static_cast<std::int64_t>(std::min<std::uint64_t>(sum, INT64_MAX)));
+    // Values <= 2^k - 1 are exactly those in the buckets below bucket(2^k) = (k - 2) * kSub.
+    std::uint64_t below = 0;
+    int next = 0;
+    for (std::size_t i = 0; i < DurationStats::bucket_count; ++i) {
+      const int end = bucket(static_cast<std::uint64_t>(DurationStats::bucket_le(i).count()) + 1);
+      for (; next < end; ++next) below += counts[next];
+      out.buckets[i].count = below;
+    }
     auto percentile = [&](double q) {
       const auto rank = static_cast<std::uint64_t>(q * static_cast<double>(total - 1)) + 1;
       std::uint64_t seen = 0;
@@ -188,6 +204,7 @@ class LatenessHistogram {  // also used for run times
   struct Stripe {
     std::array<std::atomic<std::uint64_t>, kBuckets> counts{};
     alignas(64) std::atomic<std::int64_t> max{0};
+    std::atomic<std::uint64_t> sum{0};  // on max's cache line
   };
   std::array<Stripe, kStripes> stripes_{};
 };

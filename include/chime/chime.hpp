@@ -14,6 +14,7 @@
 
 #include "chime/keyed_timers.hpp"
 #include "chime/lane.hpp"
+#include "chime/metrics.hpp"
 #include "chime/runtime.hpp"
 #include "chime/task.hpp"
 #include "chime/timer.hpp"

@@ -87,6 +87,7 @@
 // waited for it returns, and before the next run of the same periodic timer.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -137,13 +138,39 @@ struct PeriodicOptions {
   Missed on_missed = Missed::skip;
 };
 
+// One cumulative bucket of a histogram: `count` values were <= `le`.
+struct HistogramBucket {
+  Duration le{0};
+  std::uint64_t count = 0;
+};
+
 // A histogram's summary: percentiles are the upper edge of their bucket (at
-// most 12.5 % above the true value); max is exact.
+// most 12.5 % above the true value); max is exact. `count`, `sum` and
+// `buckets` are the histogram itself, as a scraper wants it
+// (chime/metrics.hpp writes them): cumulative counts at the fixed inclusive
+// upper bounds 2^k - 1 ns, k = 8..34 (255 ns, 511 ns, ..., 17.18 s), which
+// are exact edges of the recording histogram; a value above the last bound
+// counts only in `count`. Negative values (lateness of an early run) are
+// recorded as 0.
 struct DurationStats {
+  static constexpr std::size_t bucket_count = 27;
+
   Duration p50{0};
   Duration p99{0};
   Duration p999{0};
   Duration max{0};
+  std::uint64_t count = 0;  // values recorded
+  Duration sum{0};          // their sum
+  std::array<HistogramBucket, bucket_count> buckets = empty_buckets();
+
+  // The inclusive upper bound of bucket i.
+  static constexpr Duration bucket_le(std::size_t i) noexcept { return Duration{(std::int64_t{1} << (i + 8)) - 1}; }
+  // Every bound, every count 0.
+  static constexpr std::array<HistogramBucket, bucket_count> empty_buckets() noexcept {
+    std::array<HistogramBucket, bucket_count> b{};
+    for (std::size_t i = 0; i < bucket_count; ++i) b[i].le = bucket_le(i);
+    return b;
+  }
 };
 using LatenessStats = DurationStats;
 

@@ -27,6 +27,8 @@ CHIME_TEST_PACKAGES=(
   clang                   # header self-containment check with a second compiler
   clang-format            # scripts/lint: formatting of changed lines
   clang-tidy              # scripts/lint: .clang-tidy on changed files
+  python3                 # tests/check_openmetrics.py (ctest metrics_parse_with_prometheus_client)
+  python3-prometheus-client  # the same test: the real OpenMetrics parser reads write_openmetrics' text
 )
 # shellcheck disable=SC2034
 CHIME_BENCH_SERVER_PACKAGES=(

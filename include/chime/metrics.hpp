@@ -1,0 +1,37 @@
+// chime/metrics.hpp: Stats in the text format Prometheus scrapes.
+//
+// Contract:
+// - `write_openmetrics(out, stats, prefix, labels)` writes `stats` in the
+//   OpenMetrics text format (which Prometheus reads as its text exposition
+//   format too), one family per field, for prefix `chime`:
+//   counters `chime_scheduled`, `chime_fired`, `chime_cancelled`,
+//   `chime_rescheduled`, `chime_callback_errors`, `chime_slow_runs`,
+//   `chime_wakeups` (samples `..._total`); gauges `chime_pending`,
+//   `chime_queue_depth`; histograms `chime_lateness_seconds` and
+//   `chime_run_time_seconds` (cumulative `_bucket{le="..."}` lines at
+//   DurationStats' bounds, then `le="+Inf"`, `_count`, `_sum`), in seconds,
+//   written exactly (decimal nanoseconds, no rounding).
+// - Every sample line carries `labels`, in the order given (a histogram's
+//   `le` comes last); label values are escaped (`\\`, `\"`, `\n`). The text
+//   ends with `# EOF`.
+// - Throws std::invalid_argument, before writing anything, if `prefix` is not
+//   a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`) or a label name is not a label
+//   name (`[a-zA-Z_][a-zA-Z0-9_]*`), is `le`, or appears twice.
+// - Per-shard samples (a `shard` label) come with Stats::shards, when the
+//   runtime has shards; today's Stats has one wheel thread and none.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "chime/runtime.hpp"
+
+namespace chime {
+
+void write_openmetrics(std::ostream& out, const Stats& stats, std::string_view prefix = "chime",
+                       const std::vector<std::pair<std::string, std::string>>& labels = {});
+
+}  // namespace chime

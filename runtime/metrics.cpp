@@ -1,0 +1,171 @@
+// runtime/metrics.cpp: chime::write_openmetrics (include/chime/metrics.hpp).
+//
+// The text is built in a string and written with one call, so a rejected
+// prefix or label throws before anything reaches the stream. Times are
+// integer nanoseconds written as exact decimal seconds (no floating point).
+#include "chime/metrics.hpp"
+
+#include <cstdint>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace chime {
+namespace {
+
+bool is_name(std::string_view s, bool colon_ok) {
+  if (s.empty()) return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon_ok && c == ':') ||
+                    (i > 0 && c >= '0' && c <= '9');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// `ns` nanoseconds as decimal seconds: 1500000 -> "0.0015", 2000000000 -> "2".
+std::string seconds(std::int64_t ns) {
+  std::string out;
+  std::uint64_t v = static_cast<std::uint64_t>(ns);
+  if (ns < 0) {
+    out += '-';
+    v = ~v + 1;  // magnitude, INT64_MIN included
+  }
+  out += std::to_string(v / 1'000'000'000u);
+  std::uint64_t frac = v % 1'000'000'000u;
+  if (frac != 0) {
+    std::string digits = std::to_string(frac);
+    digits.insert(0, 9 - digits.size(), '0');
+    while (digits.back() == '0') digits.pop_back();
+    out += '.';
+    out += digits;
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  Writer(std::string_view prefix, const std::vector<std::pair<std::string, std::string>>& labels)
+      : prefix_(prefix) {
+    for (const auto& [name, value] : labels) {
+      if (!labels_.empty()) labels_ += ',';
+      labels_ += name;
+      labels_ += "=\"";
+      for (const char c : value) {
+        if (c == '\\') {
+          labels_ += "\\\\";
+        } else if (c == '"') {
+          labels_ += "\\\"";
+        } else if (c == '\n') {
+          labels_ += "\\n";
+        } else {
+          labels_ += c;
+        }
+      }
+      labels_ += '"';
+    }
+  }
+
+  void counter(std::string_view name, std::string_view help, std::uint64_t value) {
+    family(name, "counter", help);
+    sample(name, "_total", {}, std::to_string(value));
+  }
+  void gauge(std::string_view name, std::string_view help, std::uint64_t value) {
+    family(name, "gauge", help);
+    sample(name, "", {}, std::to_string(value));
+  }
+  void histogram(std::string_view name, std::string_view help, const DurationStats& d) {
+    family(name, "histogram", help);
+    meta("UNIT", name, "seconds");
+    for (const HistogramBucket& b : d.buckets) sample(name, "_bucket", seconds(b.le.count()), std::to_string(b.count));
+    sample(name, "_bucket", "+Inf", std::to_string(d.count));
+    sample(name, "_count", {}, std::to_string(d.count));
+    sample(name, "_sum", {}, seconds(d.sum.count()));
+  }
+  std::string finish() {
+    text_ += "# EOF\n";
+    return std::move(text_);
+  }
+
+ private:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    meta("HELP", name, help);
+    meta("TYPE", name, type);
+  }
+  void meta(std::string_view keyword, std::string_view name, std::string_view text) {
+    text_ += "# ";
+    text_ += keyword;
+    text_ += ' ';
+    text_ += prefix_;
+    text_ += '_';
+    text_ += name;
+    text_ += ' ';
+    text_ += text;
+    text_ += '\n';
+  }
+  void sample(std::string_view name, std::string_view suffix, std::string_view le, std::string_view value) {
+    text_ += prefix_;
+    text_ += '_';
+    text_ += name;
+    text_ += suffix;
+    if (!labels_.empty() || !le.empty()) {
+      text_ += '{';
+      text_ += labels_;
+      if (!le.empty()) {
+        if (!labels_.empty()) text_ += ',';
+        text_ += "le=\"";
+        text_ += le;
+        text_ += '"';
+      }
+      text_ += '}';
+    }
+    text_ += ' ';
+    text_ += value;
+    text_ += '\n';
+  }
+
+  std::string_view prefix_;
+  std::string labels_;  // name="escaped value",...
+  std::string text_;
+};
+
+}  // namespace
+
+void write_openmetrics(std::ostream& out, const Stats& stats, std::string_view prefix,
+                       const std::vector<std::pair<std::string, std::string>>& labels) {
+  if (!is_name(prefix, true)) {
+    throw std::invalid_argument("chime::write_openmetrics: prefix \"" + std::string(prefix) +
+                                "\" is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const std::string& name = labels[i].first;
+    if (!is_name(name, false) || name == "le") {
+      throw std::invalid_argument("chime::write_openmetrics: \"" + name +
+                                  "\" is not a label name ([a-zA-Z_][a-zA-Z0-9_]*, not le)");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (labels[j].first == name) {
+        throw std::invalid_argument("chime::write_openmetrics: label \"" + name + "\" appears twice");
+      }
+    }
+  }
+
+  Writer w(prefix, labels);
+  w.counter("scheduled", "Timers accepted by schedule_*.", stats.scheduled);
+  w.counter("fired", "Callback runs completed (each run of a periodic timer counts).", stats.fired);
+  w.counter("cancelled", "Successful cancels, and timers cancelled by shutdown.", stats.cancelled);
+  w.counter("rescheduled", "Successful reschedules.", stats.rescheduled);
+  w.counter("callback_errors", "Callbacks that threw.", stats.callback_errors);
+  w.counter("slow_runs", "Callback runs longer than RuntimeOptions::slow_run.", stats.slow_runs);
+  w.counter("wakeups", "Times the wheel thread woke up.", stats.wakeups);
+  w.gauge("pending", "Timers not yet finished (periodic ones until cancelled).", stats.pending);
+  w.gauge("queue_depth", "Commands posted but not yet applied (approximate).", stats.queue_depth);
+  w.histogram("lateness_seconds", "Callback start minus due time (drained runs excluded).", stats.lateness);
+  w.histogram("run_time_seconds", "How long callbacks ran, on the steady clock.", stats.run_time);
+  const std::string text = w.finish();
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+}
+
+}  // namespace chime
