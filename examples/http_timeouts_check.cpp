@@ -8,6 +8,8 @@
 //   request_deadline     a header left unfinished: 408 and close, not before --request-ms
 //   sleep_answers_late   GET /sleep?ms=K answers after >= K ms, and another connection is
 //                        answered meanwhile (a timer, not a blocking sleep)
+//   metrics_openmetrics  GET /metrics: 200 with the OpenMetrics text (labelled service=...,
+//                        ending in # EOF) from a chime service; 404 from the others
 //   sigterm_exits_0      SIGTERM: the server exits 0 and prints its "stopped:" line
 //   server_close_times   (--record-close) the server timed the idle and request closes above
 //                        against their deadlines: at least one of each, none before its deadline
@@ -215,6 +217,19 @@ void sleep_answers_late(bool timers) {
   ::close(b.fd);
 }
 
+void metrics_openmetrics(bool chime_service) {
+  Reader r{connect_server(), {}};
+  std::string body;
+  send_all(r.fd, "GET /metrics HTTP/1.1\r\n\r\n");
+  const int s = r.response(kSlackMs, &body);
+  const bool text_ok = body.find("chime_scheduled_total{service=\"") != std::string::npos &&
+                       body.find("chime_lateness_seconds_bucket{service=\"") != std::string::npos && body.size() >= 6 &&
+                       body.compare(body.size() - 6, 6, "# EOF\n") == 0;
+  check(chime_service ? (s == 200 && text_ok) : s == 404, "metrics_openmetrics",
+        "status " + std::to_string(s) + (chime_service ? ", body: " + body.substr(0, 200) : std::string()));
+  ::close(r.fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -258,6 +273,7 @@ int main(int argc, char** argv) {
   malformed_is_400();
   oversized_is_431();
   sleep_answers_late(timers);
+  metrics_openmetrics(std::strstr(line, "service=lanes") != nullptr || std::strstr(line, "service=workers") != nullptr);
   if (timers) {
     idle_timeout();
     request_deadline();

@@ -5,6 +5,9 @@
 //   GET /              200, a small fixed body
 //   GET /sleep?ms=K    200 after K ms (a timer of the connection, not a blocking sleep;
 //                      501 in the build without timers)
+//   GET /metrics       200, the chime runtime's Stats in the OpenMetrics text format
+//                      (chime/metrics.hpp; a Prometheus scrape target); 404 in the builds
+//                      without a chime runtime
 //   anything else      404 (unknown path), 405 (not GET), 400 (malformed: no request line,
 //                      a body, a bad version), 431 (header over --max-header bytes)
 //
@@ -100,9 +103,11 @@ constexpr const char* kClosedNames[] = {"peer", "idle", "request_408", "write", 
 constexpr std::string_view kHello =
     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, world\n";
 
-std::string response(int status, const char* reason, std::string_view body, bool close) {
+std::string response(int status, const char* reason, std::string_view body, bool close,
+                     std::string_view content_type = "text/plain") {
   std::string r = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                  "\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+                  "\r\nContent-Type: " + std::string(content_type) +
+                  "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   if (close) r += "Connection: close\r\n";
   r += "\r\n";
   r += body;
@@ -201,6 +206,7 @@ class EventLoop final : public http_timers::Sink {
         o_(sh.o),
         listen_fd_(listen_fd),
         stats_(stats),
+        service_(service),
         timers_(service, mailbox, *this),
         idle_(std::chrono::milliseconds(o_.idle_ms)),
         request_(std::chrono::milliseconds(o_.request_ms)),
@@ -376,6 +382,10 @@ class EventLoop final : public http_timers::Sink {
         c.out += response(405, "Method Not Allowed", "GET only\n", !req.keep_alive);
       } else if (req.target == "/") {
         c.out += req.keep_alive ? kHello : response(200, "OK", "Hello, world\n", true);
+      } else if (const std::string metrics = req.target == "/metrics" ? http_timers::metrics_text(service_) : "";
+                 !metrics.empty()) {
+        c.out +=
+            response(200, "OK", metrics, !req.keep_alive, "application/openmetrics-text; version=1.0.0; charset=utf-8");
       } else if (req.target.rfind("/sleep?ms=", 0) == 0) {
         std::int64_t ms = -1;
         const std::string_view v = req.target.substr(10);
@@ -474,6 +484,7 @@ class EventLoop final : public http_timers::Sink {
   const Options& o_;
   int listen_fd_;
   LoopStats& stats_;
+  http_timers::Service& service_;
   http_timers::LoopTimers timers_;  // outlives the Conns' timers (declared before them)
   std::chrono::milliseconds idle_, request_, write_;
   int ep_ = -1;

@@ -33,7 +33,9 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -295,5 +297,17 @@ class ConnTimers {
 #endif
 
 inline constexpr bool kHasTimers = HTTP_TIMER_SERVICE != 3;
+
+// GET /metrics: the chime runtime's Stats in the OpenMetrics text format, labelled with the
+// service; empty in the builds without a chime runtime.
+inline std::string metrics_text([[maybe_unused]] Service& s) {
+#if HTTP_TIMER_SERVICE == 0 || HTTP_TIMER_SERVICE == 1
+  std::ostringstream out;
+  chime::write_openmetrics(out, s.runtime.stats(), "chime", {{"service", kServiceName}});
+  return out.str();
+#else
+  return {};
+#endif
+}
 
 }  // namespace http_timers
