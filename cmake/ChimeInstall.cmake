@@ -8,6 +8,8 @@
 #   lib/cmake/chime/chimeTargets*.cmake   the exported targets, namespace chime::
 #   share/chime/tsan.supp                 ThreadSanitizer suppressions for a user's TSan build
 #                                         (README "Using chime under ThreadSanitizer")
+#   lib/pkgconfig/chime.pc                pkg-config: the headers and chime::runtime's library
+#                                         (with -pthread, and -latomic when TimerId needs it)
 include(CMakePackageConfigHelpers)
 
 set(CHIME_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/chime
@@ -36,3 +38,15 @@ write_basic_package_version_file(
 install(FILES ${PROJECT_BINARY_DIR}/chimeConfig.cmake
               ${PROJECT_BINARY_DIR}/chimeConfigVersion.cmake
         DESTINATION ${CHIME_INSTALL_CMAKEDIR})
+
+# chime.pc: relocatable (its prefix is ${pcfiledir} up to the install prefix), so the same
+# file serves an install under any --prefix and an unpacked .deb.
+set(CHIME_PKGCONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+file(RELATIVE_PATH CHIME_PC_RELATIVE_PREFIX /prefix/${CHIME_PKGCONFIG_DIR} /prefix)
+string(REGEX REPLACE "/$" "" CHIME_PC_RELATIVE_PREFIX "${CHIME_PC_RELATIVE_PREFIX}")
+set(CHIME_PC_LIBATOMIC "")
+if(CHIME_LINK_LIBATOMIC)
+  set(CHIME_PC_LIBATOMIC " -latomic")
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/chime.pc.in ${PROJECT_BINARY_DIR}/chime.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/chime.pc DESTINATION ${CHIME_PKGCONFIG_DIR})

@@ -1,6 +1,8 @@
 # ctest `install_consumer`: installs the build tree BUILD_DIR into WORK_DIR/prefix, then
 # configures, builds and runs the consumer project CONSUMER_DIR against that prefix, with the
-# same generator, compiler, flags and build type as the main build.
+# same generator, compiler, flags and build type as the main build; then, if pkg-config is
+# found, compiles and runs the consumer's runtime_main.cpp with only the flags that the
+# installed chime.pc gives (`pkg-config --cflags --libs chime`).
 #
 # cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DGENERATOR=... -DMAKE_PROGRAM=...
 #       -DCXX_COMPILER=... "-DCXX_FLAGS=..." -DBUILD_TYPE=... -P ChimeInstallConsumerTest.cmake
@@ -57,4 +59,30 @@ foreach(name chime_install_consumer chime_install_consumer_runtime)
   endif()
   run(run ${exe})
 endforeach()
+
+find_program(PKG_CONFIG_EXECUTABLE NAMES pkg-config pkgconf)
+if(PKG_CONFIG_EXECUTABLE)
+  set(ENV{PKG_CONFIG_PATH} "")
+  set(ENV{PKG_CONFIG_LIBDIR} "")
+  file(GLOB pc_file ${prefix}/lib*/pkgconfig/chime.pc ${prefix}/lib/*/pkgconfig/chime.pc)
+  if(NOT pc_file)
+    message(FATAL_ERROR "[install_consumer] the install has no chime.pc")
+  endif()
+  get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+  set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  execute_process(COMMAND ${PKG_CONFIG_EXECUTABLE} --cflags --libs chime
+                  OUTPUT_VARIABLE pc_flags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "[install_consumer] pkg-config --cflags --libs chime failed (${rc})")
+  endif()
+  message(STATUS "[install_consumer] pkg-config --cflags --libs chime: ${pc_flags}")
+  separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+  separate_arguments(cxx_flags UNIX_COMMAND "${CXX_FLAGS}")
+  set(pc_exe ${WORK_DIR}/chime_pkg_config_consumer)
+  run(pkg-config-build ${CXX_COMPILER} -std=c++20 ${cxx_flags} ${CONSUMER_DIR}/runtime_main.cpp -o ${pc_exe}
+      ${pc_flags})
+  run(pkg-config-run ${pc_exe})
+else()
+  message(STATUS "[install_consumer] no pkg-config: chime.pc not checked")
+endif()
 message(STATUS "[install_consumer] ok")
