@@ -55,6 +55,29 @@ TEST(RuntimeClock, manual_clock_advance_negative_throws_and_names_value) {
   EXPECT_EQ(c.now(), TimePoint{} + 1s);
 }
 
+// advance() past TimePoint::max() throws std::out_of_range naming both values and leaves the time as it was:
+// time never wraps (advance(Duration::max()) twice used to wrap it to -2 ns).
+TEST(RuntimeClock, manual_clock_advance_past_time_point_max_throws_and_never_wraps) {
+  ManualClock c{TimePoint{} + 1ns};
+  c.advance(Duration::max() - 1ns);
+  EXPECT_EQ(c.now(), TimePoint::max());
+  try {
+    c.advance(Duration::max());
+    ADD_FAILURE() << "advance(Duration::max()) at TimePoint::max() did not throw";
+  } catch (const std::out_of_range& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(std::to_string(Duration::max().count())), std::string::npos) << what;
+  }
+  EXPECT_EQ(c.now(), TimePoint::max());
+  EXPECT_THROW(c.advance(1ns), std::out_of_range);
+  c.advance(0ns);
+  EXPECT_EQ(c.now(), TimePoint::max());
+  ManualClock twice;
+  twice.advance(Duration::max());
+  EXPECT_THROW(twice.advance(Duration::max()), std::out_of_range);
+  EXPECT_EQ(twice.now(), TimePoint::max());
+}
+
 // set() to an earlier time throws std::invalid_argument naming both times, and leaves the time unchanged.
 TEST(RuntimeClock, manual_clock_set_backwards_throws_and_names_both_times) {
   ManualClock c{TimePoint{} + 1000ns};

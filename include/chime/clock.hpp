@@ -6,7 +6,8 @@
 //   forward).
 // - `SteadyClock` is std::chrono::steady_clock.
 // - `ManualClock` moves only when told (`advance`, `set`); both throw
-//   std::invalid_argument if time would go backwards, naming both times. The
+//   std::invalid_argument if time would go backwards, naming both times, and
+//   `advance` throws std::out_of_range rather than pass TimePoint::max(). The
 //   runtime reads it whenever its wheel thread wakes; `Runtime::flush()` makes
 //   it wake, which is what makes tests with a ManualClock deterministic. With a
 //   ManualClock the wheel thread never wakes on its own.
@@ -19,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -45,13 +47,23 @@ class ManualClock final : public Clock {
   TimePoint now() const noexcept override { return TimePoint(Duration(now_ns_.load(std::memory_order_acquire))); }
 
   // Moves the time forward by d (d >= 0). Throws std::invalid_argument if
-  // d < 0. Any thread; concurrent advances add up.
+  // d < 0, and std::out_of_range if the time would pass TimePoint::max()
+  // (naming both; the time is left as it was): time never wraps. Any
+  // thread; concurrent advances add up.
   void advance(Duration d) {
     if (d < Duration::zero()) {
       throw std::invalid_argument("chime::ManualClock::advance: negative duration " + std::to_string(d.count()) +
                                   " ns would move time backwards");
     }
-    now_ns_.fetch_add(d.count(), std::memory_order_acq_rel);
+    std::int64_t current = now_ns_.load(std::memory_order_acquire);
+    do {
+      if (current > INT64_MAX - d.count()) {
+        throw std::out_of_range("chime::ManualClock::advance: " + std::to_string(d.count()) + " ns from " +
+                                std::to_string(current) + " ns would pass TimePoint::max() (" +
+                                std::to_string(INT64_MAX) + " ns)");
+      }
+    } while (!now_ns_.compare_exchange_weak(current, current + d.count(), std::memory_order_acq_rel,
+                                            std::memory_order_acquire));
   }
 
   // Sets the time to t. Throws std::invalid_argument if t < now().
