@@ -2,6 +2,7 @@
 // any thread makes. Each decides its outcome with one transition of the
 // slot's state word (timer_state.hpp: S1, C1-C3, R1-R3) and never waits for
 // the wheel thread.
+#include <algorithm>
 #include <new>
 #include <string>
 #include <thread>
@@ -51,7 +52,15 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
   const std::int64_t due_ns = due.time_since_epoch().count();
   // Relaxed: a stale limit is smaller (the wheel only advances), so the check
   // is conservative; the wheel accepts anything below the limit it publishes.
-  const std::int64_t limit = due_limit_ns_.load(std::memory_order_relaxed);
+  std::int64_t limit = due_limit_ns_.load(std::memory_order_relaxed);
+  if (due_ns >= limit) [[unlikely]] {
+    // The published limit only moves when the wheel advances; an idle wheel
+    // (no timer due, nobody flushing) leaves it behind the clock, and with a
+    // short wheel a due of "now" would be refused. The range is the clock's:
+    // the wheel thread files a due beyond its own current range at the last
+    // time it accepts and files it again when that comes (file()).
+    limit = std::max(limit, due_limit_for(clock_->now().time_since_epoch().count()));
+  }
   if (due_ns >= limit) [[unlikely]] {
     throw std::out_of_range(std::string("chime::Runtime::") + what + ": due time " + std::to_string(due_ns) +
                             " ns is beyond the wheel's range: it must be below " + std::to_string(limit) +

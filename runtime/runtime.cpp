@@ -207,6 +207,10 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         w = settled_word(slot);
         continue;
       }
+  // No timer due after this call runs, however long the queue: the wheel
+  // thread stops at its next look (wheel_main) instead of waiting for the
+  // stop command behind the backlog; the sweep below cancels the rest.
+  if (mode == ShutdownMode::cancel_pending) cancel_requested_.store(true, std::memory_order_seq_cst);
       if (s == SlotState::cancelled && slot.filed_generation == StateWord::generation(w)) {
         // Cancelled while filed after the wheel thread's last pass (a cancel
         // racing shutdown): a zombie only the wheel thread would have

@@ -330,6 +330,12 @@ class RuntimeCore {
   // - shutdown_done_: shutdown stores it (release) after its sweep and
   //   reads it under its mutex; a lane waiting for the sweep acquires it,
   //   so the sweep's writes come first.
+  // - cancel_requested_: shutdown(cancel_pending) stores it (seq_cst)
+  //   before stopped_; the wheel thread loads it between command batches
+  //   and, after a seq_cst fence, after each pass's clock read: set by
+  //   then, the pass dispatches nothing. Not set by then, the shutdown call
+  //   began after that clock read, so every timer the pass dispatches was
+  //   due at or before the call (design.md, shutdown).
   // - wheel_exited_: the wheel thread stores it (release) as it returns; a
   //   blocked flush / drain / close acquires it and stops waiting for a
   //   request that will never be served (Completion::wait); close_lane's
@@ -382,6 +388,9 @@ class RuntimeCore {
   std::mutex shutdown_mutex_;
 
   // Counters (runtime_stats.hpp). Counter::lazy_cancels counts C1 and C2
+  // shutdown(cancel_pending) was called: the wheel thread stops at once,
+  // however many commands are queued (wheel_thread.cpp, wheel_main).
+  std::atomic<bool> cancel_requested_{false};
   // cancels of filed timers: zombies the wheel thread reclaims lazily;
   // compared with WheelThreadState::reclaimed to decide a zombie sweep.
   RuntimeCounters counters_;

@@ -100,6 +100,17 @@ void RuntimeCore::wheel_main() {
     const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
     if (now < wheel_now) now = wheel_now;  // a clock must not go backwards; never move the wheel back
     if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;  // the horizon (runtime.cpp, horizon_key)
+    // shutdown(cancel_pending): dispatch nothing more. Checked after the
+    // clock read, so a pass that goes on read the clock before the call
+    // began (runtime_core.hpp, cancel_requested_); what it files or leaves
+    // on the overdue list stays Pending for shutdown's sweep.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
+      wt().running = false;
+      for (FlushRequest* f : wt().flushes) f->completion.signal();
+      wt().flushes.clear();
+      break;
+    }
     advance_and_dispatch(now);
     hand_over();
     if (!exhausted) {
@@ -148,6 +159,9 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
     any = true;
   }
   while (applied < kMaxCommandsPerPass) {
+    // A backlog is not applied once shutdown(cancel_pending) was called: its
+    // ADDs stay Pending, and the sweep cancels them (wheel_main stops).
+    if (cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]] break;
     const std::size_t n = commands_.pop_bulk(wt().command_buffer.data(), wt().command_buffer.size());
     if (n == 0) {
       exhausted = true;

@@ -86,4 +86,50 @@ TEST(RuntimeShutdownCancel, cancels_racing_shutdown_leave_nothing_pending) {
   EXPECT_GT(not_fired, 0u);
 }
 
+// shutdown(cancel_pending) with a command backlog (design.md, shutdown): no
+// timer whose due time is after the call runs, however many commands are
+// still queued; the queued ADDs end as cancelled (shutdown's count). Two
+// threads post 100,000 schedule_after(0-50 ms) each as fast as they can,
+// then shutdown is called at once, on the steady clock. Before the fix the
+// stop waited behind the backlog and timers due after the call ran.
+TEST(RuntimeShutdownCancel, cancel_pending_runs_no_timer_due_after_the_call_however_long_the_backlog) {
+  chime_stress::print_seed();
+  constexpr std::size_t kPerThread = 100'000;
+  chime::RuntimeOptions o;
+  o.precision = 1ms;
+  o.workers = 2;
+  std::vector<std::atomic<std::int64_t>> ran_due(2 * kPerThread);
+  for (auto& d : ran_due) d.store(INT64_MIN, std::memory_order_relaxed);
+  chime::Runtime rt(o);
+  std::vector<std::thread> threads;
+  for (std::size_t p = 0; p < 2; ++p) {
+    threads.emplace_back([&, p] {
+      chime::Producer producer = rt.producer();
+      std::uint64_t x = chime_stress::seed() + p;
+      for (std::size_t i = 0; i < kPerThread; ++i) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const auto delay = std::chrono::microseconds((x >> 33) % 50'000);
+        std::atomic<std::int64_t>* slot = &ran_due[p * kPerThread + i];
+        producer.schedule_after(delay, [slot](const chime::Firing& f) {
+          slot->store(f.due.time_since_epoch().count(), std::memory_order_relaxed);
+        });
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const std::int64_t called_at = std::chrono::steady_clock::now().time_since_epoch().count();
+  const std::size_t not_fired = rt.shutdown(chime::ShutdownMode::cancel_pending);
+  std::size_t ran = 0, ran_after_call = 0;
+  for (const auto& d : ran_due) {
+    const std::int64_t due = d.load(std::memory_order_relaxed);
+    if (due == INT64_MIN) continue;
+    ++ran;
+    if (due > called_at) ++ran_after_call;
+  }
+  std::printf("[ stress   ] %zu timers: %zu ran, %zu cancelled by shutdown\n", ran_due.size(), ran,
+              not_fired);
+  EXPECT_EQ(ran_after_call, 0u) << "timers due after shutdown(cancel_pending) was called ran";
+  EXPECT_EQ(ran + not_fired, ran_due.size()) << "every timer ran or was counted by shutdown";
+}
+
 }  // namespace

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -206,6 +207,35 @@ TEST(RuntimeRange, far_deadline_on_another_clock_neither_overflows_nor_spins) {
   EXPECT_LE(woke, 2u) << "the wheel thread woke " << woke << " times in 50 ms for a deadline ~292 years away";
   EXPECT_EQ(runs.load(), 0);
   EXPECT_TRUE(rt.cancel(id));
+}
+
+}  // namespace
+
+namespace {
+
+// The range is the clock's, not the idle wheel's (issue: with level_bits {8}
+// at 1 ms, after 300 ms with nothing due and no flush, schedule_after(0ms)
+// threw "beyond the wheel's range" every time). A due within 2^8 - 1
+// intervals of the clock is accepted and runs, never early, however far the
+// wheel is behind the clock; one beyond that range is still refused by name.
+TEST(RuntimeRange, an_idle_wheel_behind_the_clock_accepts_dues_within_range_of_the_clock) {
+  chime::ManualClock clock{kStart};
+  Recorder rec{&clock};
+  chime::RuntimeOptions o = manual_options(clock, 1);
+  o.level_bits = chime::LevelBits::create({8});
+  Runtime rt(o);
+  rt.flush();
+  clock.advance(300ms);  // the wheel does not advance: nothing is due, nobody flushes
+  std::this_thread::sleep_for(5ms);
+  ASSERT_NO_THROW(rt.schedule_after(0ms, rec.task(1))) << "a due of now refused by an idle wheel";
+  ASSERT_NO_THROW(rt.schedule_after(200ms, rec.task(2))) << "a due 200 intervals ahead of the clock refused";
+  EXPECT_THROW(rt.schedule_after(300ms, rec.task(3)), std::out_of_range) << "300 intervals ahead of the clock";
+  rt.flush();
+  EXPECT_EQ(rec.tags(), std::vector<int>{1});
+  clock.advance(200ms + kPrecision);
+  rt.flush();
+  EXPECT_EQ(rec.tags(), (std::vector<int>{1, 2}));
+  for (const RunRecord& r : rec.runs()) EXPECT_GE(r.clock_at_start, r.firing.due) << "ran early";
 }
 
 }  // namespace
