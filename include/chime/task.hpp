@@ -64,15 +64,41 @@ struct Firing {
   std::uint64_t missed = 0; // periodic, Missed::skip: runs coalesced into this one
 };
 
+class Task;
+
+// What a Task is made from: a callable invocable as `void()` or as
+// `void(const chime::Firing&)` (a result is discarded), such as
+// `[] { ... }` or `[](const chime::Firing& f) { ... }`. A lambda or function
+// object taking other arguments fails to compile with a static_assert that
+// says so.
+template <class F>
+concept TaskCallable = !std::is_same_v<std::decay_t<F>, Task> &&
+                       (std::is_invocable_v<std::decay_t<F>&> || std::is_invocable_v<std::decay_t<F>&, const Firing&>);
+
+// A lambda or function object (one call operator) that is not TaskCallable:
+// what the static_assert in Task's constructor explains.
+template <class F>
+concept WrongTaskCallable =
+    !std::is_same_v<std::decay_t<F>, Task> && !TaskCallable<F> && std::is_class_v<std::decay_t<F>> && requires {
+  &std::decay_t<F>::operator();
+};
+
 class Task {
  public:
   static constexpr std::size_t inline_size = 48;
 
   Task() noexcept = default;
 
-  template <class F, class D = std::decay_t<F>,
-            class = std::enable_if_t<!std::is_same_v<D, Task> &&
-                                     (std::is_invocable_v<D&> || std::is_invocable_v<D&, const Firing&>)>>
+  // A lambda or function object with one call operator taking other
+  // arguments: a clear error instead of "could not convert".
+  template <WrongTaskCallable F>
+  Task(F&&) {  // NOLINT(google-explicit-constructor)
+    static_assert(TaskCallable<F>,
+                  "chime::Task is made from a callable invocable as void() or as void(const chime::Firing&); "
+                  "this one takes other arguments");
+  }
+
+  template <TaskCallable F, class D = std::decay_t<F>>
   Task(F&& f) {  // NOLINT(google-explicit-constructor): a Task is made from any callable
     if constexpr (stored_inline<D>) {
       ::new (static_cast<void*>(storage_)) D(std::forward<F>(f));
