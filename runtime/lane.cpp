@@ -233,11 +233,47 @@ void RuntimeCore::close_lane(LaneCore* lane) {
   lane->in_use = false;
 }
 
+namespace {
+// One thread at a time inside a lane's run_ready / wait_and_run (design.md,
+// Lanes): entering takes lane.runner with one CAS; the same thread nested
+// (wait_and_run's loop, a flush on the lane's thread) passes; another
+// thread gets std::logic_error instead of running callbacks concurrently
+// (with `what` null, as a flush uses it: no throw, busy() instead).
+class LaneEntry {
+ public:
+  LaneEntry(LaneCore& lane, const char* what) {
+    std::thread::id expected{};
+    const std::thread::id me = std::this_thread::get_id();
+    if (lane.runner.compare_exchange_strong(expected, me, std::memory_order_acquire, std::memory_order_relaxed)) {
+      lane_ = &lane;
+    } else if (expected != me) {
+      busy_ = true;
+      if (what == nullptr) return;
+      throw std::logic_error(std::string("chime::Lane::") + what +
+                             " called while another thread is inside run_ready or wait_and_run of the same lane: "
+                             "a lane is run by one thread at a time");
+    }
+  }
+  ~LaneEntry() {
+    if (lane_ != nullptr) lane_->runner.store(std::thread::id{}, std::memory_order_release);
+  }
+  LaneEntry(const LaneEntry&) = delete;
+  LaneEntry& operator=(const LaneEntry&) = delete;
+  // Another thread is inside (only with `what` null).
+  bool busy() const noexcept { return busy_; }
+
+ private:
+  LaneCore* lane_ = nullptr;  // null: nested (the outer entry leaves), or busy
+  bool busy_ = false;
+};
+}  // namespace
+
 std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
   if (in_callback()) {
     throw std::logic_error(
         "chime::Lane::run_ready (or wait_and_run) called from inside a timer callback: runs do not nest");
   }
+  const LaneEntry entry(lane, "run_ready");
   const std::thread::id me = std::this_thread::get_id();
   if (lane.owner.load(std::memory_order_relaxed) != me) lane.owner.store(me, std::memory_order_relaxed);
   lane.consume_signal();
@@ -268,6 +304,11 @@ std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
 }
 
 std::size_t RuntimeCore::wait_and_run(LaneCore& lane, TimePoint deadline) {
+  if (in_callback()) {
+    throw std::logic_error(
+        "chime::Lane::wait_and_run (or run_ready) called from inside a timer callback: runs do not nest");
+  }
+  const LaneEntry entry(lane, "wait_and_run");
   const std::int64_t deadline_ns = deadline.time_since_epoch().count();
   for (;;) {
     const std::size_t ran = run_lane(lane, SIZE_MAX);
@@ -309,7 +350,11 @@ void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
   }
   const long wait_ns = lanes.size() > ThreadLanes::kInline ? 1'000'000 : 10'000'000;
   for (;;) {
-    for (std::size_t i = 0; i < lanes.size(); ++i) run_lane(*lanes[i], SIZE_MAX);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+      // A lane another thread has just begun to run is that thread's to run.
+      const LaneEntry entry(*lanes[i], nullptr);
+      if (!entry.busy()) run_lane(*lanes[i], SIZE_MAX);
+    }
     if (request.completion.is_done() || wheel_exited_.load(std::memory_order_acquire)) break;
     const timespec ts{0, wait_ns};  // also re-checks wheel_exited_ (Completion::wait's race)
     ::ppoll(fds, nfds, &ts, nullptr);
@@ -358,18 +403,22 @@ void Lane::check(const char* what) const {
     throw std::logic_error(std::string("chime::Lane::") + what +
                            " on an empty Lane (default-constructed or moved-from)");
   }
+  if (!runtime_alive()) detail::throw_runtime_gone("Lane");
 }
 
-Lane::Lane(Lane&& other) noexcept : core_(other.core_), lane_(other.lane_) {
+Lane::Lane(Lane&& other) noexcept : core_(other.core_), lane_(other.lane_), alive_(std::move(other.alive_)) {
   other.core_ = nullptr;
   other.lane_ = nullptr;
 }
 
 Lane& Lane::operator=(Lane&& other) noexcept {
   if (this != &other) {
-    if (lane_ != nullptr) core_->close_lane(lane_);
+    // A Lane whose runtime is gone has nothing left to close (its LaneCore
+    // went with the runtime).
+    if (lane_ != nullptr && runtime_alive()) core_->close_lane(lane_);
     core_ = other.core_;
     lane_ = other.lane_;
+    alive_ = std::move(other.alive_);
     other.core_ = nullptr;
     other.lane_ = nullptr;
   }
@@ -377,7 +426,7 @@ Lane& Lane::operator=(Lane&& other) noexcept {
 }
 
 Lane::~Lane() {
-  if (lane_ != nullptr) core_->close_lane(lane_);
+  if (lane_ != nullptr && runtime_alive()) core_->close_lane(lane_);
 }
 
 TimerId Lane::schedule_at(TimePoint due, Task task) {
@@ -456,7 +505,7 @@ LaneSleep::~LaneSleep() {
   // handle of their own): the task the cancel destroys must not destroy it
   // again. release: pairs with the resumer's acquire, on whichever thread
   // destroys the task.
-  if (id_) {
+  if (id_ && lane_->runtime_alive()) {
     frame_dying_.store(true, std::memory_order_release);
     lane_->cancel(id_);
   }

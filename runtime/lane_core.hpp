@@ -98,6 +98,12 @@ struct LaneCore {
   // lanes of its own thread while it waits). relaxed: a hint compared with
   // the calling thread's own id, which only that thread can have stored.
   std::atomic<std::thread::id> owner{};
+  // The thread inside run_ready / wait_and_run (a flush running the lane
+  // counts), or none: a second thread entering throws std::logic_error
+  // (lane.cpp, LaneEntry). One CAS per call: acquire to enter, release to
+  // leave, so whatever one thread did in the lane (its consumer token, the
+  // batch) happens-before the next thread's use.
+  std::atomic<std::thread::id> runner{};
   // 1 while the lane's thread is inside run_ready (the Dekker pair with
   // shutdown's stopped_: lane.cpp). Per lane: lanes' threads share no line.
   std::atomic<std::uint32_t> runs_active{0};

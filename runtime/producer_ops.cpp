@@ -224,7 +224,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 }
 
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
-                              ProducerQueueToken* token, LaneCore* lane) {
+                              ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
   check_due_in_range("schedule", due);
   if (options_.max_pending != 0) {
@@ -254,8 +254,12 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   slot.period_ns = period_ns;
   slot.on_missed = on_missed;
   slot.lane = lane;
-  // relaxed: the Lane calling us is alive (its generation is stable while it is).
-  slot.lane_generation = lane != nullptr ? lane->generation.load(std::memory_order_relaxed) : 0;
+  // relaxed: the Lane calling us is alive (its generation is stable while it
+  // is). A Timer passes the generation it was made with: if its Lane is gone,
+  // the wheel thread cancels the timer (L1) instead of handing it to the
+  // lane core's next user.
+  if (lane != nullptr && lane_generation == 0) lane_generation = lane->generation.load(std::memory_order_relaxed);
+  slot.lane_generation = lane != nullptr ? lane_generation : 0;
   slot.task = std::move(task);
   const std::uint64_t pending = StateWord::make(g, 0, SlotState::pending, period_ns != 0);
   // (S1) release: publishes the fields above with the word (to the wheel
@@ -301,7 +305,12 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
   // CAS from is the one we read.
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
   for (;;) {
-    if (StateWord::generation(w) != id.generation()) return CancelOutcome::unknown;
+    if (StateWord::generation(w) != id.generation()) {
+      // An older generation of the slot is a timer of ours that ended
+      // before the slot was reused: done. A newer one was never issued.
+      return StateWord::issued_before(id.generation(), w, CHIME_INITIAL_GENERATION) ? CancelOutcome::done
+                                                                                    : CancelOutcome::unknown;
+    }
     std::uint64_t next;
     switch (StateWord::state(w)) {
       case SlotState::pending:

@@ -25,10 +25,25 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "chime/lane.hpp"
 #include "runtime_core.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CHIME_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CHIME_LSAN 1
+#endif
+#endif
+#ifndef CHIME_LSAN
+#define CHIME_LSAN 0
+#endif
+#if CHIME_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
 
 namespace chime {
 namespace detail {
@@ -81,6 +96,11 @@ RuntimeOptions validated(RuntimeOptions o) {
     throw std::invalid_argument("chime::Runtime: precision must be positive, got " +
                                 std::to_string(o.precision.count()) + " ns");
   }
+  if (o.workers > RuntimeOptions::max_workers) {
+    throw std::invalid_argument("chime::Runtime: workers = " + std::to_string(o.workers) + " is more than " +
+                                std::to_string(RuntimeOptions::max_workers) +
+                                " (RuntimeOptions::max_workers); callbacks that block want a pool of their own");
+  }
   return o;
 }
 }  // namespace
@@ -107,23 +127,50 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   slab_.reserve(options_.reserve);
   wt().handoff_token = std::make_unique<moodycamel::ProducerToken>(pool_.handoff);
   pool_.threads.reserve(options_.workers);
-  for (unsigned i = 0; i < options_.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
-  wheel_thread_ = std::thread([this] { wheel_main(); });
+  try {
+    for (unsigned i = 0; i < options_.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
+    wheel_thread_ = std::thread([this] { wheel_main(); });
+  } catch (const std::system_error& e) {
+    // A thread could not start (out of threads, or of address space for its
+    // stack): stop and join the workers that started (the wheel thread is
+    // the last to start, so it did not), then report it. Destroying a
+    // joinable std::thread would call std::terminate.
+    stop_workers();
+    throw std::system_error(
+        e.code(), "chime::Runtime: could not start thread " + std::to_string(pool_.threads.size() + 1) + " of " +
+                      std::to_string(options_.workers + 1) + " (workers = " + std::to_string(options_.workers) +
+                      ", plus the wheel thread)");
+  } catch (...) {
+    stop_workers();  // out of memory for a thread's state
+    throw;
+  }
+}
+
+// Queues one stop record per worker behind every run (the wheel thread's
+// producer token: FIFO), then joins them. After the wheel thread stopped
+// dispatching (shutdown), or before it started (a failed construction).
+void RuntimeCore::stop_workers() {
+  for (std::size_t i = 0; i < pool_.threads.size(); ++i) {
+    Dispatch stop;
+    stop.flags = Dispatch::stop;
+    while (!pool_.handoff.enqueue(*wt().handoff_token, stop)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (auto& t : pool_.threads) t.join();
 }
 
 RuntimeCore::~RuntimeCore() {
   shutdown(ShutdownMode::cancel_pending);
-  CHIME_ASSERT(live_timer_handles_.load(std::memory_order_acquire) == 0,
-               "a chime::Timer outlives its Runtime (destroy or move-assign every Timer before the Runtime)");
-#ifndef NDEBUG
-  {
-    std::lock_guard<std::mutex> lock(lanes_mutex_);
-    for (auto& l : lanes_) {
-      CHIME_ASSERT(!l->in_use,
-                   "a chime::Lane outlives its Runtime (destroy or move-assign every Lane before the Runtime)");
-    }
-  }
-#endif
+  // release: a handle that then sees it cleared (acquire) sees the shutdown
+  // done. From now on every Producer, Timer, Lane or KeyedTimers of this
+  // runtime throws std::logic_error on use, and its destructor touches
+  // nothing of the runtime (runtime.hpp, Preconditions).
+  alive_->alive.store(false, std::memory_order_release);
+}
+
+void throw_runtime_gone(const char* what) {
+  throw std::logic_error(std::string("chime::") + what +
+                         " after its Runtime was destroyed (a Producer, Timer, Lane or KeyedTimers must not "
+                         "outlive its Runtime)");
 }
 
 void RuntimeCore::flush() {
@@ -168,13 +215,8 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   wake_.wake();
   wheel_thread_.join();
   // The wheel thread has stopped dispatching; queue one stop per worker
-  // behind every run (same producer token: FIFO), then join them.
-  for (std::size_t i = 0; i < pool_.threads.size(); ++i) {
-    Dispatch stop;
-    stop.flags = Dispatch::stop;
-    while (!pool_.handoff.enqueue(*wt().handoff_token, stop)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  for (auto& t : pool_.threads) t.join();
+  // behind every run, then join them.
+  stop_workers();
   // A lane's batch in progress finishes first (lane.cpp, the Dekker pair on
   // each lane's runs_active): its re-arms are then leftovers below, and no
   // lane starts a run while the sweep looks at Handed words.
@@ -273,26 +315,61 @@ Stats RuntimeCore::stats() const {
 
 // ---- chime::Producer ----
 
+namespace detail {
+namespace {
+// A Producer outliving its runtime: the token's queue (and slot slab) went
+// with the runtime, and its destructor would touch the freed queue, so it is
+// leaked (a few hundred bytes, once per such misuse), on purpose.
+void leak_token(std::unique_ptr<ProducerQueueToken>& token) noexcept {
+  [[maybe_unused]] ProducerQueueToken* const leaked = token.release();
+#if CHIME_LSAN
+  __lsan_ignore_object(leaked);  // not a leak to report
+#endif
+}
+}  // namespace
+}  // namespace detail
+
 Producer::Producer(detail::RuntimeCore* core, std::unique_ptr<detail::ProducerQueueToken> token)
-    : core_(core), token_(std::move(token)) {}
+    : core_(core), token_(std::move(token)), alive_(core->alive()) {}
 Producer::Producer(Producer&&) noexcept = default;
 Producer& Producer::operator=(Producer&& other) noexcept {
   if (this != &other) {
-    if (token_) core_->return_token(*token_);
+    if (token_) {
+      if ((*alive_)()) {
+        core_->return_token(*token_);
+      } else {
+        detail::leak_token(token_);
+      }
+    }
     core_ = other.core_;
     token_ = std::move(other.token_);
+    alive_ = std::move(other.alive_);
   }
   return *this;
 }
 Producer::~Producer() {
-  if (token_) core_->return_token(*token_);
+  if (!token_) return;
+  if ((*alive_)()) {
+    core_->return_token(*token_);
+  } else {
+    detail::leak_token(token_);
+  }
+}
+
+detail::RuntimeCore& Producer::core(const char* what) const {
+  if (!token_) {
+    throw std::logic_error(std::string("chime::Producer::") + what + " on a moved-from Producer");
+  }
+  if (!(*alive_)()) detail::throw_runtime_gone("Producer");
+  return *core_;
 }
 
 TimerId Producer::schedule_at(TimePoint due, Task task) {
-  return core_->schedule(due, 0, Missed::skip, std::move(task), token_.get());
+  return core("schedule_at").schedule(due, 0, Missed::skip, std::move(task), token_.get());
 }
 TimerId Producer::schedule_after(Duration delay, Task task) {
-  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), token_.get());
+  detail::RuntimeCore& c = core("schedule_after");
+  return c.schedule(detail::saturating_after(c.now(), delay), 0, Missed::skip, std::move(task), token_.get());
 }
 
 namespace detail {
@@ -310,14 +387,17 @@ TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const
 using detail::schedule_periodic;
 
 TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions options) {
-  return schedule_periodic(*core_, period, std::move(task), options, token_.get());
+  return schedule_periodic(core("schedule_every"), period, std::move(task), options, token_.get());
 }
-bool Producer::cancel(TimerId id) { return core_->cancel(id, token_.get()); }
-CancelResult Producer::try_cancel(TimerId id) { return core_->try_cancel(id); }
-CancelResult Producer::cancel_and_wait(TimerId id) { return core_->cancel_and_wait(id); }
-bool Producer::reschedule_at(TimerId id, TimePoint due) { return core_->reschedule(id, due, token_.get()); }
+bool Producer::cancel(TimerId id) { return core("cancel").cancel(id, token_.get()); }
+CancelResult Producer::try_cancel(TimerId id) { return core("try_cancel").try_cancel(id); }
+CancelResult Producer::cancel_and_wait(TimerId id) { return core("cancel_and_wait").cancel_and_wait(id); }
+bool Producer::reschedule_at(TimerId id, TimePoint due) {
+  return core("reschedule_at").reschedule(id, due, token_.get());
+}
 bool Producer::reschedule_after(TimerId id, Duration delay) {
-  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), token_.get());
+  detail::RuntimeCore& c = core("reschedule_after");
+  return c.reschedule(id, detail::saturating_after(c.now(), delay), token_.get());
 }
 
 // ---- chime::Runtime ----
@@ -347,8 +427,9 @@ void Runtime::flush() { core_->flush(); }
 std::size_t Runtime::drain() { return core_->drain(); }
 std::size_t Runtime::shutdown(ShutdownMode mode) { return core_->shutdown(mode); }
 Producer Runtime::producer() { return Producer(core_.get(), core_->make_token()); }
-Lane Runtime::lane() { return Lane(core_.get(), core_->open_lane()); }
+Lane Runtime::lane() { return Lane(core_.get(), core_->open_lane(), core_->alive()); }
 Stats Runtime::stats() const { return core_->stats(); }
+std::shared_ptr<const detail::RuntimeAlive> Runtime::alive_token() const { return core_->alive(); }
 const Clock& Runtime::clock() const noexcept { return core_->clock(); }
 Duration Runtime::precision() const noexcept { return core_->precision(); }
 

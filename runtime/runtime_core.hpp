@@ -142,18 +142,20 @@ class RuntimeCore {
   RuntimeCore& operator=(const RuntimeCore&) = delete;
 
   // producer_ops.cpp. `token` may be null (the calling thread's implicit
-  // sub-queue).
+  // sub-queue). `lane_generation`: the generation of `lane` the caller
+  // expects (a Timer's, recorded when it was made); 0: the lane's current
+  // one (a Lane's own calls: it is alive).
   TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
-                   LaneCore* lane = nullptr);
+                   LaneCore* lane = nullptr, std::uint32_t lane_generation = 0);
   bool cancel(TimerId id, ProducerQueueToken* token);
   CancelResult try_cancel(TimerId id);
   CancelResult cancel_and_wait(TimerId id);
   // The due time of a pending timer (handed over but not started counts),
   // or nullopt. Any thread. Lock-free (retries while a reschedule writes).
   std::optional<TimePoint> pending_due(TimerId id) const noexcept;
-  // The Timer handles alive on this runtime (chime/timer.hpp): the runtime
-  // must outlive them, checked in debug builds at destruction.
-  std::atomic<std::uint64_t>& live_timer_handles() noexcept { return live_timer_handles_; }
+  // Whether this runtime still exists (runtime.hpp): handles that may
+  // outlive it keep a reference and check it before they touch the runtime.
+  const std::shared_ptr<RuntimeAlive>& alive() const noexcept { return alive_; }
   // True iff the calling thread is running a callback of this runtime.
   bool in_callback() const noexcept;
   // The id of the run the calling thread is in (of this runtime), or {}.
@@ -184,6 +186,7 @@ class RuntimeCore {
   void report_callback_exception(TimerId id, std::exception_ptr e) noexcept;
 
   // runtime.cpp
+  void stop_workers();
   void flush();
   std::size_t drain();
   std::size_t shutdown(ShutdownMode mode);
@@ -363,8 +366,10 @@ class RuntimeCore {
   //   join), never torn.
   // - wakeups_, zombie_sweeps_: the wheel thread only writes, stats()
   //   reads; relaxed: one writer, no order needed with other data.
-  // - live_timer_handles_: Timer handles add (relaxed) and subtract
-  //   (release) (timer.cpp); the destructor's debug check acquires it.
+  // - alive_: the destructor clears it (release) after shutdown; Producer,
+  //   Timer, Lane and KeyedTimers load it (acquire) before they touch the
+  //   runtime. A use after the destruction is ordered after it by the
+  //   user's own synchronization; a use racing it is not detected.
   // - wake_ (the wheel thread's futex word): every poster, flush, drain,
   //   close_lane, shutdown and count_completed wake it; the wheel thread
   //   prepares and waits (wake_signal.hpp has its protocol).
@@ -401,7 +406,7 @@ class RuntimeCore {
   std::atomic<bool> wheel_waits_for_workers_{false};
   LatenessHistogram lateness_;
   LatenessHistogram run_time_;
-  std::atomic<std::uint64_t> live_timer_handles_{0};
+  std::shared_ptr<RuntimeAlive> alive_ = std::make_shared<RuntimeAlive>();
 
   // Lanes (lane.cpp). lanes_ owns every LaneCore ever opened, for the
   // runtime's life (slots and commands may name one after its Lane is gone);

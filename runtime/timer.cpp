@@ -47,15 +47,16 @@ struct TimerHandleState {
     Missed on_missed = Missed::skip;
   };
 
-  TimerHandleState(RuntimeCore& runtime, Task t, LaneCore* l = nullptr) : rt(runtime), lane(l), task(std::move(t)) {
-    rt.live_timer_handles().fetch_add(1, std::memory_order_relaxed);
-  }
-  ~TimerHandleState() {
-    // release: pairs with the runtime destructor's acquire load of the count.
-    rt.live_timer_handles().fetch_sub(1, std::memory_order_release);
-  }
+  TimerHandleState(RuntimeCore& runtime, Task t, LaneCore* l = nullptr, std::uint32_t l_generation = 0)
+      : rt(runtime), alive(runtime.alive()), lane(l), lane_generation(l_generation), task(std::move(t)) {}
 
-  // The trampoline's body: one run of the Task.
+  // False once the Runtime is destroyed: nothing of it may be touched.
+  bool runtime_alive() const noexcept { return (*alive)(); }
+
+  // The trampoline's body: one run of the Task. If the Timer was destroyed
+  // (or assigned over) from this run's own callback, the state was handed
+  // to this run (`orphaned`): it is freed here, after the Task returned, and
+  // nothing of it is touched afterwards.
   void run(const Firing& f) {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -66,33 +67,51 @@ struct TimerHandleState {
     try {
       task(f);
     } catch (...) {
-      after_run();
+      if (after_run()) delete this;
       throw;  // to the runtime: counted, passed to on_error
     }
-    after_run();
+    if (after_run()) delete this;
   }
 
-  void after_run() noexcept {
+  // True iff the state is orphaned: the caller frees it (after the lock is
+  // released).
+  bool after_run() noexcept {
     std::lock_guard<std::mutex> lock(mutex);
     in_run = false;
     runner = std::thread::id();
-    if (!deferred) return;
+    if (orphaned) return true;
+    if (!deferred) return false;
     const Arm a = *deferred;
     deferred.reset();
-    if (dying) return;
+    if (dying) return false;
     try {
       schedule_locked(a);
     } catch (...) {
       // Checked when the arm was made; shutdown or max_pending reached since:
       // the Timer is left disarmed (timer.hpp, Errors).
     }
+    return false;
+  }
+
+  // Throws std::logic_error if the Timer's lane was destroyed: its LaneCore
+  // may serve another Lane by now (generation bumped), which must never get
+  // this Timer's runs. acquire: pairs with close_lane's release bump.
+  void check_lane(const char* what) const {
+    if (lane != nullptr && lane->generation.load(std::memory_order_acquire) != lane_generation) {
+      throw std::logic_error(std::string("chime::Timer::") + what +
+                             " on a Timer whose Lane was destroyed (a Timer must not outlive its Lane)");
+    }
   }
 
   // Schedules `a` as the current timer. Throws what schedule throws, leaving
-  // the Timer disarmed.
+  // the Timer disarmed. A lane's timer is scheduled with the generation the
+  // Timer was made with: if the lane is destroyed meanwhile, the wheel
+  // thread cancels it (L1), never hands it to the lane's next user.
   void schedule_locked(const Arm& a) {
     stopped = true;
-    current = rt.schedule(a.due, a.period_ns, a.on_missed, Task([this](const Firing& f) { run(f); }), nullptr, lane);
+    check_lane("arm");
+    current = rt.schedule(a.due, a.period_ns, a.on_missed, Task([this](const Firing& f) { run(f); }), nullptr, lane,
+                          lane_generation);
     periodic = a.period_ns != 0;
     stopped = false;
   }
@@ -100,6 +119,7 @@ struct TimerHandleState {
   void arm(const Arm& a) {
     std::lock_guard<std::mutex> lock(mutex);
     if (dying) return;  // an arm from a callback racing the destructor: dropped
+    check_lane("arm");
     if (in_run) {
       defer_locked(a);
       return;
@@ -129,7 +149,9 @@ struct TimerHandleState {
   }
 
   RuntimeCore& rt;
-  LaneCore* lane;  // runs go to this lane; null: to the workers
+  std::shared_ptr<const RuntimeAlive> alive;  // runtime.hpp
+  LaneCore* lane;                             // runs go to this lane; null: to the workers
+  std::uint32_t lane_generation;              // the lane's generation when the Timer was made (lane_core.hpp)
   Task task;
   mutable std::mutex mutex;
   TimerId current;
@@ -140,6 +162,10 @@ struct TimerHandleState {
   TimerId last_run;
   std::optional<Arm> deferred;
   bool dying = false;
+  // The Timer was destroyed (or assigned over) from this state's own
+  // callback: the run in progress owns the state and frees it when the
+  // callback has returned (run()).
+  bool orphaned = false;
 };
 
 }  // namespace detail
@@ -158,45 +184,71 @@ Timer::Timer(Runtime& runtime, Task task)
 
 Timer::Timer(Lane& lane, Task task) {
   if (!lane) throw std::logic_error("chime::Timer(lane, task) on an empty Lane (default-constructed or moved-from)");
-  state_ = std::make_unique<detail::TimerHandleState>(*lane.core_, std::move(task), lane.lane_);
+  lane.check("Timer(lane, task)");  // its runtime is gone
+  // relaxed: the Lane is alive, so its generation is stable.
+  state_ = std::make_unique<detail::TimerHandleState>(*lane.core_, std::move(task), lane.lane_,
+                                                      lane.lane_->generation.load(std::memory_order_relaxed));
 }
 
 Timer::Timer(Timer&& other) noexcept = default;
 
 Timer& Timer::operator=(Timer&& other) noexcept {
   if (this != &other) {
-    if (state_) {
-      disarm_and_wait();  // as the destructor: our old task no longer runs
-      state_.reset();
-    }
+    close();  // as the destructor: our old task no longer runs
     state_ = std::move(other.state_);
   }
   return *this;
 }
 
-Timer::~Timer() {
+Timer::~Timer() { close(); }
+
+// The destructor's work (and a move-assignment's over this Timer):
+// disarm_and_wait, then free the state. From the Timer's own callback the
+// run in progress is on this thread's stack, using the Task in the state:
+// the state is handed to that run (orphaned), which frees it when the
+// callback has returned (TimerHandleState::run), so the callback's closure
+// stays alive until then and nothing of this Timer is touched afterwards.
+void Timer::close() noexcept {
   if (!state_) return;
+  if (!state_->runtime_alive()) {
+    // Its runtime is gone (shutdown cancelled its runs and joined its
+    // threads): only the state is left to free.
+    state_.reset();
+    return;
+  }
+  bool from_own_callback;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    CHIME_ASSERT(!(state_->in_run && state_->runner == std::this_thread::get_id()),
-                 "a chime::Timer destroyed (or move-assigned) from its own callback");
     state_->dying = true;
+    from_own_callback = state_->in_run && state_->runner == std::this_thread::get_id();
   }
-  disarm_and_wait();
+  disarm_and_wait();  // from the own callback: does not wait for the run
+  if (from_own_callback) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->orphaned = true;
+    state_.release();  // NOLINT(bugprone-unused-return-value): the run frees it
+    return;
+  }
+  state_.reset();
+}
+
+void Timer::check_armable(const char* what) const {
+  if (!state_) throw_empty(what);
+  if (!state_->runtime_alive()) detail::throw_runtime_gone("Timer");
 }
 
 void Timer::arm_at(TimePoint due) {
-  if (!state_) throw_empty("arm_at");
+  check_armable("arm_at");
   state_->arm({due, 0, Missed::skip});
 }
 
 void Timer::arm_after(Duration delay) {
-  if (!state_) throw_empty("arm_after");
+  check_armable("arm_after");
   state_->arm({detail::saturating_after(state_->rt.now(), delay), 0, Missed::skip});
 }
 
 void Timer::arm_every(Duration period, PeriodicOptions options) {
-  if (!state_) throw_empty("arm_every");
+  check_armable("arm_every");
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime::Timer::arm_every needs a positive period, got " +
                                 std::to_string(period.count()) + " ns");
@@ -206,7 +258,7 @@ void Timer::arm_every(Duration period, PeriodicOptions options) {
 }
 
 bool Timer::disarm() {
-  if (!state_) return false;
+  if (!state_ || !state_->runtime_alive()) return false;  // its runtime cancelled everything at shutdown
   std::lock_guard<std::mutex> lock(state_->mutex);
   bool prevented = state_->deferred.has_value();
   state_->deferred.reset();
@@ -218,7 +270,7 @@ bool Timer::disarm() {
 }
 
 CancelResult Timer::disarm_and_wait() {
-  if (!state_) return CancelResult::done;
+  if (!state_ || !state_->runtime_alive()) return CancelResult::done;
   TimerId current, last_run;
   bool had_deferred;
   {
@@ -231,14 +283,13 @@ CancelResult Timer::disarm_and_wait() {
   }
   // Outside the lock: the run we wait for takes it when it returns. From the
   // Timer's own callback, cancel_and_wait does not wait for that run.
-  CancelResult r = current ? state_->rt.cancel_and_wait(current) : CancelResult::done;
+  const CancelResult r = current ? state_->rt.cancel_and_wait(current) : CancelResult::done;
   if (last_run && last_run != current) state_->rt.cancel_and_wait(last_run);
-  if (r == CancelResult::unknown) r = CancelResult::done;  // its slot was reused long after it ended
   return had_deferred ? CancelResult::cancelled : r;
 }
 
 bool Timer::armed() const {
-  if (!state_) return false;
+  if (!state_ || !state_->runtime_alive()) return false;
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->deferred) return true;
   if (!state_->current || state_->stopped) return false;
@@ -247,7 +298,7 @@ bool Timer::armed() const {
 }
 
 std::optional<TimePoint> Timer::due() const {
-  if (!state_) return std::nullopt;
+  if (!state_ || !state_->runtime_alive()) return std::nullopt;
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->deferred) return state_->deferred->due;
   if (!state_->current || state_->stopped) return std::nullopt;

@@ -192,6 +192,18 @@ struct StateWord {
     const std::uint32_t g = generation(w) + 1;
     return g == 0 ? 1 : g;
   }
+  // True iff generation g (not w's) was issued in this slot before w's: the
+  // slot's generations run from next_generation(initial) (its first timer;
+  // `initial` is a fresh slot's, timer_slab.hpp) up to w's, wrapping past
+  // 2^32 - 1 (skipping 0), so g is older iff its distance from the first is
+  // smaller than w's. A slot never used (free) issued none. Across 2^32
+  // reuses of the slot the answer is that of the last lap (runtime.hpp, Not
+  // guaranteed).
+  static constexpr bool issued_before(std::uint32_t g, std::uint64_t w, std::uint32_t initial) noexcept {
+    if (g == 0 || state(w) == SlotState::free) return false;
+    const std::uint32_t first = next_generation(std::uint64_t{initial} << kGenerationShift);
+    return static_cast<std::uint32_t>(g - first) < static_cast<std::uint32_t>(generation(w) - first);
+  }
 };
 
 static_assert(StateWord::state(StateWord::make(7, 3, SlotState::running)) == SlotState::running);
@@ -216,5 +228,11 @@ static_assert(StateWord::filed(StateWord::with_state(StateWord::make(7, 1, SlotS
 static_assert(!StateWord::filed(StateWord::claimed(StateWord::make(7, 1, SlotState::pending) | StateWord::kFiledBit)));
 static_assert(StateWord::state(StateWord::make(7, 1, SlotState::running_cancelled) | StateWord::kFiledBit) ==
               SlotState::running_cancelled);
+static_assert(StateWord::issued_before(6, StateWord::make(7, 0, SlotState::pending), 0) &&
+              !StateWord::issued_before(8, StateWord::make(7, 0, SlotState::fired), 0) &&
+              !StateWord::issued_before(0, StateWord::make(7, 0, SlotState::fired), 0));
+static_assert(StateWord::issued_before(0xFFFFFFFFu, StateWord::make(3, 0, SlotState::fired), 0xFFFFFFF0u) &&
+                  !StateWord::issued_before(5, StateWord::make(3, 0, SlotState::fired), 0xFFFFFFF0u),
+              "generations wrap past 2^32 - 1: older is judged from the slot's first generation");
 
 }  // namespace chime::detail

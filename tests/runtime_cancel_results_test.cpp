@@ -49,20 +49,44 @@ TEST_P(CancelResultTest, try_cancel_of_a_fired_timer_is_done) {
   EXPECT_EQ(rt.state(id), TimerState::fired);
 }
 
-// The default id, an id never issued and a stale id (its slot reused) are unknown.
-TEST_P(CancelResultTest, default_unissued_and_stale_ids_are_unknown) {
+// The default id and ids never issued (a slot never used, a generation the slot has not reached yet) are
+// unknown.
+TEST_P(CancelResultTest, default_and_unissued_ids_are_unknown) {
   EXPECT_EQ(rt.try_cancel(TimerId{}), CancelResult::unknown);
   EXPECT_EQ(rt.cancel_and_wait(TimerId{}), CancelResult::unknown);
   const TimerId id = rt.schedule_at(at(1ms), rec.task());
   EXPECT_EQ(rt.try_cancel(TimerId(id.slot() + 1000, 1, id.runtime())), CancelResult::unknown);
+  const TimerId newer(id.slot(), id.generation() + 1, id.runtime());
+  EXPECT_EQ(rt.try_cancel(newer), CancelResult::unknown);
+  EXPECT_EQ(rt.cancel_and_wait(newer), CancelResult::unknown);
+  EXPECT_EQ(rt.state(id), TimerState::pending) << "a never-issued id of its slot changes nothing";
+}
+
+// An id this runtime issued whose slot has since been reused (an older generation) is finished: try_cancel
+// and cancel_and_wait say done, not unknown (a harness can tell "fired long ago" from "never mine"); cancel
+// is false, state() unknown, and the slot's new timer is untouched.
+TEST_P(CancelResultTest, a_finished_id_whose_slot_was_reused_is_done) {
+  const TimerId id = rt.schedule_at(at(1ms), rec.task());
   ASSERT_TRUE(rt.cancel(id));
   advance_to(clock, rt, at(3ms));  // its alarm comes up: the zombie is reclaimed
   TimerId reused;
   for (int i = 0; i < 64 && !(reused && reused.slot() == id.slot()); ++i) reused = rt.schedule_at(at(9ms), rec.task());
   ASSERT_EQ(reused.slot(), id.slot()) << "the freed slot was not reused (LIFO free list)";
-  EXPECT_EQ(rt.try_cancel(id), CancelResult::unknown);
+  EXPECT_EQ(rt.try_cancel(id), CancelResult::done);
+  EXPECT_EQ(rt.cancel_and_wait(id), CancelResult::done);
+  EXPECT_FALSE(rt.cancel(id));
   EXPECT_EQ(rt.state(id), TimerState::unknown);
   EXPECT_EQ(rt.state(reused), TimerState::pending);
+  // A fired one, once its slot is reused, too.
+  const TimerId fired = rt.schedule_at(at(4ms), rec.task());
+  advance_to(clock, rt, at(5ms));
+  TimerId again;
+  for (int i = 0; i < 64 && !(again && again.slot() == fired.slot()); ++i) again = rt.schedule_at(at(9ms), rec.task());
+  ASSERT_EQ(again.slot(), fired.slot());
+  EXPECT_EQ(rt.try_cancel(fired), CancelResult::done);
+  EXPECT_EQ(rt.state(again), TimerState::pending);
+  // Another runtime's id with the same slot and an older generation stays unknown.
+  EXPECT_EQ(rt.try_cancel(TimerId(id.slot(), id.generation(), id.runtime() + 1000)), CancelResult::unknown);
 }
 
 class RunningTest : public ManualRuntimeTest {};

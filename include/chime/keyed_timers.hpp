@@ -52,9 +52,12 @@
 // with sizeof(Key) <= 32 and a nothrow move, a timer's task is stored inline
 // in the runtime without allocation), hashable by Hash and comparable by
 // KeyEqual (both default-constructed). Value is MoveConstructible and
-// MoveAssignable. The KeyedTimers must be destroyed before its Runtime, and
-// not from inside its own `execute` (it would wait for itself; this is
-// detected and calls std::terminate). No call may run concurrently with the
+// MoveAssignable. The KeyedTimers must be destroyed before its Runtime
+// (detected in every build: set and move afterwards throw std::logic_error;
+// remove, contains, drain and the destructor touch nothing of the runtime;
+// a call racing the Runtime's destruction is not detected), and not from
+// inside its own `execute` (it would wait for itself; this is detected and
+// calls std::terminate). No call may run concurrently with the
 // destructor except from this object's own `execute` callbacks, which the
 // destructor waits for.
 //
@@ -124,6 +127,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -155,7 +159,7 @@ class KeyedTimers {
   // Runs `execute(key, std::move(value))` on a worker of `runtime` for each key
   // whose time comes. Throws std::invalid_argument if execute is empty. The
   // runtime must outlive this object. May allocate.
-  KeyedTimers(Runtime& runtime, Execute execute) : runtime_(&runtime) {
+  KeyedTimers(Runtime& runtime, Execute execute) : runtime_(&runtime), alive_(runtime.alive_token()) {
     if (!execute) throw std::invalid_argument("chime::KeyedTimers: execute is empty");
     core_ = new Core(std::move(execute));
   }
@@ -199,6 +203,7 @@ class KeyedTimers {
   // twice, for one map operation each). May allocate (a map node for a new
   // key; the runtime's queue block).
   bool set(const Key& key, Value value, Duration delay) {
+    check_runtime();
     Shard& s = shard_for(key);
     std::optional<Value> old_value;  // destroyed after the lock is released
     TimerId old_id;
@@ -232,6 +237,7 @@ class KeyedTimers {
   // key's timer already fired but its callback has not run yet, schedules a
   // new timer (may allocate, like set).
   bool move(const Key& key, Duration delay) {
+    check_runtime();
     Shard& s = shard_for(key);
     TimerId id;
     std::uint64_t version;
@@ -493,13 +499,20 @@ class KeyedTimers {
   // newer and does nothing. The runtime's cancel only fails by returning
   // false; a throw (an allocation failure posting the command) is ignored.
   void cancel_quietly(TimerId id) noexcept {
+    if (!(*alive_)()) return;  // the runtime is gone, and with it every timer
     try {
       (void)runtime_->cancel(id);
     } catch (...) {
     }
   }
 
+  // Throws std::logic_error if the runtime is gone (one load).
+  void check_runtime() const {
+    if (!(*alive_)()) detail::throw_runtime_gone("KeyedTimers");
+  }
+
   Runtime* runtime_;
+  std::shared_ptr<const detail::RuntimeAlive> alive_;  // chime/runtime.hpp
   Core* core_;
 };
 

@@ -41,10 +41,23 @@
 //   pass of the wheel thread, which looks at every filed timer once: lanes
 //   are meant to live as long as their loop, not to be made per request.
 //
-// Preconditions: a Lane does not outlive its Runtime; it is destroyed or
-// move-assigned on its thread or while no thread runs it; run_ready and
-// wait_and_run are not called from inside a callback of the same runtime
-// (they throw std::logic_error).
+// Preconditions, and what is detected (in every build unless said):
+// - One thread at a time runs the lane: run_ready or wait_and_run entered
+//   while another thread is inside either of them throws std::logic_error
+//   (one CAS per call).
+// - run_ready and wait_and_run are not called from inside a callback of the
+//   same runtime: they throw std::logic_error.
+// - A Lane does not outlive its Runtime. Detected: every call afterwards
+//   throws std::logic_error, and destroying it touches nothing of the
+//   runtime. Not detected: a use racing the Runtime's destruction.
+// - It is destroyed or move-assigned on its thread or while no thread runs
+//   it. Debug builds abort when a lane is destroyed from its own callback;
+//   otherwise not detected.
+// - A Timer bound to the lane does not outlive it: arming it afterwards
+//   throws std::logic_error (chime/timer.hpp).
+// - On the lane's thread a reschedule_* of a run already in the ready queue
+//   returns false and the run goes ahead (cancel does win there; to move
+//   such a run, use a chime::Timer, whose arm_* wins like cancel).
 //
 // Coroutines: `co_await lane.sleep_for(d)` / `co_await lane.sleep_until(tp)`
 // suspend the coroutine and resume it on the lane's thread, from inside
@@ -63,6 +76,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <thread>
 
 #include "chime/runtime.hpp"
@@ -181,10 +195,15 @@ class Lane {
  private:
   friend class Runtime;
   friend class Timer;
-  Lane(detail::RuntimeCore* core, detail::LaneCore* lane) noexcept : core_(core), lane_(lane) {}
+  friend class LaneSleep;
+  Lane(detail::RuntimeCore* core, detail::LaneCore* lane, std::shared_ptr<const detail::RuntimeAlive> alive) noexcept
+      : core_(core), lane_(lane), alive_(std::move(alive)) {}
+  // Throws std::logic_error for an empty Lane, or one whose Runtime is gone.
   void check(const char* what) const;
+  bool runtime_alive() const noexcept { return alive_ != nullptr && (*alive_)(); }
   detail::RuntimeCore* core_ = nullptr;
   detail::LaneCore* lane_ = nullptr;
+  std::shared_ptr<const detail::RuntimeAlive> alive_;  // chime/runtime.hpp
 };
 
 }  // namespace chime

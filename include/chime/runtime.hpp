@@ -59,6 +59,14 @@
 // of callbacks across several workers; a TimerId is stale-checked by a 32-bit
 // generation, so an id kept across 2^32 reuses of its slot could alias.
 //
+// Misuse, and where it is detected (every build unless said): a Producer,
+// Timer, Lane or KeyedTimers used after its Runtime was destroyed throws
+// std::logic_error (one load per call; destroying it afterwards is safe); a
+// use racing the destruction is not detected. flush/drain/shutdown from a
+// callback throw std::logic_error. Two callbacks cancel_and_wait-ing each
+// other abort with a message in debug builds only. Using one Producer from
+// two threads at once is not detected.
+//
 // Error model: bad arguments (a due time beyond the wheel's range, a period
 // <= 0) throw std::out_of_range / std::invalid_argument naming the values;
 // calls after shutdown throw chime::StoppedError; over max_pending,
@@ -88,6 +96,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -125,8 +134,9 @@ enum class Missed { skip, catch_up, delay };
 // - running: a run has started and not returned (one-shot: its only run;
 //   periodic: no further run starts after the call returned);
 // - done: it already fired and finished, or was cancelled before;
-// - unknown: a default id, a stale id (its slot was reused), or an id from
-//   another runtime.
+// - unknown: a default id, an id never issued, or an id from another
+//   runtime. An id this runtime issued whose slot was since reused is
+//   finished: done (state() says unknown for it).
 enum class CancelResult { cancelled, running, done, unknown };
 enum class ShutdownMode { cancel_pending, fire_pending };
 // Which lock-free queue carries commands to the wheel thread. moodycamel is
@@ -190,6 +200,12 @@ struct Stats {
 };
 
 struct RuntimeOptions {
+  // The most workers a Runtime starts: more throws std::invalid_argument.
+  // Workers run short callbacks; thousands of threads would only contend (a
+  // callback that blocks wants a pool of its own), and the count is checked
+  // before any thread starts, so a mistaken huge value fails cleanly.
+  static constexpr unsigned max_workers = 4096;
+
   Duration precision = std::chrono::milliseconds(1);
   LevelBits level_bits = LevelBits::default_bits();
   unsigned workers = std::thread::hardware_concurrency();  // 0: callbacks run on the wheel thread
@@ -212,14 +228,31 @@ struct RuntimeOptions {
 namespace detail {
 class RuntimeCore;
 struct ProducerQueueToken;
+// Whether a Runtime still exists. The Runtime and the handles that might
+// outlive it by mistake (Producer, Timer, Lane, KeyedTimers) share it; a
+// handle checks it (one load) before it touches the runtime, and throws
+// std::logic_error instead of using freed memory. The Runtime's destructor
+// clears it once its threads are joined.
+struct RuntimeAlive {
+  std::atomic<bool> alive{true};
+  bool operator()() const noexcept { return alive.load(std::memory_order_acquire); }
+};
+// Throws std::logic_error: "chime::<what> ... outlives its Runtime".
+[[noreturn]] void throw_runtime_gone(const char* what);
 }  // namespace detail
 
 class Runtime;
 class Lane;  // chime/lane.hpp
+template <class Key, class Value, class Hash, class KeyEqual>
+class KeyedTimers;  // chime/keyed_timers.hpp
 
 // A per-thread handle with the producer calls. It owns its own queue token:
 // faster than the Runtime's calls, and FIFO for its commands. Movable, not
-// copyable; use it from one thread at a time. Must not outlive its Runtime.
+// copyable; use it from one thread at a time (not detected). Must not
+// outlive its Runtime: detected in every build, each call afterwards (and
+// each call on a moved-from Producer) throws std::logic_error, and its
+// destructor touches nothing of the runtime (its queue token, a few hundred
+// bytes, is leaked); a call racing the Runtime's destruction is not.
 class Producer {
  public:
   Producer(Producer&&) noexcept;
@@ -238,8 +271,10 @@ class Producer {
  private:
   friend class Runtime;
   Producer(detail::RuntimeCore* core, std::unique_ptr<detail::ProducerQueueToken> token);
+  detail::RuntimeCore& core(const char* what) const;  // throws if the Runtime is gone
   detail::RuntimeCore* core_;
   std::unique_ptr<detail::ProducerQueueToken> token_;
+  std::shared_ptr<const detail::RuntimeAlive> alive_;
 };
 
 class Runtime {
@@ -247,7 +282,11 @@ class Runtime {
   using Options = RuntimeOptions;
 
   // Starts the wheel thread and the workers; the wheel starts at the clock's
-  // time now. Throws std::invalid_argument for precision <= 0.
+  // time now. Throws std::invalid_argument for precision <= 0 and for
+  // workers > RuntimeOptions::max_workers, naming the value. If a thread
+  // cannot start (the system's thread limit, address space for its stack),
+  // stops and joins those that started and throws std::system_error; it
+  // never terminates the process.
   Runtime();
   explicit Runtime(Options options);
   // shutdown(ShutdownMode::cancel_pending).
@@ -348,6 +387,10 @@ class Runtime {
  private:
   friend class Timer;  // chime/timer.hpp: arms through the core
   friend class Lane;   // chime/lane.hpp
+  template <class Key, class Value, class Hash, class KeyEqual>
+  friend class KeyedTimers;  // chime/keyed_timers.hpp: the alive token
+  // Shared with the handles that check it (detail::RuntimeAlive).
+  std::shared_ptr<const detail::RuntimeAlive> alive_token() const;
   std::unique_ptr<detail::RuntimeCore> core_;
 };
 

@@ -28,16 +28,27 @@
 // - At shutdown an armed Timer's pending run is fired or cancelled as the
 //   mode says, like any pending timer; arming after shutdown throws
 //   chime::StoppedError.
+// - Destroying a Timer, or assigning another Timer to it, from inside its
+//   own callback is allowed (the idle handler that erases the connection
+//   owning the Timer): as with Asio's timers, the running callback's closure
+//   stays alive until the callback returns, and nothing of the destroyed
+//   Timer is touched after that; no further run starts.
 //
-// Preconditions (documented, checked by assertions in debug builds where
-// they can be): a Timer does not outlive its Runtime (the Runtime's
-// destructor checks no Timer is alive); it is not destroyed or move-assigned
-// from its own callback (that would free the state its run is using). Use
-// from several threads at once is serialized by a small mutex in the handle
-// (uncontended in the intended use: the owner's thread, and the callback).
+// Preconditions, and what is detected (in every build unless said):
+// - A Timer does not outlive its Runtime. Detected: arming it afterwards
+//   throws std::logic_error (one load per arm); disarm / armed / due answer
+//   "nothing armed" and destroying it touches nothing of the runtime. Not
+//   detected: a use racing the Runtime's destruction.
+// - A lane's Timer does not outlive its Lane. Detected: arming it afterwards
+//   throws std::logic_error, also once another Lane reuses the lane's core,
+//   and its runs are never delivered to another lane (an arm racing the
+//   Lane's destruction is cancelled by the wheel thread).
+// - Used from one thread at a time, its own callback included. Calls from
+//   several threads are serialized by a small mutex in the handle
+//   (uncontended in the intended use), so they are safe, not ordered.
 //
-// Errors: arming an empty Timer (default-constructed or moved-from) throws
-// std::logic_error; a due time beyond the wheel's range throws
+// Errors: arming an empty Timer (default-constructed or moved-from), one
+// whose Runtime or Lane is gone, throws std::logic_error; a due time beyond the wheel's range throws
 // std::out_of_range, a period <= 0 std::invalid_argument, after shutdown
 // chime::StoppedError, over max_pending chime::CapacityError, all naming the
 // values and all at the arm call: an arm deferred until a run returns is
@@ -65,11 +76,12 @@ class Timer {
   // Allocates the handle's state once.
   Timer(Runtime& runtime, Task task);
   // Bound to `lane`: its runs go to the lane's thread (chime/lane.hpp). The
-  // lane must outlive the Timer.
+  // lane must outlive the Timer (arming it after that throws).
   Timer(Lane& lane, Task task);
   Timer(Timer&& other) noexcept;
   // Disarms and waits for this Timer (as the destructor does), then takes
-  // other's.
+  // other's. From this Timer's own callback: as the destructor, the running
+  // closure stays alive until the callback returns.
   Timer& operator=(Timer&& other) noexcept;
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
@@ -108,6 +120,8 @@ class Timer {
   explicit operator bool() const noexcept { return state_ != nullptr; }
 
  private:
+  void close() noexcept;
+  void check_armable(const char* what) const;
   std::unique_ptr<detail::TimerHandleState> state_;
 };
 
