@@ -96,6 +96,10 @@ RuntimeOptions validated(RuntimeOptions o) {
     throw std::invalid_argument("chime::Runtime: precision must be positive, got " +
                                 std::to_string(o.precision.count()) + " ns");
   }
+  if (o.slack < Duration::zero()) {
+    throw std::invalid_argument("chime::Runtime: slack must not be negative, got " + std::to_string(o.slack.count()) +
+                                " ns");
+  }
   if (o.workers > RuntimeOptions::max_workers) {
     throw std::invalid_argument("chime::Runtime: workers = " + std::to_string(o.workers) + " is more than " +
                                 std::to_string(RuntimeOptions::max_workers) +
@@ -112,6 +116,8 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
                   : dynamic_cast<const ManualClock*>(clock_) != nullptr ? ClockKind::manual
                                                                         : ClockKind::other),
       precision_(options_.precision),
+      slack_ns_(options_.slack == Duration::zero() ? options_.precision.count()
+                                                   : std::min(options_.slack, options_.precision).count()),
       start_ns_(clock_->now().time_since_epoch().count()),
       max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
       horizon_key_(horizon_key(start_ns_, precision_.count())),
@@ -207,6 +213,10 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   throw_if_in_callback("shutdown");
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shutdown_done_.load(std::memory_order_relaxed)) return 0;
+  // No timer due after this call runs, however long the queue: the wheel
+  // thread stops at its next look (wheel_main) instead of waiting for the
+  // stop command behind the backlog; the sweep below cancels the rest.
+  if (mode == ShutdownMode::cancel_pending) cancel_requested_.store(true, std::memory_order_seq_cst);
   stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
   StopRequest request;
   request.mode = mode;
@@ -249,10 +259,6 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         w = settled_word(slot);
         continue;
       }
-  // No timer due after this call runs, however long the queue: the wheel
-  // thread stops at its next look (wheel_main) instead of waiting for the
-  // stop command behind the backlog; the sweep below cancels the rest.
-  if (mode == ShutdownMode::cancel_pending) cancel_requested_.store(true, std::memory_order_seq_cst);
       if (s == SlotState::cancelled && slot.filed_generation == StateWord::generation(w)) {
         // Cancelled while filed after the wheel thread's last pass (a cancel
         // racing shutdown): a zombie only the wheel thread would have

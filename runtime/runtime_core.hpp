@@ -258,6 +258,8 @@ class RuntimeCore {
   bool due_now_at_application(std::int64_t due, std::int64_t called_at_ns);
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
+  void fire_past_due();
+  std::int64_t exact_deadline(std::int64_t next_fires_at_ns);
   void sort_overdue();
   void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);
   void dispatch(const Dispatch& d);
@@ -292,6 +294,13 @@ class RuntimeCore {
   const Clock* clock_;
   ClockKind clock_kind_;
   Duration precision_;
+  // RuntimeOptions::slack, at most the precision (the default: zero given).
+  // Below the precision the wheel thread fires timers of the current
+  // interval once their exact due has passed, and sleeps until the earliest
+  // due plus this (wheel_thread.cpp, "Slack"); at the precision it keeps the
+  // interval rule.
+  std::int64_t slack_ns_;
+  bool exact() const noexcept { return slack_ns_ < precision_.count(); }
   std::int64_t start_ns_;
   std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
   std::int64_t horizon_key_;          // the last interval the wheel advances into (runtime.cpp, horizon_key)
@@ -330,15 +339,15 @@ class RuntimeCore {
   //   (state-machine.md, "Shutdown vs producers still scheduling"); lanes
   //   pair it with runs_active (lane.cpp); flush, drain, open_lane,
   //   close_lane and check_schedulable read it (acquire) as an early out.
-  // - shutdown_done_: shutdown stores it (release) after its sweep and
-  //   reads it under its mutex; a lane waiting for the sweep acquires it,
-  //   so the sweep's writes come first.
   // - cancel_requested_: shutdown(cancel_pending) stores it (seq_cst)
   //   before stopped_; the wheel thread loads it between command batches
   //   and, after a seq_cst fence, after each pass's clock read: set by
   //   then, the pass dispatches nothing. Not set by then, the shutdown call
   //   began after that clock read, so every timer the pass dispatches was
   //   due at or before the call (design.md, shutdown).
+  // - shutdown_done_: shutdown stores it (release) after its sweep and
+  //   reads it under its mutex; a lane waiting for the sweep acquires it,
+  //   so the sweep's writes come first.
   // - wheel_exited_: the wheel thread stores it (release) as it returns; a
   //   blocked flush / drain / close acquires it and stops waiting for a
   //   request that will never be served (Completion::wait); close_lane's
@@ -388,14 +397,14 @@ class RuntimeCore {
   std::atomic<std::int64_t> wake_if_due_before_ns_{INT64_MIN};
   std::atomic<std::int64_t> due_limit_ns_;                  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};
+  // shutdown(cancel_pending) was called: the wheel thread stops at once,
+  // however many commands are queued (wheel_thread.cpp, wheel_main).
+  std::atomic<bool> cancel_requested_{false};
   std::atomic<bool> shutdown_done_{false};
   std::atomic<bool> wheel_exited_{false};  // set by the wheel thread as it returns
   std::mutex shutdown_mutex_;
 
   // Counters (runtime_stats.hpp). Counter::lazy_cancels counts C1 and C2
-  // shutdown(cancel_pending) was called: the wheel thread stops at once,
-  // however many commands are queued (wheel_thread.cpp, wheel_main).
-  std::atomic<bool> cancel_requested_{false};
   // cancels of filed timers: zombies the wheel thread reclaims lazily;
   // compared with WheelThreadState::reclaimed to decide a zombie sweep.
   RuntimeCounters counters_;

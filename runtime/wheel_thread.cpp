@@ -19,6 +19,16 @@
 //   5. sleep until the next alarm is due, or until a producer wakes us.
 //      Otherwise start the next pass at once.
 //
+// Slack (RuntimeOptions::slack below the precision; design.md, "Slack"):
+// the wheel keeps its grid, and a pass also fires the alarms of the current
+// interval whose time has come (fire_past_due, in time order), instead of
+// waiting for the interval to end; the wheel thread sleeps until the
+// earliest alarm time plus the slack (exact_deadline), so that alarms due
+// within the slack of it share the wake-up, and producers wake it for a due
+// before that wake-up minus the slack. A wheel alarm, or a timer filed with
+// a due already passed, is due once its due is at or before the pass's
+// clock read: never early, as with the interval rule.
+//
 // Race: enqueue vs the wheel going to sleep.
 //
 //   producer                               wheel thread
@@ -317,8 +327,11 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
     // wheel never advances past the horizon interval, where the bound is
     // still the next interval's start (runtime.cpp, horizon_key).
     slot.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
-  } else if (due >= now.time_since_epoch().count()) {
+  } else if (due > now.time_since_epoch().count() || (due == now.time_since_epoch().count() && !exact())) {
     slot.alarm = wt().wheel.add(TimePoint(Duration(due)), index);
+  } else if (exact()) {
+    slot.alarm = {};
+    wt().overdue.push_back(index);  // slack: its due has passed, it goes out next pass
   } else if (due >= wt().wheel.now_interval_num_start().time_since_epoch().count()) {
     slot.alarm = wt().wheel.add(now, index);  // same interval as `due`: fires exactly when `due` would
   } else {
@@ -406,6 +419,10 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
     });
     due_limit_ns_.store(due_limit_for(now_ns), std::memory_order_relaxed);  // only ever grows
   }
+  if (exact()) fire_past_due();
+  // The interval rule: a wheel alarm runs iff its due is before the
+  // boundary. With slack, also iff it is at or before the clock's time.
+  const std::int64_t wheel_due_now = exact() ? now_ns : INT64_MIN;
   const std::int64_t boundary = wt().wheel.now_interval_num_start().time_since_epoch().count();
   // Merge the two, each in nondecreasing interval order (the wheel's alarms
   // by the time they were filed at, overdue ones by due), so the runs go out
@@ -422,10 +439,44 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
     } else {
       const std::uint32_t index = wt().wheel_fired[b++].second;
       slab_[index].alarm = {};
-      consider(index, boundary, now_ns, INT64_MIN);
+      consider(index, boundary, now_ns, wheel_due_now);
     }
   }
   wt().wheel_fired.clear();
+}
+
+// Slack: after the advance, the alarms of the wheel's current interval with
+// a time at or before its now go out with this pass, in time order (ties in
+// the order the wheel gives). Only when the earliest alarm is in the current
+// interval and due (ties by slot index): its time is cached by the wheel until it changes,
+// and finding it scans only the current interval's slot.
+void RuntimeCore::fire_past_due() {
+  TimingWheel<std::uint32_t>& wheel = wt().wheel;
+  const auto min_interval = wheel.min_alarm_interval_num();
+  if (!min_interval || *min_interval != wheel.interval_num(wheel.now())) return;
+  const auto min_time = wheel.min_alarm_time();
+  if (!min_time || *min_time > wheel.now()) return;
+  const std::size_t first = wt().wheel_fired.size();
+  wheel.fire_past_alarms([&](TimingWheel<std::uint32_t>::Alarm a) {
+    wt().wheel_fired.emplace_back(wheel.at(a).time_since_epoch().count(), wheel.value(a));
+  });
+  // std::sort on (time, slot): never allocates (std::stable_sort may).
+  std::sort(wt().wheel_fired.begin() + static_cast<std::ptrdiff_t>(first), wt().wheel_fired.end());
+}
+
+// Slack: when to wake for the earliest alarm, whose interval ends at
+// `next_fires_at_ns`: its time plus the slack, if that is sooner. The time
+// is looked up (a scan of one slot, cached) only when that interval is the
+// current or the next one; further out, wake at its start and look then.
+std::int64_t RuntimeCore::exact_deadline(std::int64_t next_fires_at_ns) {
+  TimingWheel<std::uint32_t>& wheel = wt().wheel;
+  const std::int64_t p = precision_.count();
+  const std::int64_t min_start = next_fires_at_ns - p;
+  if (min_start > wheel.now_interval_num_start().time_since_epoch().count() + p) return min_start;
+  const auto min_time = wheel.min_alarm_time();
+  if (!min_time) return next_fires_at_ns;
+  const std::int64_t t = min_time->time_since_epoch().count();
+  return t > next_fires_at_ns - slack_ns_ ? next_fires_at_ns : t + slack_ns_;
 }
 
 // A filed timer whose alarm fired (or that was overdue): a timer may run iff
@@ -662,6 +713,7 @@ void RuntimeCore::sleep(bool busy) {
   if (const auto next = wt().wheel.next_alarm_fires_at();
       next && wt().wheel.now().time_since_epoch().count() < max_wheel_now_ns_) {
     deadline = next->time_since_epoch().count();
+    if (exact()) deadline = exact_deadline(deadline);
   }
   // Lingering (commands keep coming): wake up at most kLingerNs from now even
   // if no alarm is due, so that a stream of commands (new timers due before
@@ -680,7 +732,9 @@ void RuntimeCore::sleep(bool busy) {
   // wake_at_ns (for wake_at_ns = deadline, the start of the earliest alarm's
   // interval, since next_alarm_fires_at is that interval's end).
   std::int64_t bound = INT64_MAX;
-  if (wake_at_ns != INT64_MAX) {
+  if (wake_at_ns != INT64_MAX && exact()) {
+    bound = wake_at_ns - slack_ns_;  // slack: a due d needs us by d + slack
+  } else if (wake_at_ns != INT64_MAX) {
     const std::int64_t p = precision_.count();
     const __int128 k = (static_cast<__int128>(wake_at_ns) - 1 - start_ns_) / p;
     bound = static_cast<std::int64_t>(start_ns_ + k * p);

@@ -159,6 +159,7 @@ struct TimerRecord {
   // producers are joined.
   std::uint64_t id = 0;     // packed TimerId
   std::int64_t due_ns = 0;  // final due: the schedule's, then each reschedule that returned true
+  std::int64_t called_ns = 0;  // the clock just before the call that set due_ns (lateness split)
   std::uint8_t flags = 0;
   // Written by the callback. Atomics (relaxed, then the release of `fires`)
   // so that a double run, itself a violation, is not also a data race; main
@@ -166,6 +167,7 @@ struct TimerRecord {
   std::atomic<std::uint32_t> fires{0};
   std::atomic<std::int64_t> fired_due_ns{0};  // Firing::due
   std::atomic<std::int64_t> fired_now_ns{0};  // rt.clock().now(), first thing in the callback
+  std::atomic<std::int64_t> fired_at_ns{0};   // Firing::fired_at: the pass that dispatched it
   std::atomic<std::uint64_t> fired_id{0};     // Firing::id, packed
 };
 
@@ -311,6 +313,7 @@ class Producer {
       const std::int64_t now = ns(clock->now());
       record->fired_now_ns.store(now, std::memory_order_relaxed);
       record->fired_due_ns.store(ns(f.due), std::memory_order_relaxed);
+      record->fired_at_ns.store(ns(f.fired_at), std::memory_order_relaxed);
       record->fired_id.store(pack(f.id), std::memory_order_relaxed);
       record->fires.fetch_add(1, std::memory_order_release);
     };
@@ -318,8 +321,10 @@ class Producer {
 
   void schedule_one(std::uint32_t index) {
     TimerRecord& r = s_.records[index];
-    const std::int64_t due = ns(clock_.now()) + draw_delay();
+    const std::int64_t called = ns(clock_.now());
+    const std::int64_t due = called + draw_delay();
     r.due_ns = due;
+    r.called_ns = called;
     const TimerId id = producer_.schedule_at(TimePoint(Duration(due)), task(index));
     r.id = pack(id);
     r.flags |= kScheduled;
@@ -373,6 +378,7 @@ class Producer {
     bump(c_.resched_calls);
     if (producer_.reschedule_at(unpack(r.id), TimePoint(Duration(target)))) {
       r.due_ns = target;  // only after it returned true (see the header comment)
+      r.called_ns = now;
       r.flags |= kReschedWon;
       bump(c_.resched_won);
     } else {
@@ -728,6 +734,12 @@ struct OneShotTally {
   std::uint64_t fired_twice = 0, both = 0, neither = 0, lost_to_nothing = 0;
   std::uint64_t early = 0, wrong_due = 0, wrong_id = 0;
   std::vector<std::int64_t> lateness;  // callback's now - final due, one per run timer
+  // Where the lateness accrues, per run timer (fired_at is the dispatching
+  // pass's clock read): due now at its call (final due at or before the
+  // call): fired_at - call, the wait for the wheel thread to apply it;
+  // otherwise fired_at - due, the wait for the wheel to dispatch it; and
+  // for every run, callback start - fired_at, the hand-off.
+  std::vector<std::int64_t> wait_to_apply, wait_in_wheel, hand_off;
 };
 
 OneShotTally tally_one_shots(const chime::Runtime& rt, const TimerRecord* records, std::uint64_t n,
@@ -779,6 +791,13 @@ OneShotTally tally_one_shots(const chime::Runtime& rt, const TimerRecord* record
         checks.example("never early: ran with a Firing::id other than its own: " + describe(i, r));
       }
       t.lateness.push_back(fired_now - r.due_ns);
+      const std::int64_t fired_at = r.fired_at_ns.load(std::memory_order_relaxed);
+      if (r.due_ns <= r.called_ns) {
+        t.wait_to_apply.push_back(fired_at - r.called_ns);
+      } else {
+        t.wait_in_wheel.push_back(fired_at - r.due_ns);
+      }
+      t.hand_off.push_back(fired_now - fired_at);
     }
   }
   return t;
@@ -970,6 +989,7 @@ struct Figures {
   std::uint64_t near = 0, mid = 0, far = 0;
   std::uint64_t fired_producing = 0, fires_total = 0;
   Percentiles own;
+  Percentiles wait_to_apply, wait_in_wheel, hand_off;  // the lateness split (OneShotTally)
   std::uint64_t peak_rss = 0, baseline_rss = 0, peak_pending = 0, rss_at_peak_pending = 0;
   double growth = 0, bytes_per_pending = 0;
   std::uint64_t total_violations = 0;
@@ -1009,6 +1029,14 @@ void print_report(FILE* out, std::uint64_t seed, const Outcome& o, const Figures
                format_duration(f.own.p50).c_str(), format_duration(f.own.p99).c_str(),
                format_duration(f.own.p999).c_str(), format_duration(f.own.max).c_str(),
                with_commas(f.own.count).c_str());
+  const auto split_row = [&](const char* name, const Percentiles& p, const char* what) {
+    std::fprintf(out, "    %-15s %11s %11s %11s %11s   %s, %s runs\n", name, format_duration(p.p50).c_str(),
+                 format_duration(p.p99).c_str(), format_duration(p.p999).c_str(), format_duration(p.max).c_str(), what,
+                 with_commas(p.count).c_str());
+  };
+  split_row("wait to apply", f.wait_to_apply, "due now at its call: Firing::fired_at - the call");
+  split_row("wait in wheel", f.wait_in_wheel, "due after its call: Firing::fired_at - due");
+  split_row("hand-off", f.hand_off, "callback's now - Firing::fired_at");
   std::fprintf(out, "  wheel wake-ups    %s (%s/s; %.3f per fire)\n", with_commas(o.final_stats.wakeups).c_str(),
                with_commas(static_cast<std::uint64_t>(static_cast<double>(o.final_stats.wakeups) / f.total_s)).c_str(),
                f.fires_total ? static_cast<double>(o.final_stats.wakeups) / static_cast<double>(f.fires_total) : 0.0);
@@ -1173,6 +1201,9 @@ int run(const HarnessOptions& options) {
   f.fired_producing = produced.stats.fired;
   f.fires_total = o.final_stats.fired;
   f.own = percentiles(o.one_shot.lateness);
+  f.wait_to_apply = percentiles(o.one_shot.wait_to_apply);
+  f.wait_in_wheel = percentiles(o.one_shot.wait_in_wheel);
+  f.hand_off = percentiles(o.one_shot.hand_off);
   f.peak_rss = chime_stress::peak_rss_bytes();
   f.baseline_rss = baseline_rss;
   f.peak_pending = sampler.peak_pending();

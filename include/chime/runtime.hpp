@@ -223,6 +223,14 @@ struct RuntimeOptions {
   // ran it (an exception from on_slow_run is swallowed).
   Duration slow_run = std::chrono::milliseconds(10);
   std::function<void(TimerId, Duration)> on_slow_run{};
+  // Slack (design.md, "Slack"): below saturation a timer due at d runs no
+  // earlier than d and no later than d + slack plus the OS's wake-up
+  // latency; dues within `slack` of each other share a wake-up. A slack at
+  // or above `precision` is the interval rule: a timer runs when its
+  // precision interval ends. Zero means the default, which is the interval
+  // rule (docs/benchmarks.md, "Slack", has the measured cost of a smaller
+  // one). Negative throws std::invalid_argument.
+  Duration slack = Duration::zero();
 };
 
 namespace detail {
