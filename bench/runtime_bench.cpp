@@ -197,8 +197,9 @@ const char* queue_name(chime::CommandQueueBackend q) {
 }
 
 // PrecisionNs: the runtime's precision in nanoseconds (a count, as
-// std::chrono::duration cannot be a template argument).
-template <chime::CommandQueueBackend Queue, std::int64_t PrecisionNs>
+// std::chrono::duration cannot be a template argument); SlackNs its
+// RuntimeOptions::slack (0: the default, the interval rule).
+template <chime::CommandQueueBackend Queue, std::int64_t PrecisionNs, std::int64_t SlackNs = 0>
 class ChimeService {
  public:
   using Id = chime::TimerId;
@@ -210,12 +211,14 @@ class ChimeService {
     o.precision = kPrecision;
     o.workers = kWorkers;
     o.command_queue = Queue;
+    o.slack = std::chrono::nanoseconds(SlackNs);
     return o;
   }
   static std::string name() {
     const chime::RuntimeOptions o = options();
     return std::string("chime,queue=") + queue_name(o.command_queue) +
-           ",precision=" + fmt(o.precision) + ",workers=" + std::to_string(o.workers);
+           ",precision=" + fmt(o.precision) + (SlackNs != 0 ? ",slack=" + fmt(o.slack) : std::string()) +
+           ",workers=" + std::to_string(o.workers);
   }
 
   ChimeService() : rt_(options()) {
@@ -335,6 +338,9 @@ using ChimeBoostLockfree =
     ChimeService<chime::CommandQueueBackend::boost_lockfree, kPrecision.count()>;
 using ChimeMoodycamelFine =
     ChimeService<chime::CommandQueueBackend::moodycamel, kFinePrecision.count()>;
+// 1 ms grid, 50 us slack (design.md, "Slack"): fires within 50 us of the due.
+using ChimeMoodycamelSlack =
+    ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), std::int64_t{50'000}>;
 
 // One instance per service, with the background timers, built on first use
 // (outside any timed region) and destroyed at exit.
@@ -792,6 +798,16 @@ void for_services(Fn4&& fn) {
   fn(static_cast<MutexHeap*>(nullptr));
   fn(static_cast<Asio*>(nullptr));
 }
+// The same, with chime at a 50 us slack beside its interval rule (the
+// lateness scenarios).
+template <class Fn5>
+void for_services_and_slack(Fn5&& fn) {
+  fn(static_cast<ChimeMoodycamel*>(nullptr));
+  fn(static_cast<ChimeMoodycamelSlack*>(nullptr));
+  fn(static_cast<ChimeBoostLockfree*>(nullptr));
+  fn(static_cast<MutexHeap*>(nullptr));
+  fn(static_cast<Asio*>(nullptr));
+}
 
 void register_all() {
   const Sizes& z = sizes();
@@ -817,7 +833,7 @@ void register_all() {
   }
   for (unsigned P : {1u, 2u, 4u}) {
     const std::string prod = "/producers:" + std::to_string(P);
-    for_services([&](auto* tag) {
+    for_services_and_slack([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
       add<S>("Lateness",
              pending + "/due:" + fmt(kLatenessDelay) + ".." + fmt(2 * kLatenessDelay) +
@@ -853,6 +869,7 @@ void register_all() {
     b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
   };
   idle(static_cast<ChimeMoodycamel*>(nullptr));
+  idle(static_cast<ChimeMoodycamelSlack*>(nullptr));
   idle(static_cast<ChimeBoostLockfree*>(nullptr));
   idle(static_cast<MutexHeap*>(nullptr));
 
@@ -866,6 +883,7 @@ void register_all() {
            BM_LightLoad<S>, 1, 1);
   };
   light(static_cast<ChimeMoodycamel*>(nullptr));
+  light(static_cast<ChimeMoodycamelSlack*>(nullptr));
   light(static_cast<ChimeMoodycamelFine*>(nullptr));
   light(static_cast<MutexHeap*>(nullptr));
   light(static_cast<Asio*>(nullptr));
