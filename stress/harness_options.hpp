@@ -36,6 +36,7 @@ struct HarnessOptions {
   unsigned periodic = 16;            // periodic timers, periods 1-16 * precision
   double seconds = 10.0;             // the producing phase lasts at most this long
   std::chrono::nanoseconds precision = std::chrono::milliseconds(1);
+  std::chrono::nanoseconds slack{0};  // RuntimeOptions::slack; 0: the default (the interval rule)
   std::optional<double> rate;        // timers scheduled per second, all producers; unset: 1.05 x timers / seconds; 0: no pacing
   unsigned workers = std::thread::hardware_concurrency() == 0 ? 2 : std::thread::hardware_concurrency();
   std::optional<std::uint64_t> seed;  // unset: drawn at random (and printed)
@@ -44,7 +45,7 @@ struct HarnessOptions {
 
 inline constexpr const char* kUsage =
     "usage: chime-stress [--producers P] [--timers N] [--cancel-ratio R] [--reschedule-ratio R]\n"
-    "                    [--periodic K] [--seconds S] [--precision D] [--rate OPS] [--workers W]\n"
+    "                    [--periodic K] [--seconds S] [--precision D] [--slack D] [--rate OPS] [--workers W]\n"
     "                    [--seed N] [--json FILE|-] [--help]\n"
     "\n"
     "Drives a chime::Runtime from P producer threads and checks its guarantees.\n"
@@ -56,6 +57,8 @@ inline constexpr const char* kUsage =
     "  --periodic K          periodic timers with periods of 1-16 x precision          (default 16)\n"
     "  --seconds S           stop producing after S seconds even if N are not reached  (default 10)\n"
     "  --precision D         the runtime's precision: a number and ns|us|ms|s; bare = ms (default 1ms)\n"
+    "  --slack D             RuntimeOptions::slack, as --precision (default 0: the interval rule);\n"
+    "                        the report counts runs later than due + slack + 2 ms (OS allowance)\n"
     "  --rate OPS            timers scheduled per second, all producers; 0: as fast as\n"
     "                        possible                          (default 1.05 x N / S: spread over the run)\n"
     "  --workers W           the runtime's worker threads; 0 runs callbacks on the wheel thread\n"
@@ -122,7 +125,7 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
       value = arg.substr(eq + 1);
     }
     static constexpr const char* known[] = {"--producers", "--timers", "--cancel-ratio", "--reschedule-ratio",
-                                            "--periodic",  "--seconds", "--precision",   "--rate",
+                                            "--periodic",  "--seconds", "--precision",   "--slack", "--rate",
                                             "--workers",   "--seed",    "--json"};
     bool is_known = false;
     for (const char* k : known) is_known = is_known || name == k;
@@ -175,7 +178,7 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
       if (!number(d)) return ParseResult::error;
       if (d <= 0 || d > 86'400) return bad("must be in (0, 86400]");
       options.seconds = d;
-    } else if (name == "--precision") {
+    } else if (name == "--precision" || name == "--slack") {
       if (detail::looks_negative(v)) return bad("must be positive");
       std::size_t unit_at = 0;
       while (unit_at < v.size() && ((v[unit_at] >= '0' && v[unit_at] <= '9') || v[unit_at] == '.')) ++unit_at;
@@ -191,7 +194,7 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
       const double ns = std::round(d * scale);
       if (ns <= 0) return bad("must be positive (at least 1ns)");
       if (ns > 1e9) return bad("must be at most 1s");
-      options.precision = std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
+      (name == "--precision" ? options.precision : options.slack) = std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
     } else if (name == "--rate") {
       if (!number(d)) return ParseResult::error;
       options.rate = d;
