@@ -362,12 +362,11 @@ Producer::~Producer() {
   }
 }
 
-detail::RuntimeCore& Producer::core(const char* what) const {
+void Producer::fail(const char* what) const {
   if (!token_) {
     throw std::logic_error(std::string("chime::Producer::") + what + " on a moved-from Producer");
   }
-  if (!(*alive_)()) detail::throw_runtime_gone("Producer");
-  return *core_;
+  detail::throw_runtime_gone("Producer");
 }
 
 TimerId Producer::schedule_at(TimePoint due, Task task) {

@@ -130,7 +130,7 @@ class LatenessHistogram {  // also used for run times
   static constexpr int kSub = 8;
   static constexpr int kBuckets = 64 * kSub;
 
-  void record(std::int64_t ns) noexcept {
+  [[gnu::always_inline]] void record(std::int64_t ns) noexcept {
     if (ns < 0) ns = 0;
     const ThreadStripe& t = this_thread_stripe();
     Stripe& s = stripes_[t.index];

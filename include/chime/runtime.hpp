@@ -279,7 +279,14 @@ class Producer {
  private:
   friend class Runtime;
   Producer(detail::RuntimeCore* core, std::unique_ptr<detail::ProducerQueueToken> token);
-  detail::RuntimeCore& core(const char* what) const;  // throws if the Runtime is gone
+  // Throws if the Runtime is gone or this Producer was moved from. Inline:
+  // one load on every call (callgrind: out of line it was 36 instructions
+  // per schedule+cancel pair).
+  detail::RuntimeCore& core(const char* what) const {
+    if (token_ && (*alive_)()) [[likely]] return *core_;
+    fail(what);
+  }
+  [[noreturn]] void fail(const char* what) const;
   detail::RuntimeCore* core_;
   std::unique_ptr<detail::ProducerQueueToken> token_;
   std::shared_ptr<const detail::RuntimeAlive> alive_;
