@@ -10,7 +10,8 @@
 #   and `docs/state-machine.md, "Heading"` (a heading or a bold title of that file contains
 #   the quoted text);
 # - a top-level folder of the repository that README.md's "## Layout" section does not list;
-# - a file of include/chime/ or runtime/ that docs/map.md does not name.
+# - a file of include/chime/ or runtime/ that docs/map.md does not name;
+# - a test cited as `Suite.test_name` in a doc that no TEST, TEST_F or TEST_P defines.
 #
 # How a citation resolves (first match wins): the path itself, the path relative to the citing
 # file's folder, a repository path ending in "/<path>" (`chime/runtime.hpp`,
@@ -344,6 +345,37 @@ if(EXISTS "${SOURCE_DIR}/docs/map.md")
 else()
   chime_problem("docs/map.md is missing")
 endif()
+
+# Every test cited in a doc as `Suite.test_name` (also `Prefix/Suite.test_name/param`) is one
+# that tests/ or stress/ define with TEST, TEST_F or TEST_P, so a renamed test cannot leave a
+# dead reference. Only suites that exist are checked (`std.move` and the like are not tests).
+set(test_suites)
+set(test_names)
+foreach(f IN LISTS files)
+  if(f MATCHES "^(tests|stress|fuzz)/.*\\.cpp$")
+    file(STRINGS "${SOURCE_DIR}/${f}" lines REGEX "TEST(_F|_P)?\\(")
+    foreach(line IN LISTS lines)
+      if(line MATCHES "TEST(_F|_P)?\\([ ]*([A-Za-z0-9_]+)[ ]*,[ ]*([A-Za-z0-9_]+)[ ]*\\)")
+        list(APPEND test_suites "${CMAKE_MATCH_2}")
+        list(APPEND test_names "${CMAKE_MATCH_2}.${CMAKE_MATCH_3}")
+      endif()
+    endforeach()
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES test_suites)
+foreach(f IN LISTS files)
+  if(f MATCHES "^(README|CONTRIBUTING)\\.md$|^docs/.*\\.md$")
+    file(READ "${SOURCE_DIR}/${f}" text)
+    string(REGEX MATCHALL "`([A-Za-z0-9_]+/)?[A-Z][A-Za-z0-9_]*\\.[a-z][a-z0-9_]*" cited "${text}")
+    foreach(c IN LISTS cited)
+      string(REGEX REPLACE "^`([A-Za-z0-9_]+/)?" "" c "${c}")
+      string(REGEX REPLACE "\\..*" "" suite "${c}")
+      if(suite IN_LIST test_suites AND NOT c IN_LIST test_names)
+        chime_problem("${f}: cites the test ${c}, which no TEST, TEST_F or TEST_P defines")
+      endif()
+    endforeach()
+  endif()
+endforeach()
 
 list(LENGTH scanned n_scanned)
 list(LENGTH problems n_problems)
