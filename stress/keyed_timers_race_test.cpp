@@ -183,7 +183,7 @@ int own_key(int thread, int i) { return kSharedKeys + thread * kOwnKeysPerThread
 
 // Mixed set/move/remove/contains on shared and owned keys, with occasional
 // drains, while keys fire; then everything is checked once all has fired.
-TEST(KeyedTimersRace, ConcurrentSetMoveRemoveKeepEveryValueAccountedFor) {
+TEST(KeyedTimersRace, concurrent_set_move_remove_keep_every_value_accounted_for) {
   chime_stress::print_seed();
   const std::uint64_t seed = chime_stress::seed();
   Tracker tracker(kMaxSerials);
@@ -316,7 +316,7 @@ TEST(KeyedTimersRace, ConcurrentSetMoveRemoveKeepEveryValueAccountedFor) {
 // Destroying the timers while keys fire and while execute (which re-arms
 // keys) runs: as soon as the destructor returns every value has its outcome
 // and no execute is running; none starts afterwards.
-TEST(KeyedTimersRace, DestructionUnderLoadWaitsForExecutesAndDropsTheRest) {
+TEST(KeyedTimersRace, destruction_under_load_waits_for_executes_and_drops_the_rest) {
   chime_stress::print_seed();
   const std::uint64_t seed = chime_stress::seed();
   chime::Runtime runtime(steady_options(3));
