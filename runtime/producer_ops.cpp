@@ -132,12 +132,6 @@ void RuntimeCore::wake_after_fence(ProducerQueueToken* token, std::int64_t due_n
   }
 }
 
-bool RuntimeCore::try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
-  if (!commands_.try_push(c, token)) return false;
-  wake_after_post(token, due_ns);
-  return true;
-}
-
 // For commands that must arrive (a re-arm, a reschedule to an earlier due):
 // out of memory, it retries until the queue can take it.
 void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {

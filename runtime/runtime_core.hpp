@@ -238,7 +238,6 @@ class RuntimeCore {
   TimerSlot* slot_of(TimerId id) const noexcept;
   void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
-  bool try_post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void wake_after_post(ProducerQueueToken* token, std::int64_t due_ns);
   void wake_after_fence(ProducerQueueToken* token, std::int64_t due_ns);

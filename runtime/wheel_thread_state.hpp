@@ -54,7 +54,6 @@ struct WheelThreadState {
     overdue_scratch.reserve(kScratchCapacity);
     wheel_fired.reserve(kScratchCapacity);
     sweep_buffer.reserve(kScratchCapacity);
-    fired_buffer.reserve(kScratchCapacity);
     overdue.reserve(kScratchCapacity);
     drain_buffer.reserve(kScratchCapacity);
     flushes.reserve(64);
@@ -78,7 +77,6 @@ struct WheelThreadState {
   std::unique_ptr<RetiredSlots> retired;  // created on the wheel thread (its token)
   std::uint64_t reclaimed = 0;            // lazily cancelled timers the wheel thread (or shutdown) freed
   std::uint64_t dispatched = 0;           // runs handed over so far (flush marks wait for their completion)
-  std::vector<std::uint32_t> fired_buffer;
   std::vector<std::uint32_t> drain_buffer;
   std::vector<Command> command_buffer;
   std::vector<Command> deferred_adds;  // ADDs/REARMs that met Writing: applied again next pass (apply)

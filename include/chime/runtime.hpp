@@ -312,22 +312,24 @@ class Runtime {
   // Schedules a one-shot timer. A due time in the past fires as soon as
   // possible. Errors, in this order: StoppedError after shutdown;
   // std::out_of_range for a due time beyond the wheel's range; CapacityError
-  // over max_pending. Any thread. Lock-free (moodycamel's queue may allocate
-  // a block when a producer's sub-queue grows).
+  // over max_pending. Any thread. Lock-free in steady state; not when it
+  // allocates: the slot slab's growth takes a mutex (once per 4,096 new
+  // slots), and moodycamel's queue may allocate a block when a producer's
+  // sub-queue grows.
   TimerId schedule_at(TimePoint due, Task task);
   TimerId schedule_after(Duration delay, Task task);
   // Fixed-rate periodic timer. Throws std::invalid_argument if period <= 0.
   TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
 
-  // Returns true iff it won: the callback has not started and never will
-  // (periodic: no further run starts after cancel returns); a run handed to
-  // a worker but not started is skipped. False for a timer that fired,
-  // started, was cancelled, or a stale/invalid id. Any thread. Lock-free:
-  // one CAS loop on the timer's state word, and nothing else (no command to
-  // the wheel thread, which reclaims the slot lazily). Never allocates.
-  // true iff this call stopped at least one run from starting: try_cancel
-  // would say `cancelled`, or `running` for a periodic timer whose later runs
-  // this very call stopped. A second cancel of the same timer returns false.
+  // Returns true iff this call stopped at least one run from starting: a
+  // one-shot's callback has not started and never will (a run handed to a
+  // worker but not started is skipped); a periodic timer's further runs
+  // will not start, though a run already in progress finishes (try_cancel
+  // would say `cancelled`, or `running` for that periodic timer). False for
+  // a one-shot that fired or started, a timer cancelled before (a second
+  // cancel returns false), or a stale/invalid id. Any thread. Lock-free: one
+  // CAS loop on the timer's state word, and nothing else (no command to the
+  // wheel thread, which reclaims the slot lazily). Never allocates.
   bool cancel(TimerId id);
 
   // The same decision, with the outcome told apart (CancelResult above):
