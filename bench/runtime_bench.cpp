@@ -216,9 +216,8 @@ class ChimeService {
   }
   static std::string name() {
     const chime::RuntimeOptions o = options();
-    return std::string("chime,queue=") + queue_name(o.command_queue) +
-           ",precision=" + fmt(o.precision) + (SlackNs != 0 ? ",slack=" + fmt(o.slack) : std::string()) +
-           ",workers=" + std::to_string(o.workers);
+    return std::string("chime,queue=") + queue_name(o.command_queue) + ",precision=" + fmt(o.precision) +
+           (SlackNs != 0 ? ",slack=" + fmt(o.slack) : std::string()) + ",workers=" + std::to_string(o.workers);
   }
 
   ChimeService() : rt_(options()) {

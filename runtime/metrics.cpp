@@ -47,8 +47,7 @@ std::string seconds(std::int64_t ns) {
 
 class Writer {
  public:
-  Writer(std::string_view prefix, const std::vector<std::pair<std::string, std::string>>& labels)
-      : prefix_(prefix) {
+  Writer(std::string_view prefix, const std::vector<std::pair<std::string, std::string>>& labels) : prefix_(prefix) {
     for (const auto& [name, value] : labels) {
       if (!labels_.empty()) labels_ += ',';
       labels_ += name;

@@ -171,7 +171,8 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
   while (applied < kMaxCommandsPerPass) {
     // A backlog is not applied once shutdown(cancel_pending) was called: its
     // ADDs stay Pending, and the sweep cancels them (wheel_main stops).
-    if (cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]] break;
+    if (cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
+      break;
     const std::size_t n = commands_.pop_bulk(wt().command_buffer.data(), wt().command_buffer.size());
     if (n == 0) {
       exhausted = true;

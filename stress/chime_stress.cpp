@@ -1200,7 +1200,8 @@ int run(const HarnessOptions& options) {
   o.final_stats = rt.stats();
 
   // Every thread of the runtime is joined: tally the records and judge.
-  o.one_shot = tally_one_shots(rt, records.get(), options.timers, before_shutdown.fired, checks, late_bound_ns(options));
+  o.one_shot =
+      tally_one_shots(rt, records.get(), options.timers, before_shutdown.fired, checks, late_bound_ns(options));
   o.periodic = tally_periodic(periodic, checks);
   const std::vector<Invariant> inv = judge(o, checks);
 

@@ -124,9 +124,9 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
       name = arg.substr(0, eq);
       value = arg.substr(eq + 1);
     }
-    static constexpr const char* known[] = {"--producers", "--timers", "--cancel-ratio", "--reschedule-ratio",
-                                            "--periodic",  "--seconds", "--precision",   "--slack", "--rate",
-                                            "--workers",   "--seed",    "--json"};
+    static constexpr const char* known[] = {"--producers", "--timers",  "--cancel-ratio", "--reschedule-ratio",
+                                            "--periodic",  "--seconds", "--precision",    "--slack",
+                                            "--rate",      "--workers", "--seed",         "--json"};
     bool is_known = false;
     for (const char* k : known) is_known = is_known || name == k;
     if (!is_known) {
@@ -194,7 +194,8 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
       const double ns = std::round(d * scale);
       if (ns <= 0) return bad("must be positive (at least 1ns)");
       if (ns > 1e9) return bad("must be at most 1s");
-      (name == "--precision" ? options.precision : options.slack) = std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
+      (name == "--precision" ? options.precision : options.slack) =
+          std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
     } else if (name == "--rate") {
       if (!number(d)) return ParseResult::error;
       options.rate = d;

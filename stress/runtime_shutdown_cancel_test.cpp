@@ -126,8 +126,7 @@ TEST(RuntimeShutdownCancel, cancel_pending_runs_no_timer_due_after_the_call_howe
     ++ran;
     if (due > called_at) ++ran_after_call;
   }
-  std::printf("[ stress   ] %zu timers: %zu ran, %zu cancelled by shutdown\n", ran_due.size(), ran,
-              not_fired);
+  std::printf("[ stress   ] %zu timers: %zu ran, %zu cancelled by shutdown\n", ran_due.size(), ran, not_fired);
   EXPECT_EQ(ran_after_call, 0u) << "timers due after shutdown(cancel_pending) was called ran";
   EXPECT_EQ(ran + not_fired, ran_due.size()) << "every timer ran or was counted by shutdown";
 }

@@ -283,7 +283,8 @@ class Producer {
   // one load on every call (callgrind: out of line it was 36 instructions
   // per schedule+cancel pair).
   detail::RuntimeCore& core(const char* what) const {
-    if (token_ && (*alive_)()) [[likely]] return *core_;
+    if (token_ && (*alive_)()) [[likely]]
+      return *core_;
     fail(what);
   }
   [[noreturn]] void fail(const char* what) const;
