@@ -29,6 +29,7 @@ CHIME_TEST_PACKAGES=(
   clang-tidy              # scripts/lint: .clang-tidy on changed files
   python3                 # tests/check_openmetrics.py (ctest metrics_parse_with_prometheus_client)
   python3-prometheus-client  # the same test: the real OpenMetrics parser reads write_openmetrics' text
+  spin                    # model/check.sh: the SPIN model check of the slot protocol (ctest -L model)
 )
 # shellcheck disable=SC2034
 CHIME_BENCH_SERVER_PACKAGES=(
