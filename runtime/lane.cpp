@@ -497,6 +497,50 @@ const Clock& Lane::clock() const {
 
 // ---- chime::LaneSleep ----
 
+// The task of a sleep's timer: resumes the coroutine. For a Detached
+// coroutine it also owns the frame until it runs: destroyed without having
+// run (the sleep was cancelled by its lane's close or by shutdown; the frame
+// itself cannot cancel it, nobody holds it), it destroys the frame, whose
+// ~LaneSleep then finds the timer already settled. Except when the schedule
+// itself failed: then the task is destroyed inside await_suspend, on the
+// suspending thread, before `scheduled_`, and the exception goes to the
+// coroutine, which keeps its frame. 16 bytes, nothrow move: stored inline.
+//
+// owns_frame is read in this object only, never in the frame, once the frame
+// may be gone: ~LaneSleep disowns the task (through LaneSleep::resumer_)
+// before it cancels the sleep, and the task clears resumer_ before it
+// destroys the frame itself. Atomic: the frame's destruction on the lane's
+// thread may disown a task that shutdown's sweep destroys elsewhere.
+struct LaneSleepResumer {
+  LaneSleep* sleep;
+  std::atomic<bool> owns_frame;
+  LaneSleepResumer(LaneSleep* s, bool owns) noexcept : sleep(s), owns_frame(owns) {
+    if (owns) sleep->resumer_ = this;
+  }
+  LaneSleepResumer(LaneSleepResumer&& o) noexcept
+      : sleep(o.sleep), owns_frame(o.owns_frame.exchange(false, std::memory_order_relaxed)) {
+    if (owns_frame.load(std::memory_order_relaxed)) sleep->resumer_ = this;
+  }
+  LaneSleepResumer& operator=(LaneSleepResumer&&) = delete;
+  ~LaneSleepResumer() {
+    // acquire: pairs with disown()'s release (the frame is going away).
+    if (!owns_frame.load(std::memory_order_acquire) || sleep->frame_dying_.load(std::memory_order_acquire)) return;
+    // acquire: pairs with suspend()'s release; scheduler_ was written before
+    // the schedule published the task (S1), which we acquired to get here.
+    if (!sleep->scheduled_.load(std::memory_order_acquire) && sleep->scheduler_ == std::this_thread::get_id()) return;
+    sleep->wait_scheduled();
+    sleep->resumer_ = nullptr;  // the frame's ~LaneSleep must not reach this object
+    sleep->handle_.destroy();
+  }
+  void disown() noexcept { owns_frame.store(false, std::memory_order_release); }
+  void operator()() {
+    owns_frame.store(false, std::memory_order_relaxed);
+    sleep->wait_scheduled();
+    sleep->resumer_ = nullptr;
+    sleep->handle_.resume();
+  }
+};
+
 LaneSleep::~LaneSleep() {
   // Destroyed while suspended (the frame was destroyed): the sleep must not
   // resume a freed frame. On the lane's thread the run has not started, so
@@ -507,38 +551,17 @@ LaneSleep::~LaneSleep() {
   // destroys the task.
   if (id_ && lane_->runtime_alive()) {
     frame_dying_.store(true, std::memory_order_release);
+    // A Detached sleep's task owns the frame: disown it first. A cancel that
+    // finds the run already handed to the lane (C4) leaves the task in the
+    // slot until the lane dequeues it, after this frame is freed; the task's
+    // destructor must then not look at the frame (it read frame_dying_ in
+    // freed memory: ASan, tests/runtime_lane_coroutine_test.cpp). wait_scheduled:
+    // resumer_ was written by the scheduling thread before scheduled_.
+    wait_scheduled();
+    if (resumer_ != nullptr) resumer_->disown();
     lane_->cancel(id_);
   }
 }
-
-// The task of a sleep's timer: resumes the coroutine. For a Detached
-// coroutine it also owns the frame until it runs: destroyed without having
-// run (the sleep was cancelled by its lane's close or by shutdown; the frame
-// itself cannot cancel it, nobody holds it), it destroys the frame, whose
-// ~LaneSleep then finds the timer already settled. Except when the schedule
-// itself failed: then the task is destroyed inside await_suspend, on the
-// suspending thread, before `scheduled_`, and the exception goes to the
-// coroutine, which keeps its frame. 16 bytes, nothrow move: stored inline.
-struct LaneSleepResumer {
-  LaneSleep* sleep;
-  bool owns_frame;
-  LaneSleepResumer(LaneSleep* s, bool owns) noexcept : sleep(s), owns_frame(owns) {}
-  LaneSleepResumer(LaneSleepResumer&& o) noexcept : sleep(o.sleep), owns_frame(std::exchange(o.owns_frame, false)) {}
-  LaneSleepResumer& operator=(LaneSleepResumer&&) = delete;
-  ~LaneSleepResumer() {
-    if (!owns_frame || sleep->frame_dying_.load(std::memory_order_acquire)) return;
-    // acquire: pairs with suspend()'s release; scheduler_ was written before
-    // the schedule published the task (S1), which we acquired to get here.
-    if (!sleep->scheduled_.load(std::memory_order_acquire) && sleep->scheduler_ == std::this_thread::get_id()) return;
-    sleep->wait_scheduled();
-    sleep->handle_.destroy();
-  }
-  void operator()() {
-    owns_frame = false;
-    sleep->wait_scheduled();
-    sleep->handle_.resume();
-  }
-};
 
 void LaneSleep::suspend(std::coroutine_handle<> h, bool owns_frame) {
   handle_ = h;

@@ -276,6 +276,30 @@ TEST_F(LaneCoroutineTest, a_detached_frame_destroyed_through_its_handle_is_destr
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
+// The same, with the sleep's run already in the lane's ready queue (the
+// cancel is C4): the sleep's task stays in the slot until the lane dequeues
+// the cancelled run, after the frame is freed, and must not look at the
+// frame then (ASan: heap-use-after-free in ~LaneSleepResumer before).
+TEST_F(LaneCoroutineTest, a_detached_frame_destroyed_through_its_handle_while_its_run_is_ready_is_not_touched_again) {
+  int destroyed = 0, resumed = 0;
+  std::coroutine_handle<> frame;
+  sleeper_that_gives_away_its_frame(lane, frame, destroyed, resumed);
+  ASSERT_TRUE(frame);
+  clock.set(at(1s) + kPrecision);  // the end of the due's interval: the sleep is due
+  // Another thread's flush makes the sleep ready; this thread does not run it.
+  std::thread flusher([&] { rt.flush(); });
+  pollfd p{lane.ready_fd(), POLLIN, 0};
+  while (::poll(&p, 1, 0) != 1) std::this_thread::yield();
+  frame.destroy();  // on the lane's thread: the cancel wins although the run is queued
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(lane.run_ready(), 0u);  // dequeues the cancelled run and destroys its task
+  flusher.join();
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(destroyed, 1) << "the frame was destroyed again";
+  EXPECT_EQ(rt.stats().cancelled, 1u);
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
 // The thread that made a lane is its thread until another runs it: its
 // flush runs the lane's due runs instead of waiting for a thread that never
 // comes.

@@ -145,6 +145,10 @@ class [[nodiscard]] LaneSleep {
   std::thread::id scheduler_;             // the thread in await_suspend
   std::atomic<bool> scheduled_{false};    // the schedule returned and id_ is written
   std::atomic<bool> frame_dying_{false};  // ~LaneSleep: the frame is being destroyed
+  // A Detached sleep's task, where it lives now (its move constructor keeps
+  // this current; it clears it before it destroys the frame itself), so that
+  // ~LaneSleep can disown it: see runtime/lane.cpp, ~LaneSleep.
+  LaneSleepResumer* resumer_ = nullptr;
 };
 
 class Lane {
