@@ -790,19 +790,12 @@ void add(const std::string& scenario, const std::string& params, Fn fn, unsigned
   if (iterations > 0) b->Iterations(iterations);
 }
 
-template <class Fn4>
-void for_services(Fn4&& fn) {
-  fn(static_cast<ChimeMoodycamel*>(nullptr));
-  fn(static_cast<ChimeBoostLockfree*>(nullptr));
-  fn(static_cast<MutexHeap*>(nullptr));
-  fn(static_cast<Asio*>(nullptr));
-}
-// The same, with chime at a 50 us slack beside its interval rule (the
+// with_slack: chime at a 50 us slack too, beside its interval rule (the
 // lateness scenarios).
-template <class Fn5>
-void for_services_and_slack(Fn5&& fn) {
+template <class Fn4>
+void for_services(Fn4&& fn, bool with_slack = false) {
   fn(static_cast<ChimeMoodycamel*>(nullptr));
-  fn(static_cast<ChimeMoodycamelSlack*>(nullptr));
+  if (with_slack) fn(static_cast<ChimeMoodycamelSlack*>(nullptr));
   fn(static_cast<ChimeBoostLockfree*>(nullptr));
   fn(static_cast<MutexHeap*>(nullptr));
   fn(static_cast<Asio*>(nullptr));
@@ -832,14 +825,15 @@ void register_all() {
   }
   for (unsigned P : {1u, 2u, 4u}) {
     const std::string prod = "/producers:" + std::to_string(P);
-    for_services_and_slack([&](auto* tag) {
-      using S = std::remove_pointer_t<decltype(tag)>;
-      add<S>("Lateness",
-             pending + "/due:" + fmt(kLatenessDelay) + ".." + fmt(2 * kLatenessDelay) +
-                 "/fire_rate:" + std::to_string(z.fire_rate) + "/churn:" + std::to_string(z.churn) +
-                 "/run:" + fmt(z.run) + prod,
-             BM_Lateness<S>, P, 1);
-    });
+    for_services(
+        [&](auto* tag) {
+          using S = std::remove_pointer_t<decltype(tag)>;
+          add<S>("Lateness",
+                 pending + "/due:" + fmt(kLatenessDelay) + ".." + fmt(2 * kLatenessDelay) + "/fire_rate:" +
+                     std::to_string(z.fire_rate) + "/churn:" + std::to_string(z.churn) + "/run:" + fmt(z.run) + prod,
+                 BM_Lateness<S>, P, 1);
+        },
+        true);
   }
   for (unsigned P : {1u, 2u, 4u}) {
     const std::string prod = "/producers:" + std::to_string(P);

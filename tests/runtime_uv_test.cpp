@@ -65,12 +65,12 @@ class UvLaneTest : public ::testing::Test {
   }
   static void on_async(uv_async_t* handle) {
     auto* self = static_cast<UvLaneTest*>(handle->data);
-    std::vector<std::function<void()>> todo;
+    std::vector<std::function<void()>> posted;  // the jobs posted to the loop thread so far
     {
       const std::lock_guard<std::mutex> lock(self->mutex);
-      todo.swap(self->jobs);
+      posted.swap(self->jobs);
     }
-    for (auto& job : todo) job();
+    for (auto& job : posted) job();
   }
 
   chime::TimerId record_at(chime::TimePoint due, int tag) {
