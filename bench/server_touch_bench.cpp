@@ -1,4 +1,4 @@
-// The per-request timer work of examples/http_timeouts_server.cpp, alone: re-arming one
+// The per-request timer work of bench/http_server/http_timeouts_server.cpp, alone: re-arming one
 // connection's idle timeout (the touch), with N connections' timers armed 30 s ahead and
 // touched in turn, on one thread, as the server's loop does it per request.
 //   BM_ServerTouch<lane_timer>:       chime::Timer(lane)::arm_after (the lanes build)

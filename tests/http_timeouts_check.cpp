@@ -1,4 +1,4 @@
-// http_timeouts_check: starts examples/http_timeouts_server.cpp (the executable given as the
+// http_timeouts_check: starts bench/http_server/http_timeouts_server.cpp (the executable given as the
 // first argument) on an ephemeral 127.0.0.1 port and checks it with real sockets:
 //   keep_alive           two requests on one connection, then Connection: close ends it
 //   not_found_keeps_open 404 for an unknown path, and the connection serves the next request

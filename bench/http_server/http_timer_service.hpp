@@ -1,5 +1,5 @@
-// http_timer_service.hpp: the timer service of examples/http_timeouts_server.cpp, chosen at
-// compile time by HTTP_TIMER_SERVICE (one executable per choice, examples/CMakeLists.txt):
+// http_timer_service.hpp: the timer service of bench/http_server/http_timeouts_server.cpp, chosen at
+// compile time by HTTP_TIMER_SERVICE (one executable per choice, bench/http_server/CMakeLists.txt):
 //
 //   value | executable                       | where a connection's timer runs its callback
 //   ------+----------------------------------+-------------------------------------------------
