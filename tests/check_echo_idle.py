@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Drives an echo server with idle timeouts (examples/asio_echo_idle.cpp): usage
+"""Drives an echo server with idle timeouts (examples/asio_echo_idle.cpp,
+examples/uv_echo_idle.cpp): usage
 check_echo_idle.py SERVER [IDLE_MS]. Starts SERVER --port 0 --idle-ms IDLE_MS, then over
 127.0.0.1: an idle connection is echoed once and then closed by the server, not before
 IDLE_MS after its last input (within 10 s); a busy connection, sending every 50 ms for
