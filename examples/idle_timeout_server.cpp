@@ -44,9 +44,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -54,11 +55,9 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 struct Options {
-  std::uint16_t port = 0;
-  unsigned io_threads = 2;
-  std::chrono::milliseconds timeout{1000};
-  std::chrono::milliseconds request_timeout{-1};  // default T / 4
-  std::chrono::milliseconds precision{10};
+  std::uint16_t port;
+  unsigned io_threads;
+  std::chrono::milliseconds timeout, request_timeout, precision;
 };
 
 [[noreturn]] void die(const char* what) {
@@ -229,34 +228,27 @@ class EventLoop {
 };
 
 Options parse(int argc, char** argv) {
-  Options o;
+  long long port = 0, io_threads = 2, timeout_ms = 1000, request_timeout_ms = -1, precision_ms = 10;
+  const std::pair<std::string_view, long long*> flags[] = {{"--port", &port},
+                                                           {"--io-threads", &io_threads},
+                                                           {"--timeout-ms", &timeout_ms},
+                                                           {"--request-timeout-ms", &request_timeout_ms},
+                                                           {"--precision-ms", &precision_ms}};
   bool bad = argc % 2 == 0;
   for (int i = 1; i + 1 < argc && !bad; i += 2) {
-    const std::string a = argv[i];
-    const long long v = std::strtoll(argv[i + 1], nullptr, 10);
-    if (a == "--port") {
-      o.port = static_cast<std::uint16_t>(v);
-    } else if (a == "--io-threads") {
-      o.io_threads = static_cast<unsigned>(v);
-    } else if (a == "--timeout-ms") {
-      o.timeout = std::chrono::milliseconds(v);
-    } else if (a == "--request-timeout-ms") {
-      o.request_timeout = std::chrono::milliseconds(v);
-    } else if (a == "--precision-ms") {
-      o.precision = std::chrono::milliseconds(v);
-    } else {
-      bad = true;
-    }
+    const auto* f = std::find_if(std::begin(flags), std::end(flags), [&](const auto& x) { return x.first == argv[i]; });
+    bad = f == std::end(flags);
+    if (!bad) *f->second = std::strtoll(argv[i + 1], nullptr, 10);
   }
-  if (o.request_timeout.count() < 0) o.request_timeout = o.timeout / 4;
-  if (bad || o.io_threads == 0 || o.timeout.count() <= 0 || o.request_timeout.count() <= 0 ||
-      o.precision.count() <= 0) {
+  if (request_timeout_ms < 0) request_timeout_ms = timeout_ms / 4;
+  if (bad || io_threads <= 0 || timeout_ms <= 0 || request_timeout_ms <= 0 || precision_ms <= 0) {
     std::fprintf(stderr,
                  "usage: idle_timeout_server [--port P] [--io-threads K] [--timeout-ms T] [--request-timeout-ms R] "
                  "[--precision-ms P]\n");
     std::exit(2);
   }
-  return o;
+  return {static_cast<std::uint16_t>(port), static_cast<unsigned>(io_threads), std::chrono::milliseconds(timeout_ms),
+          std::chrono::milliseconds(request_timeout_ms), std::chrono::milliseconds(precision_ms)};
 }
 
 }  // namespace
