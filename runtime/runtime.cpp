@@ -145,6 +145,18 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
     throw std::system_error(
         e.code(), "chime::Runtime: could not start thread " + std::to_string(pool_.threads.size() + 1) + " of " +
                       std::to_string(options_.workers + 1) + " (workers = " + std::to_string(options_.workers) +
+  if (tls_simulation_request != nullptr) [[unlikely]] {  // a test seam: no thread (simulation.hpp)
+    if (options_.workers != 0) {
+      throw std::invalid_argument("chime::detail::Simulation: workers must be 0 (callbacks run in the passes), got " +
+                                  std::to_string(options_.workers));
+    }
+    *tls_simulation_request = this;
+    tls_simulation_request = nullptr;
+    simulated_ = true;
+    simulation_thread_ = std::this_thread::get_id();
+    wt().retired = std::make_unique<RetiredSlots>(slab_);
+    return;
+  }
                       ", plus the wheel thread)");
   } catch (...) {
     stop_workers();  // out of memory for a thread's state
@@ -186,12 +198,14 @@ void RuntimeCore::flush() {
   // On a lane's thread the flush waits for runs only this thread runs: it
   // runs them while it waits (lane.cpp).
   const ThreadLanes lanes = lanes_of_this_thread();
-  if (!lanes.empty()) request.completion.notify_fd = lane_flush_notify_fd();
+  if (!lanes.empty() && !simulated_) request.completion.notify_fd = lane_flush_notify_fd();
   request.target_ns = clock_->now().time_since_epoch().count();
   commands_.push_retrying(Command::for_request(CommandKind::flush, &request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
-  if (lanes.empty()) {
+  if (simulated_) [[unlikely]] {
+    simulate_until(request.completion, lanes);
+  } else if (lanes.empty()) {
     request.completion.wait(wheel_exited_);
   } else {
     run_flush_on_lanes(request, lanes);
@@ -205,7 +219,11 @@ std::size_t RuntimeCore::drain() {
   commands_.push_retrying(Command::for_request(CommandKind::drain, &request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
-  request.completion.wait(wheel_exited_);
+  if (simulated_) [[unlikely]] {
+    simulate_until(request.completion, ThreadLanes{});
+  } else {
+    request.completion.wait(wheel_exited_);
+  }
   return request.count;
 }
 
@@ -223,7 +241,11 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   commands_.push_retrying(Command::for_request(CommandKind::stop, &request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   wake_.wake();
-  wheel_thread_.join();
+  if (simulated_) [[unlikely]] {
+    simulate_until_stopped();
+  } else {
+    wheel_thread_.join();
+  }
   // The wheel thread has stopped dispatching; queue one stop per worker
   // behind every run, then join them.
   stop_workers();

@@ -74,12 +74,24 @@ constexpr std::uint64_t kMinZombiesForSweep = CHIME_ZOMBIE_SWEEP_MIN;
 // due before its next alarm; timers due before the linger ends still wake
 // it, so lingering adds no lateness.
 constexpr std::int64_t kLingerNs = 1'000'000;
+// Alarms a pass moves down the wheel ahead of time after its hand-off
+// (TimingWheel::cascade_ahead): the next block of intervals (2,048 with the
+// default level bits) is moved during the block before it, instead of all at
+// once when the wheel enters it (at 600k timers/s that was 19 ms in one pass,
+// docs/benchmarks.md, "Where the lateness tail waits"). 1,024 moves take
+// about 50-100 us; one pass per interval moves 2M per block, more than the
+// timers due in one at 1M/s.
+constexpr std::size_t kCascadeAheadPerPass = 1024;
 // The runtime whose wheel thread this thread is (null on every other thread):
 // close_lane must not wait for a pass of the thread it runs on.
 thread_local const RuntimeCore* tls_wheel_thread_of = nullptr;
 }  // namespace
 
-bool RuntimeCore::on_wheel_thread() const noexcept { return tls_wheel_thread_of == this; }
+// A simulated runtime (simulation.hpp) has no wheel thread: the thread that
+// runs its passes, the one that made it, counts as its wheel thread.
+bool RuntimeCore::on_wheel_thread() const noexcept {
+  return tls_wheel_thread_of == this || (simulated_ && simulation_thread_ == std::this_thread::get_id());
+}
 
 void RuntimeCore::wheel_main() {
 #ifndef NDEBUG
@@ -99,56 +111,81 @@ void RuntimeCore::wheel_main() {
   // Timer slack: let futex timeouts expire on time (default slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   wt().retired = std::make_unique<RetiredSlots>(slab_);
-  while (wt().running) {
-    const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
-    // The clock at application: read by file() the first time a command needs
-    // it, again after each batch of commands is dequeued (apply_commands).
-    wt().application_now_ns = INT64_MIN;
-    bool exhausted = false;
-    const bool busy = apply_commands(exhausted);
-    std::int64_t now = clock_->now().time_since_epoch().count();
-    const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
-    if (now < wheel_now) now = wheel_now;  // a clock must not go backwards; never move the wheel back
-    if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;  // the horizon (runtime.cpp, horizon_key)
-    // shutdown(cancel_pending): dispatch nothing more. Checked after the
-    // clock read, so a pass that goes on read the clock before the call
-    // began (runtime_core.hpp, cancel_requested_); what it files or leaves
-    // on the overdue list stays Pending for shutdown's sweep.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
-      wt().running = false;
-      for (FlushRequest* f : wt().flushes) f->completion.signal();
-      wt().flushes.clear();
-      break;
-    }
-    advance_and_dispatch(now);
-    hand_over();
-    if (!exhausted) {
-      wt().retired->flush();
-      // An ADD waits for a reschedule's two stores (apply): let its thread run.
-      if (!wt().deferred_adds.empty()) std::this_thread::yield();
-      continue;  // more commands queued: apply them before anything else waits or sleeps
-    }
-    if (wt().stop != nullptr) {
-      if (wt().stop->mode == ShutdownMode::fire_pending) {
-        std::size_t count = 0;
-        drain_all(Dispatch::drained | Dispatch::final, count);
-        hand_over();
-      }
-      wt().running = false;
-      for (FlushRequest* f : wt().flushes) f->completion.signal();
-      wt().flushes.clear();
-      break;
-    }
-    sweep_zombies_if_many();
-    wt().retired->flush();
-    settle_flushes(completed_snapshot);
-    // Runs dispatched by passes that did not empty the queue count towards
-    // the next settle: reset only after one.
-    wt().pass_min_due_ns = INT64_MAX;
-    sleep(busy);
+  bool busy = false;
+  for (;;) {
+    const PassEnd end = run_pass(busy);
+    if (end == PassEnd::stopped) break;
+    if (end == PassEnd::idle) sleep(busy);  // more_commands: apply them before anything else waits or sleeps
   }
   wt().retired->flush();
+}
+
+// One pass (steps 1-4 above; step 5, the sleep, is the caller's). `busy`:
+// the pass applied timer commands (sleep's linger policy). Returns
+// more_commands when the queue was not emptied (start the next pass at
+// once), stopped when the wheel thread must exit (shutdown), idle otherwise.
+// wheel_main calls it in its loop; the deterministic simulation
+// (simulation.cpp, a test seam) calls it on the test's thread instead.
+RuntimeCore::PassEnd RuntimeCore::run_pass(bool& busy) {
+  const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
+  // The clock at application: read by file() the first time a command needs
+  // it, again after each batch of commands is dequeued (apply_commands).
+  wt().application_now_ns = INT64_MIN;
+  bool exhausted = false;
+  busy = apply_commands(exhausted);
+  const std::int64_t now = pass_clock();
+  // shutdown(cancel_pending): dispatch nothing more. Checked after the
+  // clock read, so a pass that goes on read the clock before the call
+  // began (runtime_core.hpp, cancel_requested_); what it files or leaves
+  // on the overdue list stays Pending for shutdown's sweep.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
+    stop_passes();
+    return PassEnd::stopped;
+  }
+  advance_and_dispatch(now);
+  hand_over();
+  wt().wheel.cascade_ahead(kCascadeAheadPerPass);  // after the hand-off: no run waits for it
+  if (!exhausted) {
+    wt().retired->flush();
+    // An ADD waits for a reschedule's two stores (apply): let its thread run.
+    if (!wt().deferred_adds.empty()) std::this_thread::yield();
+    return PassEnd::more_commands;
+  }
+  if (wt().stop != nullptr) {
+    if (wt().stop->mode == ShutdownMode::fire_pending) {
+      std::size_t count = 0;
+      drain_all(Dispatch::drained | Dispatch::final, count);
+      hand_over();
+    }
+    stop_passes();
+    return PassEnd::stopped;
+  }
+  sweep_zombies_if_many();
+  wt().retired->flush();
+  settle_flushes(completed_snapshot);
+  // Runs dispatched by passes that did not empty the queue count towards
+  // the next settle: reset only after one.
+  wt().pass_min_due_ns = INT64_MAX;
+  return PassEnd::idle;
+}
+
+// The pass's clock read: the runtime clock, never behind the wheel (a clock
+// must not go backwards; the wheel never moves back) and never past the
+// horizon (runtime.cpp, horizon_key).
+std::int64_t RuntimeCore::pass_clock() {
+  std::int64_t now = clock_->now().time_since_epoch().count();
+  const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
+  if (now < wheel_now) now = wheel_now;
+  if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;
+  return now;
+}
+
+// No pass after this one: release the flushes that wait (shutdown answers them).
+void RuntimeCore::stop_passes() {
+  wt().running = false;
+  for (FlushRequest* f : wt().flushes) f->completion.signal();
+  wt().flushes.clear();
 }
 
 // Applies up to kMaxCommandsPerPass commands; returns true iff it applied

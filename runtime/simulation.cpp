@@ -1,0 +1,86 @@
+// runtime/simulation.cpp: the deterministic simulation's passes (a test
+// seam; simulation.hpp says what it covers and what it does not). The pass
+// itself is the wheel thread's (wheel_thread.cpp, run_pass); this file is
+// the loop that replaces wheel_main and the waits of flush, drain and
+// shutdown on a simulated runtime.
+#include "simulation.hpp"
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "runtime_core.hpp"
+
+namespace chime::detail {
+
+thread_local RuntimeCore** tls_simulation_request = nullptr;
+
+// One pass on the calling thread. Returns true iff it did something (see
+// Simulation::run_one_pass). After the pass that stops the runtime, does
+// what the wheel thread does as it exits.
+bool RuntimeCore::simulate_pass() {
+  if (!wt().running) return false;
+  const bool queued = commands_.size_approx() != 0;  // exact: nothing runs concurrently
+  const std::uint64_t dispatched = wt().dispatched;
+  bool busy = false;
+  const PassEnd end = run_pass(busy);
+  if (end == PassEnd::stopped) {
+    wt().retired->flush();
+    wheel_exited_.store(true, std::memory_order_release);
+    return true;
+  }
+  return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched || !wt().overdue.empty();
+}
+
+// flush() and drain() on a simulated runtime: passes (and the runs of this
+// thread's lanes between them) until `done` is signalled. Three passes in a
+// row with nothing to do and no lane run means it never will be (a run
+// waits on a lane no one runs here): std::logic_error, not a hang.
+void RuntimeCore::simulate_until(Completion& done, const ThreadLanes& lanes) {
+  int idle = 0;
+  for (;;) {
+    std::size_t ran = 0;
+    for (std::size_t i = 0; i < lanes.size(); ++i) ran += run_lane(*lanes[i], SIZE_MAX);
+    if (done.is_done() || !wt().running) return;
+    if (simulate_pass() || ran != 0) {
+      idle = 0;
+    } else if (++idle == 3) {
+      throw std::logic_error(
+          "chime::detail::Simulation: a flush waits for runs that no pass and no lane of this thread makes");
+    }
+  }
+}
+
+// shutdown() on a simulated runtime: passes until the stop request (queued
+// by shutdown) is served, or at once after shutdown(cancel_pending).
+void RuntimeCore::simulate_until_stopped() {
+  while (wt().running) simulate_pass();
+}
+
+Simulation::Simulation(RuntimeOptions options) {
+  RuntimeCore* core = nullptr;
+  tls_simulation_request = &core;
+  try {
+    runtime_.emplace(std::move(options));
+  } catch (...) {
+    tls_simulation_request = nullptr;
+    throw;
+  }
+  tls_simulation_request = nullptr;
+  core_ = core;
+}
+
+bool Simulation::run_one_pass() {
+  if (core_->in_callback()) {
+    throw std::logic_error("chime::detail::Simulation::run_one_pass called from inside a timer callback");
+  }
+  return core_->simulate_pass();
+}
+
+std::size_t Simulation::run_until_idle() {
+  std::size_t n = 0;
+  while (run_one_pass()) ++n;
+  return n;
+}
+
+}  // namespace chime::detail

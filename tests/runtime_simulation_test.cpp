@@ -1,0 +1,173 @@
+// The deterministic simulation (runtime/simulation.hpp, a test seam): a
+// Runtime with no threads whose wheel-thread passes the test runs. These
+// tests pin what the fuzz target fuzz/runtime_sim_fuzz.cpp relies on.
+#include <gtest/gtest.h>
+
+#include <chime/lane.hpp>
+#include <chime/runtime.hpp>
+#include <chime/timer.hpp>
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "../runtime/simulation.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using chime::detail::Simulation;
+
+chime::RuntimeOptions sim_options(chime::ManualClock& clock) {
+  chime::RuntimeOptions o;
+  o.workers = 0;
+  o.clock = &clock;
+  return o;
+}
+
+// Nothing runs between passes; a pass runs what is due, on the calling thread.
+TEST(RuntimeSimulation, runs_only_in_passes_on_the_calling_thread) {
+  chime::ManualClock clock;
+  Simulation sim(sim_options(clock));
+  chime::Runtime& rt = sim.runtime();
+  std::vector<std::thread::id> ran_on;
+  const chime::TimerId now_due = rt.schedule_after(0ns, [&] { ran_on.push_back(std::this_thread::get_id()); });
+  rt.schedule_after(5ms, [&] { ran_on.push_back(std::this_thread::get_id()); });
+  EXPECT_TRUE(ran_on.empty());
+  EXPECT_EQ(rt.state(now_due), chime::TimerState::pending);
+  EXPECT_TRUE(sim.run_one_pass());
+  ASSERT_EQ(ran_on.size(), 1u);
+  EXPECT_EQ(ran_on[0], std::this_thread::get_id());
+  EXPECT_EQ(rt.state(now_due), chime::TimerState::fired);
+  clock.advance(4ms);
+  sim.run_until_idle();
+  EXPECT_EQ(ran_on.size(), 1u);  // due at 5 ms: not before its interval ends (6 ms)
+  clock.advance(2ms);
+  EXPECT_FALSE(ran_on.size() == 2u);  // the clock moved, but no pass ran
+  EXPECT_TRUE(sim.run_one_pass());
+  EXPECT_EQ(ran_on.size(), 2u);
+  EXPECT_FALSE(sim.run_one_pass());  // nothing left to do
+}
+
+// A cancel between passes always wins: the simulation has no race to lose.
+TEST(RuntimeSimulation, cancel_before_the_pass_prevents_the_run) {
+  chime::ManualClock clock;
+  Simulation sim(sim_options(clock));
+  int runs = 0;
+  const chime::TimerId id = sim.runtime().schedule_after(0ns, [&] { ++runs; });
+  EXPECT_TRUE(sim.runtime().cancel(id));
+  sim.run_until_idle();
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(sim.runtime().stats().cancelled, 1u);
+}
+
+// flush(), drain() and shutdown() run the passes they wait for, on the calling thread.
+TEST(RuntimeSimulation, flush_drain_and_shutdown_run_their_passes) {
+  chime::ManualClock clock;
+  Simulation sim(sim_options(clock));
+  chime::Runtime& rt = sim.runtime();
+  int runs = 0;
+  rt.schedule_after(1s, [&] { ++runs; });
+  rt.schedule_after(2s, [&] { ++runs; });
+  rt.schedule_after(3s, [&] { ++runs; });
+  clock.advance(1500ms);
+  rt.flush();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(rt.drain(), 2u);  // the two still pending, early
+  EXPECT_EQ(runs, 3);
+  rt.schedule_after(1s, [&] { ++runs; });
+  rt.schedule_after(2s, [&] { ++runs; });
+  EXPECT_EQ(rt.shutdown(chime::ShutdownMode::cancel_pending), 2u);
+  EXPECT_EQ(runs, 3);
+  EXPECT_FALSE(sim.run_one_pass());
+}
+
+// A periodic catch_up timer behind the clock runs once per pass until it catches up.
+TEST(RuntimeSimulation, catch_up_runs_one_per_pass) {
+  chime::ManualClock clock;
+  Simulation sim(sim_options(clock));
+  std::vector<std::uint64_t> dues;
+  sim.runtime().schedule_every(
+      10ms,
+      [&](const chime::Firing& f) { dues.push_back(static_cast<std::uint64_t>(f.due.time_since_epoch().count())); },
+      {.first_due = {}, .on_missed = chime::Missed::catch_up});
+  clock.advance(35ms);
+  EXPECT_TRUE(sim.run_one_pass());
+  EXPECT_EQ(dues.size(), 1u);
+  EXPECT_GE(sim.run_until_idle(), 1u);
+  EXPECT_EQ(dues, (std::vector<std::uint64_t>{10'000'000, 20'000'000, 30'000'000}));
+}
+
+// A lane's runs are handed over by a pass and run only when the caller runs the lane.
+TEST(RuntimeSimulation, lane_runs_wait_for_run_ready) {
+  chime::ManualClock clock;
+  Simulation sim(sim_options(clock));
+  chime::Lane lane = sim.runtime().lane();
+  int runs = 0;
+  const chime::TimerId id = lane.schedule_after(0ns, [&] { ++runs; });
+  sim.run_until_idle();
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(lane.state(id), chime::TimerState::pending);  // handed over, not started
+  EXPECT_EQ(lane.run_ready(), 1u);
+  EXPECT_EQ(runs, 1);
+  lane.schedule_after(0ns, [&] { ++runs; });
+  sim.runtime().flush();  // on the lane's thread: runs the lane between passes
+  EXPECT_EQ(runs, 2);
+}
+
+// A Timer re-armed from its own callback: each run arms the next, a pass at a time.
+TEST(RuntimeSimulation, timer_rearmed_from_its_callback) {
+  chime::ManualClock clock;
+  Simulation sim(sim_options(clock));
+  int runs = 0;
+  chime::Timer t;
+  t = chime::Timer(sim.runtime(), [&] {
+    if (++runs < 3) t.arm_after(0ns);
+  });
+  t.arm_after(0ns);
+  sim.run_until_idle();
+  EXPECT_EQ(runs, 3);
+}
+
+// Same calls, same runs: two simulations driven alike fire the same timers at the same times in the same order.
+TEST(RuntimeSimulation, same_calls_give_the_same_runs) {
+  using Log = std::vector<std::tuple<int, std::int64_t, std::int64_t>>;
+  auto drive = [] {
+    chime::ManualClock clock;
+    Simulation sim(sim_options(clock));
+    Log log;
+    for (int i = 0; i < 64; ++i) {
+      sim.runtime().schedule_after(std::chrono::microseconds((i * 7919) % 5000), [&log, i](const chime::Firing& f) {
+        log.emplace_back(i, f.due.time_since_epoch().count(), f.fired_at.time_since_epoch().count());
+      });
+      if (i % 5 == 0) {
+        clock.advance(300us);
+        sim.run_one_pass();
+      }
+    }
+    clock.advance(10ms);
+    sim.runtime().flush();
+    return log;
+  };
+  const Log a = drive();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_EQ(a, drive());
+}
+
+// Callbacks run inside the passes, so a simulation has no workers.
+TEST(RuntimeSimulation, refuses_workers) {
+  chime::ManualClock clock;
+  chime::RuntimeOptions o = sim_options(clock);
+  o.workers = 1;
+  EXPECT_THROW({ Simulation refused(o); }, std::invalid_argument);
+  Simulation ok(sim_options(clock));  // the refused request does not leak into the next construction
+  chime::Runtime plain({.workers = 0, .clock = &clock});  // nor into a Runtime made afterwards: it has its thread
+  int runs = 0;
+  plain.schedule_after(0ns, [&] { ++runs; });
+  plain.flush();
+  EXPECT_EQ(runs, 1);
+}
+
+}  // namespace
