@@ -73,10 +73,12 @@
 // and their inputs replay as fuzz/corpus/runtime/regression-*. Each input is
 // bounded: kMaxOps operations, kMaxRuns callback runs.
 //
-// Layout (issue 13): this file decodes the configuration, holds the operation
-// table (step) and the entry point; runtime_fuzz/harness.hpp declares the
-// harness; each family of operations is one file of runtime_fuzz/ (model,
-// decode, schedule_ops, cancel_ops, flush_ops, observe_ops, runs).
+// Layout (issue 13): this file holds the operation table (step) and the
+// entry point; runtime_fuzz/harness.hpp declares the harness,
+// runtime_fuzz/setup.hpp decodes the configuration; each family of
+// operations is one file of runtime_fuzz/ (model, decode, schedule_ops,
+// cancel_ops, flush_ops, observe_ops, runs). fuzz/runtime_sim_fuzz.cpp
+// drives the same harness on the deterministic simulation.
 #include "runtime_fuzz/harness.hpp"
 
 #include "runtime_fuzz/cancel_ops.hpp"
@@ -86,67 +88,9 @@
 #include "runtime_fuzz/observe_ops.hpp"
 #include "runtime_fuzz/runs.hpp"
 #include "runtime_fuzz/schedule_ops.hpp"
+#include "runtime_fuzz/setup.hpp"
 
 namespace chime_fuzz::runtime_target {
-
-RuntimeFuzz::RuntimeFuzz(Input& in) : in_(in) {
-  const std::uint8_t b0 = in_.u8();
-  p_ = kPrecisions[b0 % 4];
-  workers_ = ((b0 >> 2) & 3) == 3 ? 1 + ((b0 >> 4) & 1) : 0;
-  lane_mode_ = workers_ == 0 && (b0 >> 5) == 7;
-  const auto& sets = bit_sets();
-  bits_v_ = sets[in_.u8() % sets.size()];
-  num_bits_ = 0;
-  for (int b : bits_v_) num_bits_ += b;
-  start_ = pick_start();
-  const std::uint8_t opts = in_.u8();
-  const std::size_t max_pending = (opts & 7) < 5 ? 0 : 1 + (opts >> 3) % 8;
-  const bool boost_queue = (opts & 0x80) != 0;
-  slow_all_ = (opts & 0x40) != 0;
-  clock_.emplace(T(start_));
-  c_ = wheel_now_ = start_;
-  k_max_ = (static_cast<i128>(kI64Max) - start_) / p_;
-  FUZZ_TRACE("Runtime precision=" << p_ << "ns bits=" << num_bits_ << "(" << bits_v_.size()
-                                  << " levels) start=" << start_ << " max_pending=" << max_pending
-                                  << " queue=" << (boost_queue ? "boost" : "moodycamel") << " workers=" << workers_
-                                  << (lane_mode_ ? " lane" : "")
-                                  << (slow_all_ ? " slow_run=0" : ""));
-  chime::RuntimeOptions o;
-  o.precision = Duration{p_};
-  o.level_bits = chime::LevelBits::create(std::span<const int>(bits_v_));
-  o.workers = workers_;
-  o.clock = &*clock_;
-  o.max_pending = max_pending;
-  o.on_error = [this](TimerId id, std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    error_ids_.push_back(id);
-    if (!e) bad_error_ = true;
-  };
-  if (slow_all_) o.slow_run = Duration{0};  // every run is slow (a run takes more than 0 ns)
-  o.on_slow_run = [this](TimerId id, Duration took) {
-    const std::uint64_t n = slow_calls_.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (!id || took <= (slow_all_ ? Duration{0} : Duration{std::chrono::milliseconds(10)})) bad_slow_ = true;
-    if (n % 3 == 0) throw std::runtime_error("chime fuzz: on_slow_run throws (swallowed)");
-  };
-  o.command_queue = boost_queue ? chime::CommandQueueBackend::boost_lockfree : chime::CommandQueueBackend::moodycamel;
-  max_pending_ = max_pending;
-  if (k_max_ < 2) {
-    // Fewer than two intervals before TimePoint::max(): the runtime refuses the clock, naming its time.
-    bool refused = false;
-    try {
-      rt_.emplace(o);
-    } catch (const std::invalid_argument& e) {
-      refused = std::string(e.what()).find(std::to_string(start_)) != std::string::npos;
-    }
-    FUZZ_CHECK(refused, "a clock at " << start_ << " (" << static_cast<std::int64_t>(k_max_)
-                                      << " intervals before the end of time) was not refused by name");
-    return;
-  }
-  rt_.emplace(o);
-  producer_.emplace(rt_->producer());
-  if (lane_mode_) lane_.emplace(rt_->lane());  // made here: this thread runs it
-  FUZZ_CHECK(rt_->precision() == Duration{p_} && N(rt_->clock().now()) == start_, "precision()/clock()");
-}
 
 void RuntimeFuzz::run() {
   if (!rt_) return;  // refused at construction (checked there)

@@ -170,8 +170,9 @@ inline void RuntimeFuzz::op_reschedule(bool after) {
   // due now is not ripe, nor at a later due), or due now while d <= c_.
   const bool earlier = d < t.due;
   t.due = d;
+  if (earlier) t.cmd_clock = c_;
   if (!t.periodic) {
-    const bool now_due = earlier ? d <= c_ : t.ambiguous && d <= c_;
+    const bool now_due = earlier ? d <= c_ : t.ambiguous && d <= t.cmd_clock;
     if (now_due && !t.ambiguous) t.ripe_sched = sched_count_;
     t.ambiguous = now_due;
   } else if (earlier && d <= c_) {

@@ -80,7 +80,9 @@ inline i128 RuntimeFuzz::pick_period() {
 
 inline Action RuntimeFuzz::pick_action() {
   const std::uint8_t b = in_.u8();
-  return b < 150 ? Action::record : static_cast<Action>(1 + (b - 150) % (kNumActions - 1));
+  const Action a = b < 150 ? Action::record : static_cast<Action>(1 + (b - 150) % (kNumActions - 1));
+  // The simulation has no other thread to find a slow run in progress: a sleep would only cost time.
+  return sim_ && a == Action::slow ? Action::record : a;
 }
 
 // The clock's next time: tiny and huge steps, exactly to a timer's ripe time (or just before), to a due time.
@@ -148,10 +150,16 @@ inline std::optional<TimerId> RuntimeFuzz::other_runtime_id() {
       o.precision = Duration{1};
       o.workers = 0;
       o.clock = &*other_clock_;
-      other_rt_.emplace(o);
+      if (sim_) {
+        other_rt_ = &other_sim_.emplace(o).runtime();
+      } else {
+        other_rt_ = &other_threaded_.emplace(o);
+      }
       other_id_ = other_rt_->schedule_after(Duration{1}, [] {});
     } catch (const std::exception&) {
-      other_rt_.reset();
+      other_rt_ = nullptr;
+      other_sim_.reset();
+      other_threaded_.reset();
     }
     if (other_rt_) {
       FUZZ_CHECK(other_id_.runtime() != 0 && other_id_.runtime() != tag_, "two runtimes share the tag " << tag_);

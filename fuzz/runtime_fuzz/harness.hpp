@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "fuzz_input.hpp"
+#include "simulation.hpp"  // runtime/: the deterministic simulation (a test seam)
 
 namespace chime_fuzz::runtime_target {
 
@@ -129,6 +130,10 @@ struct MTimer {
   // a flush: it may run at any moment, and has run by the next flush. Stays set once it ran.
   bool ambiguous = false;
   std::uint64_t ripe_sched = 0;   // schedules counted when it became ambiguous
+  // The clock read by the call that posted its last command (schedule, reschedule to an earlier due), by
+  // which its application judges "due now" (a touch before that application keeps that judgement). The
+  // same as c_ in the threaded target, whose clock moves only under a flush; the simulation moves it alone.
+  std::int64_t cmd_clock = 0;
   // Periodic: its next run is due now (the harness flushed right after the application that made it so):
   // the run coalesces up to the clock, not the boundary. Cleared by that run.
   bool due_now = false;
@@ -153,12 +158,16 @@ struct BigCallback {
 
 class RuntimeFuzz {
  public:
-  explicit RuntimeFuzz(Input& in);  // decodes the configuration and starts the runtime (runtime_fuzz.cpp)
+  // Decodes the configuration and starts the runtime (runtime_fuzz/setup.hpp): threaded, or with
+  // `simulated` the deterministic simulation (runtime/simulation.hpp), whose passes the operations run.
+  explicit RuntimeFuzz(Input& in, bool simulated = false);
 
   ~RuntimeFuzz() {
     lane_.reset();  // a Lane must not outlive its Runtime
     producer_.reset();
-    rt_.reset();
+    rt_ = nullptr;
+    threaded_rt_.reset();
+    sim_rt_.reset();
   }
 
   // Runs the operations, then shutdown and the checks after it.
@@ -181,15 +190,18 @@ class RuntimeFuzz {
   // Ripe: due to run by the wheel's time (the clock's, clamped as above; frozen by shutdown).
   bool ripe(std::int64_t d) const { return ripe_at(d) <= wheel_now_; }
   // Due times below this are accepted, at or above it refused with std::out_of_range: 2^num_bits - 1
-  // intervals past the wheel's, at most the horizon's start (producer_ops.cpp, due_limit_for).
+  // intervals past the wheel's or the clock's time, whichever is later (a wheel no pass has advanced yet
+  // leaves the clock ahead: the simulation's clock moves), at most the horizon's start (producer_ops.cpp,
+  // check_due_in_range, due_limit_for).
   i128 limit() const {
-    const i128 k = std::min<i128>(key(wheel_now_) + ((i128{1} << num_bits_) - 1), horizon_key());
+    const i128 k = std::min<i128>(key(std::max<i128>(wheel_now_, c_)) + ((i128{1} << num_bits_) - 1), horizon_key());
     return start_ + k * p_;
   }
 
   // A pending timer that may have run (or be running) already: a one-shot due now at its application.
-  // Periodic timers never are (the harness flushes them at once).
-  static bool may_run(const MTimer& t) { return !t.periodic && t.ambiguous; }
+  // Periodic timers never are (the harness flushes them at once). In the simulation none is: runs happen
+  // only in the calls that run passes or lanes, after which the harness takes them (process_runs).
+  bool may_run(const MTimer& t) const { return !sim_ && !t.periodic && t.ambiguous; }
 
   static const char* missed_name(Missed m) {
     return m == Missed::catch_up ? "catch_up" : m == Missed::delay ? "delay" : "skip";
@@ -259,6 +271,14 @@ class RuntimeFuzz {
   void check_run_time(const chime::Stats& s);
   void check_stats_final();
 
+  // ---- the simulation's own operations: a pass, passes until idle, a clock move without a flush, a
+  //      lane's run_ready (runtime_fuzz/sim_ops.hpp; fuzz/runtime_sim_fuzz.cpp's table)
+  void start_runtime(const chime::RuntimeOptions& o);  // runtime_fuzz/setup.hpp
+  void op_pass(bool until_idle);
+  void op_move_clock();
+  void op_run_ready();
+  void check_after_pass();
+
   // ---- the callback (on the wheel thread or a worker) and the check of every run against the model
   //      (runtime_fuzz/runs.hpp)
   void process_runs();
@@ -275,10 +295,17 @@ class RuntimeFuzz {
   bool slow_all_ = false;   // RuntimeOptions::slow_run = 0: every run counts as slow
   std::uint32_t tag_ = 0;   // this runtime's tag (from the first id it issued; 0 before)
   std::optional<chime::ManualClock> other_clock_;  // a second runtime, for ids from another runtime
-  std::optional<chime::Runtime> other_rt_;
+  std::optional<chime::Runtime> other_threaded_;
+  std::optional<chime::detail::Simulation> other_sim_;  // the same, simulated
+  chime::Runtime* other_rt_ = nullptr;                  // one of the two
   TimerId other_id_;
   std::optional<chime::ManualClock> clock_;
-  std::optional<chime::Runtime> rt_;
+  // The runtime under test: threaded_rt_'s, or with sim_ the simulation's (start_runtime).
+  bool sim_ = false;
+  chime::Runtime* rt_ = nullptr;
+  std::optional<chime::Runtime> threaded_rt_;
+  std::optional<chime::detail::Simulation> sim_rt_;
+
   std::optional<chime::Producer> producer_;
   // Lane mode: every timer is scheduled through a Lane made (and so run) by
   // the fuzzing thread, whose flushes run its callbacks (include/chime/lane.hpp).

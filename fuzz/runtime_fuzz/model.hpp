@@ -57,7 +57,8 @@ inline unsigned RuntimeFuzz::allowed_cancel_results(const MTimer& t) const {
     case MTimer::St::fired:
     case MTimer::St::cancelled:
       // `running` while the run that ended it has not returned (the model learns of a run from inside it).
-      return bit(CancelResult::done) | (t.settled ? 0 : bit(CancelResult::running)) |
+      // In the simulation a run the model has seen has returned.
+      return bit(CancelResult::done) | (t.settled || sim_ ? 0 : bit(CancelResult::running)) |
              (sched_count_ != t.terminal_sched ? bit(CancelResult::unknown) : 0);
   }
   return 0;

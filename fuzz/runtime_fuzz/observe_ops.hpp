@@ -25,7 +25,7 @@ inline void RuntimeFuzz::op_state() {
                             (sched_count_ != t.ripe_sched ? bit(TimerState::unknown) : 0);
         break;
       case MTimer::St::fired:
-        allowed = bit(TimerState::fired) | (t.settled ? 0 : bit(TimerState::running)) |
+        allowed = bit(TimerState::fired) | (t.settled || sim_ ? 0 : bit(TimerState::running)) |
                   (sched_count_ != t.terminal_sched ? bit(TimerState::unknown) : 0);
         break;
       case MTimer::St::cancelled:

@@ -92,6 +92,7 @@ inline void RuntimeFuzz::schedule_outcome(const char* what, Outcome got, TimerId
   t.period = static_cast<std::int64_t>(period);
   t.due = static_cast<std::int64_t>(due);
   t.action = action;
+  t.cmd_clock = c_;
   // Due now at its application (the clock cannot move before the command is applied).
   if (t.due <= c_) {
     if (periodic) {
