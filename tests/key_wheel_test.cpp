@@ -870,3 +870,116 @@ TEST(KeyWheel, reserved_storage_destroys_values_once) {
 }
 
 }  // namespace
+
+namespace {
+
+// Keys removed by increase_min_allowed_key(to), in removal order.
+std::vector<Key> removed_keys(IntWheel& w, Key to) {
+  std::vector<Key> keys;
+  w.increase_min_allowed_key(to, [&](Elt e) { keys.push_back(w.key(e)); });
+  return keys;
+}
+
+// The smallest and largest keys that for_each_in_first_slot / for_each_in_last_slot report.
+std::pair<Key, Key> first_and_last_slot_bounds(const IntWheel& w, const std::map<int, Key>& key_of_value) {
+  Key min = std::numeric_limits<Key>::max();
+  Key max = 0;
+  w.for_each_in_first_slot([&](int v) { min = std::min(min, key_of_value.at(v)); });
+  w.for_each_in_last_slot([&](int v) { max = std::max(max, key_of_value.at(v)); });
+  return {min, max};
+}
+
+}  // namespace
+
+// cascade_ahead moves the next level-0 block down in steps and changes no result: the minimum, what an
+// increase removes and in which order, and where later adds into that block go.
+TEST(KeyWheel, cascade_ahead_moves_the_next_block_down_and_changes_no_result) {
+  IntWheel w(LevelBits::create({4, 4, 4}));  // level-0 blocks of 16 keys
+  const Elt e3 = w.add(3, 0);
+  for (const Key k : {20, 18, 25, 18, 31, 16}) w.add(k, static_cast<int>(k));
+  w.add(40, 40);
+  EXPECT_TRUE(w.cascade_ahead(2));  // six elements in [16, 32): four left on level 1
+  EXPECT_INVARIANTS(w);
+  EXPECT_EQ(w.min_key(), 3u);
+  w.remove(e3);
+  EXPECT_EQ(w.min_key(), 16u);
+  EXPECT_INVARIANTS(w);
+  w.add(17, 17);  // into the block being moved: level 0 directly
+  EXPECT_INVARIANTS(w);
+  EXPECT_TRUE(w.cascade_ahead(1));
+  EXPECT_INVARIANTS(w);
+  EXPECT_EQ(removed_keys(w, 19), (std::vector<Key>{16, 17, 18, 18}));
+  EXPECT_INVARIANTS(w);
+  EXPECT_EQ(removed_keys(w, 41), (std::vector<Key>{20, 25, 31, 40}));
+  EXPECT_TRUE(w.empty());
+  EXPECT_INVARIANTS(w);
+}
+
+// While the next block is half moved down, min_key, min_elt and the first and last slots (which
+// TimingWheel's min_alarm_time and max_alarm_time read) still give the exact minimum and maximum,
+// wherever they are; for every budget and many orders of the block's keys.
+TEST(KeyWheel, minimum_and_maximum_stay_exact_while_the_next_block_is_half_moved) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 300; ++round) {
+    IntWheel w(LevelBits::create({3, 2, 2}));     // blocks of 8 keys; level 1 spans 32
+    const Key now = (rng() % 3) * 8 + rng() % 8;  // a block that is not the last of its level-1 span
+    w.increase_min_allowed_key(now, [](Elt) {});
+    const Key next = (now / 8 + 1) * 8;
+    std::map<int, Key> key_of_value;
+    const int n = 1 + static_cast<int>(rng() % 6);
+    for (int v = 0; v < n; ++v) {
+      const Key k = next + rng() % 8;
+      key_of_value[v] = k;
+      w.add(k, v);
+    }
+    Key min = std::numeric_limits<Key>::max();
+    Key max = 0;
+    for (const auto& [v, k] : key_of_value) {
+      min = std::min(min, k);
+      max = std::max(max, k);
+    }
+    const std::size_t budget = rng() % (n + 1);
+    EXPECT_EQ(w.cascade_ahead(budget), budget < static_cast<std::size_t>(n));
+    EXPECT_INVARIANTS(w);
+    EXPECT_EQ(w.min_key(), min) << "round " << round;
+    EXPECT_EQ(w.key(*w.min_elt()), min);
+    EXPECT_EQ(first_and_last_slot_bounds(w, key_of_value), std::make_pair(min, max)) << "round " << round;
+    const std::vector<Key> keys = removed_keys(w, next + 8);
+    EXPECT_EQ(keys.size(), static_cast<std::size_t>(n));
+    EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end())) << "round " << round;
+    EXPECT_INVARIANTS(w);
+  }
+}
+
+// cascade_ahead does nothing where the next block is not in level 1: a one-level wheel, and the last
+// block of a level-1 span (the increase that enters it cascades it, as without the call). Inside
+// handle_removed it throws std::logic_error.
+TEST(KeyWheel, cascade_ahead_does_nothing_without_a_next_block_in_level_one) {
+  IntWheel one(LevelBits::create({8}));
+  one.add(200, 1);
+  EXPECT_FALSE(one.cascade_ahead(100));
+  EXPECT_INVARIANTS(one);
+
+  IntWheel w(LevelBits::create({4, 4, 4}));  // level-1 spans of 256 keys
+  w.increase_min_allowed_key(243, [](Elt) {});
+  w.add(250, 1);
+  w.add(260, 2);  // next block [256, 272) starts a new level-1 span: level 2
+  EXPECT_FALSE(w.cascade_ahead(100));
+  EXPECT_INVARIANTS(w);
+  EXPECT_EQ(removed_keys(w, 261), (std::vector<Key>{250, 260}));
+
+  IntWheel r(LevelBits::create({4, 4, 4}));
+  r.add(1, 1);
+  r.add(20, 2);
+  bool threw = false;
+  r.increase_min_allowed_key(2, [&](Elt) {
+    try {
+      r.cascade_ahead(1);
+    } catch (const std::logic_error&) {
+      threw = true;
+    }
+  });
+  EXPECT_TRUE(threw);
+  EXPECT_INVARIANTS(r);
+  EXPECT_EQ(r.size(), 1u);
+}

@@ -255,7 +255,7 @@ class TimingWheelDifferential {
 
   void step() {
     const std::uint64_t w_add = model_.size() < target_size_ / 2 ? 600 : (model_.size() < target_size_ ? 330 : 110);
-    const std::uint64_t weights[] = {w_add, 90, 110, 280, 30, 40, 40, 40, 1};
+    const std::uint64_t weights[] = {w_add, 90, 110, 280, 30, 40, 40, 40, 1, 60};
     std::uint64_t total = 0;
     for (std::uint64_t w : weights) total += w;
     std::uint64_t r = rng_.below(total);
@@ -271,7 +271,22 @@ class TimingWheelDifferential {
       case 6: op_live(); break;
       case 7: op_query(); break;
       case 8: op_clear(); break;
+      case 9:
+        op_cascade_ahead();
+        break;
     }
+  }
+
+  // cascade_ahead moves alarms between levels and changes nothing a caller
+  // sees: observe() and op_query compare everything after it.
+  void op_cascade_ahead() {
+    kind_ = "cascade_ahead";
+    const std::size_t budget = rng_.chance(20) ? SIZE_MAX : rng_.below(6);
+    const std::size_t size = wheel_->size();
+    const bool more = wheel_->cascade_ahead(budget);
+    DIFF_CHECK(!(more && budget == SIZE_MAX), "cascade_ahead with an unbounded budget left alarms behind");
+    DIFF_CHECK(wheel_->size() == size, "cascade_ahead changed size");
+    if (rng_.chance(30)) op_query();
   }
 
   std::int64_t upper_bound() const { return N(wheel_->alarm_upper_bound()); }
@@ -909,7 +924,7 @@ class KeyWheelDifferential {
 
   void step() {
     const std::uint64_t w_add = model_.size() < target_size_ ? 350 : 120;
-    const std::uint64_t weights[] = {w_add, 100, 120, 250, 40, 40, 40, 1};
+    const std::uint64_t weights[] = {w_add, 100, 120, 250, 40, 40, 40, 1, 60};
     std::uint64_t total = 0;
     for (std::uint64_t w : weights) total += w;
     std::uint64_t r = rng_.below(total);
@@ -924,7 +939,21 @@ class KeyWheelDifferential {
       case 5: op_live(); break;
       case 6: op_for_each(); break;
       case 7: op_clear(); break;
+      case 8:
+        op_cascade_ahead();
+        break;
     }
+  }
+
+  // cascade_ahead moves elements between levels and changes nothing a caller
+  // sees: observe() compares the minimum after it, and for_each here.
+  void op_cascade_ahead() {
+    kind_ = "cascade_ahead";
+    const std::size_t budget = rng_.chance(20) ? SIZE_MAX : rng_.below(6);
+    const std::size_t size = wheel_->size();
+    const bool more = wheel_->cascade_ahead(budget);
+    DIFF_CHECK(!(more && budget == SIZE_MAX), "cascade_ahead with an unbounded budget left elements behind");
+    DIFF_CHECK(wheel_->size() == size, "cascade_ahead changed size");
   }
 
   bool accepts(Key k) const { return k >= model_min_ && k <= wheel_->max_allowed_key(); }

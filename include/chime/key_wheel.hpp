@@ -16,8 +16,12 @@
 //   only ever to a lower level) plus O(levels) per non-empty slot crossed.
 //   Empty slots are skipped by bitmap, so the cost never depends on how far
 //   the key jumps nor on the number of elements that stay.
+// - `cascade_ahead(budget)`: O(budget). It moves the next level-0 block down
+//   ahead of time, so the increase that enters that block cascades only what
+//   is left (see "Moving the next block down ahead" below).
 // - Elements are removed in nondecreasing key order. Among equal keys, those
-//   added while their key was within level 0 go in insertion order; elements
+//   added while their key was within level 0 (now's block, or the next block
+//   once cascade_ahead has started on it) go in insertion order; elements
 //   moved down from a higher level join the end of their slot.
 // - `min_elt`, `min_key`: O(levels) bitmap lookups to find the first non-empty
 //   slot, then, if it is above level 0, that slot's minimum: kept per slot as
@@ -50,6 +54,7 @@
 //   level | slots  | keys per slot | an element with key k lives here iff
 //   ------+--------+---------------+------------------------------------------
 //   0     | 2^b_0  | 1             | k and now agree on every bit >= S_1
+//         |  (x 2 below another level: the next block's bank, see below)
 //   i     | 2^b_i  | 2^S_i         | the highest bit where k and now differ
 //         |        |               |   is in [S_i, S_{i+1})
 //   L-1   | 2^b_L-1| 2^S_{L-1}     | ... is >= S_{L-1}  (the top level)
@@ -58,7 +63,7 @@
 //
 //   level | slots | keys per slot | span (keys)
 //   ------+-------+---------------+------------
-//   0     | 2048  | 1             | 2^11
+//   0     | 2x2048| 1             | 2^11 (two banks: now's block, the next)
 //   1     | 1024  | 2^11          | 2^21
 //   2     | 1024  | 2^21          | 2^31
 //   3     | 1024  | 2^31          | 2^41
@@ -82,6 +87,24 @@
 // key is below the target, or re-files ("cascades") a higher slot whose first
 // key is at or below the target, after setting `now` to that slot's first key.
 // check_invariants() verifies all of it.
+//
+// Moving the next block down ahead. Cascading is O(1) per element, but the
+// increase that enters a new level-0 block (every 2^b_0 keys) cascades the
+// whole next level-1 slot at once: every element due in that block. A wheel
+// fed at a high rate then stalls in one increase for as long as that takes
+// (19 ms at 600k timers/s in the runtime, docs/benchmarks.md). So, below
+// another level, level 0 has two banks of 2^b_0 slots, addressed by key mod
+// 2^(b_0+1): now's block, and the next block B. `cascade_ahead(budget)`
+// marks B as moved down ahead (ahead_block_) and moves up to `budget`
+// elements of its level-1 slot (ahead_source_) into B's bank; from then on,
+// adds and key changes into B go to level 0 directly. So the exceptions to
+// the placement rule above are exactly: keys in B sit at level 0 (B's bank)
+// or, not yet moved, in B's level-1 slot. Finding the minimum then looks at
+// now's bank, then B's level-1 slot (its first key is B's first) together
+// with the first slot of B's bank, then B's bank. When now_ enters B, B's
+// bank is simply now's bank (nothing moves) and the other bank is empty. B
+// must lie in level 1: cascade_ahead does nothing when the next block starts
+// a new level-1 span (once every 2^(b_0+b_1) keys) or on a one-level wheel.
 // ---------------------------------------------------------------------------
 #pragma once
 
@@ -146,12 +169,15 @@ class KeyWheel {
                                     " per level (2^bits slots are allocated)");
       }
       Level& l = levels_[i];
+      // Below another level, level 0 has two banks of 2^b_0 slots: now's
+      // block and the next one (see "Moving the next block down ahead").
+      const int slot_bits = b[i] + (i == 0 && b.size() > 1 ? 1 : 0);
       l.shift = shift;
       l.bits = b[i];
-      l.mask = (Key{1} << b[i]) - 1;
+      l.mask = (Key{1} << slot_bits) - 1;
       l.slot_base = slot_base;
-      l.occupied = detail::OccupancyBitmap(std::size_t{1} << b[i]);
-      slot_base += std::size_t{1} << b[i];
+      l.occupied = detail::OccupancyBitmap(std::size_t{1} << slot_bits);
+      slot_base += std::size_t{1} << slot_bits;
       shift += b[i];
     }
     num_bits_ = shift;
@@ -269,13 +295,17 @@ class KeyWheel {
         // one bounded bitmap search decides; higher levels start at or after
         // level0_end() > key.
         const Level& l0 = levels_[0];
-        const std::size_t j = l0.count == 0 ? detail::OccupancyBitmap::npos : l0.occupied.find_next(slot_of(now_, 0));
+        const std::size_t now_slot = slot_of(now_, 0);
+        const std::size_t j = l0.count == 0 ? detail::OccupancyBitmap::npos : l0.occupied.find_next(now_slot);
         if (j >= slot_of(key, 0)) {
-          // Slot j (if any) is the first non-empty slot: its head is a minimum.
-          if (j != detail::OccupancyBitmap::npos) min_cache_ = heads_[l0.slot_base + j];
+          // Slot j, if it is in now's bank, is the first non-empty slot: its
+          // head is a minimum. (A slot of the next block's bank may not be:
+          // part of that block can still be on level 1. The cached minimum,
+          // if known, stays right: nothing was added and it was not removed.)
+          if (j < bank_end(now_slot)) min_cache_ = heads_[l0.slot_base + j];
           break;
         }
-        now_ = (now_ >> l0.bits << l0.bits) + j;
+        now_ = (now_ & ~l0.mask) + j;  // j is in now's bank, so this key is in now's block
         remove_slot(SlotRef{0, j, now_}, handle_removed);
         continue;
       }
@@ -286,15 +316,48 @@ class KeyWheel {
           min_cache_ = slot_head(s);  // the first non-empty slot is on level 0
           break;
         }
-        now_ = s.first_key;
+        set_now(s.first_key);
         remove_slot(s, handle_removed);
       } else {
         if (s.first_key > key) break;
-        now_ = s.first_key;
+        set_now(s.first_key);
         cascade_slot(s);
       }
     }
-    now_ = key;
+    set_now(key);
+  }
+
+  // Moves up to `budget` elements of the next level-0 block (the keys in
+  // [b, b + 2^b_0) for b the first key past now's block) from level 1 down
+  // to level 0, ahead of the increase that reaches that block; returns true
+  // if some are still on level 1. From the first call until the wheel enters
+  // that block, adds and key changes into it go straight to level 0. So the
+  // increase that enters the block cascades only what is left, instead of
+  // every element of the block at once: a caller that calls this between
+  // increases, with a budget, spreads that cascade over the time before it
+  // (the runtime's wheel thread does, once per pass). Does nothing and
+  // returns false for a one-level wheel, and when the next block starts a new
+  // level-1 span (once every 2^(b_0 + b_1) keys: its elements are on a
+  // higher level, mixed with later keys, and the increase that enters the
+  // block cascades them as without this call). Throws std::logic_error
+  // inside handle_removed. O(budget) plus O(1). Never allocates.
+  bool cascade_ahead(std::size_t budget) {
+    check_not_removing("cascade_ahead");
+    if (num_levels_ < 2) return false;
+    if (ahead_block_ == kNoAhead) {
+      const Key first = level0_end();
+      if (first > max_representable_key || level_by_width_[std::bit_width(first ^ now_)] != 1) return false;
+      ahead_block_ = first >> levels_[0].bits;
+      const std::size_t s = slot_of(first, 1);
+      ahead_source_ = heads_[levels_[1].slot_base + s] == detail::kNilIndex ? kNoSource : s;
+    }
+    const std::uint32_t& head = heads_[levels_[1].slot_base + (ahead_source_ == kNoSource ? 0 : ahead_source_)];
+    for (; budget != 0 && ahead_source_ != kNoSource; --budget) {
+      const std::uint32_t i = head;
+      unlink(i);  // clears ahead_source_ when it takes the slot's last element
+      link(i);    // level 0: its key is in ahead_block_
+    }
+    return ahead_source_ != kNoSource;
   }
 
   // An element with the minimum key, if any. O(levels) plus one slot scan on a
@@ -354,6 +417,7 @@ class KeyWheel {
     nonempty_levels_ = 0;
     size_ = 0;
     min_cache_ = kMinUnknown;
+    ahead_source_ = kNoSource;  // the block stays "ahead": adds into it go to level 0
   }
 
   // Verifies every internal invariant; throws std::logic_error naming the
@@ -366,6 +430,18 @@ class KeyWheel {
     if (max_key < now_) fail("max_allowed_key < min_allowed_key");
     if (max_key < std::min(max_representable_key, now_ + ((Key{1} << num_bits_) - 1))) {
       fail("max_allowed_key below min_allowed_key + 2^num_bits - 1");
+    }
+    if (ahead_block_ != kNoAhead) {
+      const Key first = level0_end();
+      if (num_levels_ < 2 || ahead_block_ != first >> levels_[0].bits || geometric_level(first) != 1) {
+        fail("the block moved down ahead is not the next block in level 1");
+      }
+      if (ahead_source_ != kNoSource &&
+          (ahead_source_ != slot_of(first, 1) || heads_[levels_[1].slot_base + ahead_source_] == detail::kNilIndex)) {
+        fail("the level-1 slot recorded as holding the rest of the block moved down ahead is not its (non-empty) slot");
+      }
+    } else if (ahead_source_ != kNoSource) {
+      fail("a level-1 slot is recorded as holding the block moved down ahead, but none is");
     }
     std::size_t total = 0;
     std::uint32_t true_min = detail::kNilIndex;
@@ -389,7 +465,14 @@ class KeyWheel {
         for (; occupied != 0; occupied &= occupied - 1) {
           const std::size_t j = (wi << 6) + static_cast<std::size_t>(std::countr_zero(occupied));
           const std::uint32_t head = heads_[l.slot_base + j];
-          if (level < num_levels_ - 1 && (j < now_slot || (level > 0 && j == now_slot))) {
+          if (level == 0 && num_levels_ > 1) {
+            // Two banks: now's block (slots before now's empty) and the next
+            // block, which only holds elements while it is moved down ahead.
+            if (bank_end(j) == bank_end(now_slot) ? j < now_slot : ahead_block_ == kNoAhead) {
+              fail("level 0 slot " + std::to_string(j) + " is behind now's slot " + std::to_string(now_slot) +
+                   " or in the next block's bank with no block moved down ahead, but not empty");
+            }
+          } else if (level < num_levels_ - 1 && (j < now_slot || (level > 0 && j == now_slot))) {
             fail("level " + std::to_string(level) + " slot " + std::to_string(j) + " is behind now's slot " +
                  std::to_string(now_slot) + " but not empty");
           }
@@ -402,7 +485,10 @@ class KeyWheel {
               fail("element key " + std::to_string(n.key) + " outside [" + std::to_string(now_) + ", " +
                    std::to_string(max_key) + "]");
             }
-            if (level_of(n.key) != level || slot_of(n.key, level) != j) {
+            // Part of the block moved down ahead may still be in its level-1 slot.
+            const bool not_yet_moved = level == 1 && j == ahead_source_ && geometric_level(n.key) == 1 &&
+                                       (n.key >> levels_[0].bits) == ahead_block_;
+            if (!not_yet_moved && (level_of(n.key) != level || slot_of(n.key, level) != j)) {
               fail("element key " + std::to_string(n.key) + " sits at level " + std::to_string(level) + " slot " +
                    std::to_string(j) + " but belongs at level " + std::to_string(level_of(n.key)) + " slot " +
                    std::to_string(slot_of(n.key, level_of(n.key))));
@@ -496,13 +582,26 @@ class KeyWheel {
   // empty. Every element with the minimum (maximum) key is in that slot,
   // with others of nearby keys. f must not modify the wheel. O(levels)
   // bitmap lookups plus the slot's length. Never allocates.
+  // While the next block is being moved down (cascade_ahead), the first
+  // (last) slot can be its level-1 slot: f then also gets the elements of
+  // the first (last) slot of the part already on level 0, so every element
+  // with the minimum (maximum) key is still visited.
   template <class F>
   bool for_each_in_first_slot(F&& f) const {
-    return for_each_in_slot(first_slot(), f);
+    const SlotRef s = first_slot();
+    if (!for_each_in_slot(s, f)) return false;
+    if (is_ahead_source(s) && levels_[0].count != 0) for_each_in_slot(ahead_bank_slot(true), f);
+    return true;
   }
   template <class F>
   bool for_each_in_last_slot(F&& f) const {
-    return for_each_in_slot(last_slot(), f);
+    const SlotRef s = last_slot();
+    if (!for_each_in_slot(s, f)) return false;
+    if (is_ahead_source(s)) {
+      const SlotRef a = ahead_bank_slot(false);
+      if (a.level == 0) for_each_in_slot(a, f);
+    }
+    return true;
   }
 
   // Removes, in slot order, the elements whose key is min_allowed_key() and
@@ -535,6 +634,10 @@ class KeyWheel {
   static constexpr std::uint8_t kMaxLevels = LevelBits::max_num_bits;
   // min_cache_ values: an element index, kNilIndex ("the wheel is empty"), or:
   static constexpr std::uint32_t kMinUnknown = detail::kNilIndex - 1;
+  // ahead_block_ when no block is being moved down ahead; ahead_source_ when
+  // none of it is left on level 1.
+  static constexpr Key kNoAhead = ~Key{0};
+  static constexpr std::size_t kNoSource = detail::OccupancyBitmap::npos;
 
   struct Level {
     int shift = 0;              // S_i: log2(keys per slot)
@@ -560,7 +663,46 @@ class KeyWheel {
     KeyWheel& w;
   };
 
-  int level_of(Key key) const noexcept { return level_by_width_[std::bit_width(key ^ now_)]; }
+  // The level an element with this key is filed at: the geometric rule, or
+  // level 0 for a key of the block being moved down ahead.
+  int level_of(Key key) const noexcept {
+    const int level = geometric_level(key);
+    if (level != 0 && (key >> levels_[0].bits) == ahead_block_) return 0;
+    return level;
+  }
+  int geometric_level(Key key) const noexcept { return level_by_width_[std::bit_width(key ^ now_)]; }
+
+  // Raises now_ to `key`; once now_ is in the block moved down ahead, that
+  // block is simply now's block (its bank becomes now's bank).
+  void set_now(Key key) noexcept {
+    now_ = key;
+    if ((key >> levels_[0].bits) >= ahead_block_) {
+      ahead_block_ = kNoAhead;
+      ahead_source_ = kNoSource;
+    }
+  }
+
+  // Level 0 of a multi-level wheel: one past the last physical slot of the
+  // bank (half of the slots) that physical slot j is in.
+  std::size_t bank_end(std::size_t j) const noexcept { return (j | ((std::size_t{1} << levels_[0].bits) - 1)) + 1; }
+
+  // Whether s is the level-1 slot still holding part of the block moved down
+  // ahead.
+  bool is_ahead_source(const SlotRef& s) const noexcept {
+    return s.level == 1 && ahead_source_ != kNoSource && s.slot == ahead_source_;
+  }
+
+  // The first (or last) non-empty level-0 slot of the next block's bank, or
+  // level < 0 if that bank is empty. first_key is set for the first.
+  SlotRef ahead_bank_slot(bool first) const noexcept {
+    const Level& l = levels_[0];
+    const std::size_t bank = std::size_t{1} << l.bits;
+    const std::size_t now_slot = slot_of(now_, 0);
+    const std::size_t ahead = (now_slot & ~(bank - 1)) ^ bank;
+    const std::size_t j = first ? l.occupied.find_next(ahead) : l.occupied.find_prev(ahead + bank - 1);
+    if (j == detail::OccupancyBitmap::npos || j < ahead || j >= ahead + bank) return {};
+    return {0, j, level0_end() + (j - ahead)};
+  }
   std::size_t slot_of(Key key, int level) const noexcept {
     return static_cast<std::size_t>((key >> levels_[level].shift) & levels_[level].mask);
   }
@@ -663,6 +805,7 @@ class KeyWheel {
     if (n.next == i) {
       head = detail::kNilIndex;
       l.occupied.reset(slot);
+      if (n.level == 1 && slot == ahead_source_) ahead_source_ = kNoSource;  // the block is all on level 0
     } else {
       pool_[n.prev].next = n.next;
       pool_[n.next].prev = n.prev;
@@ -677,6 +820,19 @@ class KeyWheel {
     if (nonempty_levels_ == 0) return {};
     const int top = num_levels_ - 1;
     const int level = std::countr_zero(nonempty_levels_);
+    if (level == 0 && top > 0) {
+      // Level 0 holds now's block and, while it is moved down ahead, part of
+      // the next one: now's bank first, then the next block's level-1 slot if
+      // some of it is still there (its first key is the block's first), then
+      // the next block's bank.
+      const Level& l = levels_[0];
+      const std::size_t now_slot = slot_of(now_, 0);
+      const std::size_t j = l.occupied.find_next(now_slot);
+      const std::size_t end = bank_end(now_slot);
+      if (j < end) return {0, j, level0_end() - (end - j)};
+      if (ahead_source_ != kNoSource) return {1, ahead_source_, level0_end()};
+      return ahead_bank_slot(true);
+    }
     if (level < top) {
       const Level& l = levels_[level];
       const std::size_t now_slot = slot_of(now_, level);
@@ -711,7 +867,11 @@ class KeyWheel {
     }
     for (int level = top - 1; level >= 0; --level) {
       const Level& l = levels_[level];
-      if (l.count != 0) return {level, l.occupied.find_prev(static_cast<std::size_t>(l.mask)), 0};
+      if (l.count == 0) continue;
+      if (level > 0) return {level, l.occupied.find_prev(static_cast<std::size_t>(l.mask)), 0};
+      // Level 0 below the top: the next block's bank, else now's bank.
+      if (const SlotRef a = ahead_bank_slot(false); a.level == 0) return a;
+      return {0, l.occupied.find_prev(bank_end(slot_of(now_, 0)) - 1), 0};
     }
     return {};
   }
@@ -740,6 +900,10 @@ class KeyWheel {
         m = best;
       }
       best = m;
+      if (is_ahead_source(s) && levels_[0].count != 0) {  // the rest of the next block is on level 0
+        const std::uint32_t a = slot_head(ahead_bank_slot(true));
+        if (pool_[a].key < pool_[best].key) best = a;
+      }
     }
     return min_cache_ = best;
   }
@@ -817,6 +981,11 @@ class KeyWheel {
   Key now_ = 0;
   std::size_t size_ = 0;
   std::uint64_t nonempty_levels_ = 0;  // bit i set iff levels_[i].count > 0
+  // The block (key >> b_0) being moved down ahead by cascade_ahead, always
+  // now's block + 1, or kNoAhead; and its level-1 slot while that still holds
+  // part of it (non-empty), or kNoSource.
+  Key ahead_block_ = kNoAhead;
+  std::size_t ahead_source_ = kNoSource;
   mutable std::uint32_t min_cache_ = detail::kNilIndex;
   bool removing_ = false;
 };

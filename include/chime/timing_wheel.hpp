@@ -242,6 +242,16 @@ class TimingWheel {
     upper_bound_ns_ = upper_bound_formula();
   }
 
+  // Moves up to `budget` alarms of the next block of 2^b_0 intervals down to
+  // the wheel's lowest level, ahead of the advance that reaches them; returns
+  // true if some are left. An advance_clock into that block then cascades
+  // only what is left, instead of every alarm of the block in one go:
+  // calling this between advances, with a budget, spreads that work over the
+  // time before (KeyWheel::cascade_ahead has the details). Optional: it
+  // changes no result, only when the work is done. Throws std::logic_error
+  // inside handle_fired. O(budget). Never allocates.
+  bool cascade_ahead(std::size_t budget) { return queue_.cascade_ahead(budget); }
+
   // Fires, via handle_fired, the alarms with at <= now() (all of them are in
   // now()'s interval), in insertion order. Same rules for handle_fired as
   // advance_clock. Never allocates.
