@@ -205,8 +205,8 @@ class TimingFuzz {
       case 2: return op_remove();
       case 3: return op_reschedule();
       case 4:
-      case 5:
       case 6: return op_advance();
+      case 5: return op_cascade_ahead();
       case 7: return op_fire_past();
       case 8: return op_stale();
       case 9: return op_live();
@@ -565,6 +565,19 @@ class TimingFuzz {
     compare_for_each();
   }
 
+  // Moving the next block down ahead changes nothing a caller sees: the
+  // observation after every step and the queries here compare it all.
+  void op_cascade_ahead() {
+    const std::uint8_t b = in_.u8();
+    const std::size_t budget = b >= 240 ? SIZE_MAX : b % 8;
+    FUZZ_TRACE("cascade_ahead budget=" << budget);
+    const std::size_t size = wheel_->size();
+    const bool more = wheel_->cascade_ahead(budget);
+    FUZZ_CHECK(!(more && budget == SIZE_MAX), "cascade_ahead with an unbounded budget left alarms behind");
+    FUZZ_CHECK(wheel_->size() == size, "cascade_ahead changed size");
+    op_query();
+  }
+
   void op_clear() {
     FUZZ_TRACE("clear");
     wheel_->clear();
@@ -695,8 +708,8 @@ class KeyFuzz {
       case 1: return op_add();
       case 2: return op_remove();
       case 3: return op_change_key();
-      case 4:
-      case 5: return op_increase();
+      case 4: return op_increase();
+      case 5: return op_cascade_ahead();
       case 6: return op_stale();
       case 7: return op_live();
       case 8: return op_for_each();
@@ -884,6 +897,19 @@ class KeyFuzz {
     std::sort(seen.begin(), seen.end());
     std::sort(want.begin(), want.end());
     FUZZ_CHECK(seen == want, "for_each visited " << seen.size() << " elements, model has " << want.size());
+  }
+
+  // Moving the next block down ahead changes nothing a caller sees: the
+  // observation after every step compares the minimum, for_each here the rest.
+  void op_cascade_ahead() {
+    const std::uint8_t b = in_.u8();
+    const std::size_t budget = b >= 240 ? SIZE_MAX : b % 8;
+    FUZZ_TRACE("cascade_ahead budget=" << budget);
+    const std::size_t size = wheel_->size();
+    const bool more = wheel_->cascade_ahead(budget);
+    FUZZ_CHECK(!(more && budget == SIZE_MAX), "cascade_ahead with an unbounded budget left elements behind");
+    FUZZ_CHECK(wheel_->size() == size, "cascade_ahead changed size");
+    op_for_each();
   }
 
   void op_clear() {
