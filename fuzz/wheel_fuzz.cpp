@@ -206,7 +206,8 @@ class TimingFuzz {
       case 3: return op_reschedule();
       case 4:
       case 6: return op_advance();
-      case 5: return op_cascade_ahead();
+      case 5:
+        return op_cascade_ahead();
       case 7: return op_fire_past();
       case 8: return op_stale();
       case 9: return op_live();
@@ -708,8 +709,10 @@ class KeyFuzz {
       case 1: return op_add();
       case 2: return op_remove();
       case 3: return op_change_key();
-      case 4: return op_increase();
-      case 5: return op_cascade_ahead();
+      case 4:
+        return op_increase();
+      case 5:
+        return op_cascade_ahead();
       case 6: return op_stale();
       case 7: return op_live();
       case 8: return op_for_each();
