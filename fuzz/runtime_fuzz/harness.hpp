@@ -201,7 +201,12 @@ class RuntimeFuzz {
   // A pending timer that may have run (or be running) already: a one-shot due now at its application.
   // Periodic timers never are (the harness flushes them at once). In the simulation none is: runs happen
   // only in the calls that run passes or lanes, after which the harness takes them (process_runs).
-  bool may_run(const MTimer& t) const { return !sim_ && !t.periodic && t.ambiguous; }
+  // In the simulation's lane mode a pass may have handed a one-shot due now or ripe to the lane, where it
+  // waits for run_ready: a cancel still wins (C4), a reschedule does not.
+  bool may_run(const MTimer& t) const {
+    if (!sim_) return !t.periodic && t.ambiguous;
+    return lane_mode_ && !t.periodic && (t.ambiguous || ripe(t.due));
+  }
 
   static const char* missed_name(Missed m) {
     return m == Missed::catch_up ? "catch_up" : m == Missed::delay ? "delay" : "skip";
