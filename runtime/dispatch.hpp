@@ -1,6 +1,12 @@
 // runtime/dispatch.hpp: the record of one claimed run, as the wheel thread
 // hands it to a worker or to a lane's ready queue (state Handed until the
 // run starts: B1). Trivially copyable: it travels through lock-free queues.
+//
+// A record names its claim by the slot's generation and version at the claim
+// (W1). A reschedule on a lane's thread may take a run back from the lane's
+// ready queue (R4, timer_state.hpp), which bumps the version: the record
+// left in the queue then no longer matches the word (StateWord::holds_claim)
+// and whoever dequeues it skips it without touching the slot.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,7 @@ struct Dispatch {
   std::int64_t due_ns = 0;
   std::int64_t fired_at_ns = 0;
   std::uint64_t missed = 0;
+  std::uint32_t version = 0;  // the state word's version at the claim (W1): see above
   std::uint8_t flags = none;
 };
 static_assert(std::is_trivially_copyable_v<Dispatch>);

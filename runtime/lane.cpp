@@ -98,7 +98,9 @@ LaneCore* RuntimeCore::open_lane() {
 
 bool RuntimeCore::lane_closed(const TimerSlot& slot) const noexcept {
   // acquire: pairs with close_lane's release bump.
-  return slot.lane != nullptr && slot.lane_generation != slot.lane->generation.load(std::memory_order_acquire);
+  // relaxed: `lane` is published by S1 (timer_slab.hpp).
+  const LaneCore* lane = slot.lane.load(std::memory_order_relaxed);
+  return lane != nullptr && slot.lane_generation != lane->generation.load(std::memory_order_acquire);
 }
 
 // (L1, L2) Wheel thread: a timer of a closed lane, filed or being filed
@@ -146,7 +148,9 @@ void RuntimeCore::close_lane_on_wheel(LaneCore* lane) {
   wt().sweep_buffer.clear();
   wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
     const std::uint32_t index = wt().wheel.value(a);
-    if (slab_[index].lane == lane && lane_closed(slab_[index])) wt().sweep_buffer.push_back(index);
+    if (slab_[index].lane.load(std::memory_order_relaxed) == lane && lane_closed(slab_[index])) {
+      wt().sweep_buffer.push_back(index);
+    }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
     TimerSlot& slot = slab_[index];
@@ -156,7 +160,7 @@ void RuntimeCore::close_lane_on_wheel(LaneCore* lane) {
   std::size_t kept = 0;
   for (std::uint32_t index : wt().overdue) {
     TimerSlot& slot = slab_[index];
-    if (slot.lane == lane && lane_closed(slot)) {
+    if (slot.lane.load(std::memory_order_relaxed) == lane && lane_closed(slot)) {
       cancel_for_closed_lane(slot, index);
     } else {
       wt().overdue[kept++] = index;
@@ -169,7 +173,8 @@ void RuntimeCore::close_lane_on_wheel(LaneCore* lane) {
 void RuntimeCore::close_lane(LaneCore* lane) {
 #ifndef NDEBUG
   if (const TimerId self = current_run()) {
-    CHIME_ASSERT(slab_[self.slot()].lane != lane, "a chime::Lane destroyed (or move-assigned) from its own callback");
+    CHIME_ASSERT(slab_[self.slot()].lane.load(std::memory_order_relaxed) != lane,
+                 "a chime::Lane destroyed (or move-assigned) from its own callback");
   }
 #endif
   // release: pairs with lane_closed's acquire (the wheel thread's).
@@ -206,6 +211,10 @@ void RuntimeCore::close_lane(LaneCore* lane) {
     for (std::size_t i = 0; i < n; ++i) {
       TimerSlot& slot = slab_[batch[i].slot];
       std::uint64_t w = slot.word.load(std::memory_order_acquire);
+      // A run taken back by a reschedule on the lane's thread (R4): the
+      // record is stale and the timer not ours (the wheel thread's close
+      // above, or its L1 at the timer's ADD, settles it).
+      if (!StateWord::holds_claim(w, batch[i].generation, batch[i].version)) continue;
       for (;;) {
         if (StateWord::state(w) == SlotState::cancelled) break;  // C4 (or shutdown's X2) won: we only free it
         CHIME_ASSERT(StateWord::state(w) == SlotState::handed, "a ready run is handed or cancelled");
@@ -460,15 +469,17 @@ CancelResult Lane::cancel_and_wait(TimerId id) {
   check("cancel_and_wait");
   return core_->cancel_and_wait(id);
 }
+// On the lane's thread a run of this lane already in its ready queue is
+// taken back and re-filed (R4, producer_ops.cpp): the reschedule wins.
 bool Lane::reschedule_at(TimerId id, TimePoint due) {
   check("reschedule_at");
   const detail::LaneToken token(*lane_);
-  return core_->reschedule(id, due, token.get());
+  return core_->reschedule(id, due, token.get(), lane_);
 }
 bool Lane::reschedule_after(TimerId id, Duration delay) {
   check("reschedule_after");
   const detail::LaneToken token(*lane_);
-  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), token.get());
+  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), token.get(), lane_);
 }
 TimerState Lane::state(TimerId id) const {
   check("state");

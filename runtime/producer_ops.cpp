@@ -247,7 +247,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.period_ns = period_ns;
   slot.on_missed = on_missed;
-  slot.lane = lane;
+  slot.lane.store(lane, std::memory_order_relaxed);  // published by S1's release, as the fields above
   // relaxed: the Lane calling us is alive (its generation is stable while it
   // is). A Timer passes the generation it was made with: if its Lane is gone,
   // the wheel thread cancels the timer (L1) instead of handing it to the
@@ -460,11 +460,84 @@ std::optional<TimePoint> RuntimeCore::pending_due(TimerId id) const noexcept {
   }
 }
 
-bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token) {
+namespace {
+// Holds a lane's runs_active while a reschedule on the lane's thread takes a
+// run back from its ready queue (R4) and re-files it: the same Dekker pair
+// with shutdown's stopped_ as a batch of runs (lane.cpp, run_lane). Entered
+// (seq_cst increment, then seq_cst load of stopped_) only if shutdown has
+// not begun; then shutdown, which stores stopped_ (seq_cst) before it waits
+// for every lane's runs_active to be 0 (seq_cst), waits for us, and its
+// sweep sees the timer Pending (X1), not a Handed word whose take-back
+// comes after the sweep looked (a timer nobody would settle). The release
+// decrement orders our word and our ADD before the sweep.
+class LaneRunsHold {
+ public:
+  LaneRunsHold() = default;
+  LaneRunsHold(const LaneRunsHold&) = delete;
+  LaneRunsHold& operator=(const LaneRunsHold&) = delete;
+  ~LaneRunsHold() {
+    if (lane_ != nullptr) lane_->runs_active.fetch_sub(1, std::memory_order_release);
+  }
+  // False (and nothing held) if shutdown has begun.
+  bool enter(LaneCore& lane, const std::atomic<bool>& stopped) noexcept {
+    lane.runs_active.fetch_add(1, std::memory_order_seq_cst);
+    if (stopped.load(std::memory_order_seq_cst)) {
+      lane.runs_active.fetch_sub(1, std::memory_order_release);
+      return false;
+    }
+    lane_ = &lane;
+    return true;
+  }
+
+ private:
+  LaneCore* lane_ = nullptr;
+};
+
+// (R4) design.md, Lanes: on the lane's thread a reschedule of a run already
+// in the lane's ready queue wins, as a cancel does (C4). Only there: the run
+// cannot be starting (the lane's thread starts it, and it is here), so the
+// outcome follows the caller's own order of calls; on any other thread, as
+// for a worker's run, the reschedule returns false and the run goes ahead.
+// And only for a run of `lane`: another lane's or a worker's run is not in
+// this lane's queue.
+bool is_own_ready_run(const TimerSlot& slot, const LaneCore& lane) noexcept {
+  // relaxed: owner is compared with this thread's own id, which only this
+  // thread stores (lane_core.hpp).
+  if (lane.owner.load(std::memory_order_relaxed) != std::this_thread::get_id()) return false;
+  // relaxed: timer_slab.hpp (`lane`); if the slot was reused since the
+  // caller loaded its word, the take-back's CAS from that word fails.
+  return slot.lane.load(std::memory_order_relaxed) == &lane;
+}
+
+// Takes the Handed word `w` to Writing with a new version (R4), so the record
+// in the ready queue no longer holds the claim and is skipped by whoever
+// dequeues it (worker_pool.cpp, run; lane.cpp, close_lane). True iff it did;
+// `w` is then our Writing word, and we own the slot's fields as after R1.
+bool take_back_ready_run(TimerSlot& slot, std::uint64_t& w) noexcept {
+  const std::uint32_t generation = StateWord::generation(w);
+  while (StateWord::generation(w) == generation && StateWord::state(w) == SlotState::handed) {
+    // (R4) acquire, as R1: we now own `due` (the wheel thread's read of it
+    // for the claim happens-before, through W1's release) and, if a cancel
+    // then wins against our Writing (C2), the task we destroy (R3). Nothing
+    // of ours to publish yet (R2 does). It races B1, C4, X2 and L3 on this
+    // word: one CAS wins; a failure reloads the word (acquire, as the load).
+    const std::uint64_t writing = StateWord::bumped(w, SlotState::writing);
+    if (slot.word.compare_exchange_weak(w, writing, std::memory_order_acquire, std::memory_order_acquire)) {
+      w = writing;
+      return true;
+    }
+  }
+  return false;  // started, or cancelled: the reschedule lost
+}
+}  // namespace
+
+bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane) {
   check_due_in_range("reschedule", due);
   TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return false;
   const std::int64_t due_ns = due.time_since_epoch().count();
+  LaneRunsHold hold;
+  bool taken_back = false;  // R4: the run was in `lane`'s ready queue; the timer is not filed
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
   for (;;) {
     if (StateWord::generation(w) != id.generation()) return false;
@@ -474,14 +547,27 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
       w = slot->word.load(std::memory_order_acquire);
       continue;
     }
+    if (s == SlotState::handed && lane != nullptr) {
+      // hold.enter fails once shutdown began: the run is then shutdown's
+      // (X2) or goes ahead as a final run.
+      if (!is_own_ready_run(*slot, *lane) || !hold.enter(*lane, stopped_) || !take_back_ready_run(*slot, w)) {
+        return false;
+      }
+      taken_back = true;
+      break;
+    }
     if (s != SlotState::pending) return false;
     const std::uint64_t writing = StateWord::with_state(w, SlotState::writing);
     // (R1) acquire: we now own `due`; release is not needed (nothing written yet).
-    if (slot->word.compare_exchange_weak(w, writing, std::memory_order_acquire, std::memory_order_acquire)) break;
+    if (slot->word.compare_exchange_weak(w, writing, std::memory_order_acquire, std::memory_order_acquire)) {
+      w = writing;
+      break;
+    }
   }
+  // w is our Writing word (R1's, or R4's with its new version).
   const std::int64_t old_due = slot->due_ns.load(std::memory_order_relaxed);
   slot->due_ns.store(due_ns, std::memory_order_relaxed);
-  std::uint64_t expected = StateWord::with_state(w, SlotState::writing);
+  std::uint64_t expected = w;
   // (R2) release: publishes the new due with the new version; the wheel
   // thread's acquire load of the word, then its load of due, then its claim
   // CAS (W1) from that exact word, sees either the old version (and the CAS
@@ -489,11 +575,16 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   if (slot->word.compare_exchange_strong(expected, StateWord::bumped(w, SlotState::pending),
                                          std::memory_order_release, std::memory_order_acquire)) {
     counters_.add(Counter::rescheduled);
-    // Later: the wheel finds it at its old (earlier) time and re-files it
-    // lazily, no command needed. Earlier: the wheel must re-file it now; so
-    // must a later due that is already due now by this call's clock read
-    // (read only where it is not the steady clock: due_now_reading).
-    if (due_ns < old_due) {
+    // Taken back from a lane's ready queue (R4): not filed since its claim
+    // (W1), so the wheel thread files it again as a new timer's ADD (A1),
+    // due now by this call's clock reading. Otherwise: later, the wheel
+    // finds it at its old (earlier) time and re-files it lazily, no command
+    // needed. Earlier: the wheel must re-file it now; so must a later due
+    // that is already due now by this call's clock read (read only where it
+    // is not the steady clock: due_now_reading).
+    if (taken_back) {
+      post_and_wake(Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()), token, due_ns);
+    } else if (due_ns < old_due) {
       post_and_wake(Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()), token,
                     due_ns);
     } else if (clock_kind_ != ClockKind::steady) {
@@ -514,7 +605,8 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   CHIME_ASSERT(StateWord::state(expected) == SlotState::cancelling, "R2 failed other than to a cancel (C2)");
   slot->task.reset();
   slot->word.store(StateWord::with_state(expected, SlotState::cancelled), std::memory_order_release);
-  // Not filed yet: the slot is ours to free (the cancel left it to us).
+  // Not filed (yet, or since its claim, after R4): the slot is ours to free
+  // (the cancel left it to us).
   if (!StateWord::filed(expected)) free_unfiled(id.slot(), token);
   return false;
 }

@@ -172,7 +172,9 @@ class RuntimeCore {
     if (stopped_.load(std::memory_order_acquire)) throw StoppedError(std::string("chime::") + what + " after shutdown");
     check_due_in_range(what, due);
   }
-  bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token);
+  // `lane`: called through that Lane, whose ready runs a call on the lane's
+  // thread may take back (R4).
+  bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane = nullptr);
   TimerState state(TimerId id) const noexcept;
   TimePoint now() const noexcept { return clock_->now(); }
 

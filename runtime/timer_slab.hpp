@@ -75,7 +75,13 @@ struct alignas(64) TimerSlot {
   // The lane its runs go to (chime::Lane), or null for the workers, and that
   // lane's generation when it was scheduled (lane_core.hpp). Written by the
   // scheduling producer before S1, like `task`; read by the wheel thread.
-  LaneCore* lane = nullptr;
+  // `lane` is atomic, every access relaxed, because a reschedule on a lane's
+  // thread reads it to tell whether a Handed run is in that lane's ready
+  // queue (R4) while the slot may be freed and reused under it (a cancel
+  // elsewhere): S1 publishes the value with the word, and a value from a
+  // later generation only reaches a reschedule whose CAS from the word it
+  // loaded then fails.
+  std::atomic<LaneCore*> lane{nullptr};
   std::uint32_t lane_generation = 0;
   // Line 1:
   alignas(64) Task task;

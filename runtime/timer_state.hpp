@@ -65,11 +65,21 @@
 //  {g,v,Pending}     {g,v,Cancelled}    wheel: a destroyed lane's timer, filed or arriving CAS (acq_rel) (L1)
 //  {g,v,Handed}      {g,v,Cancelled}    wheel: a destroyed lane's timer it just claimed   CAS (acq_rel) (L2)
 //  {g,v,Handed}      {g,v,Cancelled}    the thread destroying a lane: its ready runs      CAS (acq_rel) (L3)
+//  {g,v,Handed}      {g,v+1,Writing}    Lane::reschedule_* on the lane's thread, of a run of that lane in
+//                                       its ready queue: takes the run back; then R2 (or R3)
+//                                       and an ADD re-files it            CAS (acquire)  (R4)
 //
 // A lane's run (chime::Lane) is Handed while in the lane's ready queue; the
 // lane's thread starts it (B1) and ends it (F1-F4) like a worker, so cancel
 // wins until the callback starts (C4) whether or not the run is queued.
 // X2, L1, L2, L3 each race a producer's cancel with one CAS: one wins.
+// On the lane's thread a reschedule wins there too (R4): it takes the run
+// back to Writing with a new version, so the Dispatch record left in the
+// ready queue no longer holds the claim (holds_claim) and is skipped by
+// whoever dequeues it; from Writing it is an ordinary reschedule (R2, or C2
+// then R3), except that the timer is not filed (W1 cleared the bit), so R2
+// is followed by an ADD, which the wheel thread files (A1) like a new
+// timer's. R4 races B1, C4, X2 and L3 on the Handed word: one CAS wins.
 //
 // Cancel posts no command: a timer cancelled while filed in the wheel stays
 // there as a "zombie" until its alarm comes due or the wheel thread sweeps
@@ -116,7 +126,7 @@
 //   producer's core, and its slot warm for the producer's next schedule.
 //
 // Who may write which field:
-// - `due`: the producer before S1; the owner of Writing (R1..R2); the worker
+// - `due`: the producer before S1; the owner of Writing (R1 or R4..R2); the worker
 //   in Running before F2. Nobody else, so whoever wins R1/W1/F2 sees a stable
 //   value.
 // - `task`, `period`, `on_missed`: the producer before S1; read-only until
@@ -175,6 +185,14 @@ struct StateWord {
   static constexpr std::uint64_t with_state(std::uint64_t w, SlotState s) noexcept {
     return (w & ~(kStateMask | kWaiterBit)) | static_cast<std::uint64_t>(s);
   }
+  // True iff w is still the claim a Dispatch record was made for (W1 at
+  // `generation` and `version`): false once a reschedule took the run back
+  // (R4 bumps the version), whatever happened to the timer since. Across 2^24
+  // version bumps of one timer while its stale record waits in a lane's
+  // ready queue the answer would be wrong (lane.hpp, Not guaranteed).
+  static constexpr bool holds_claim(std::uint64_t w, std::uint32_t generation, std::uint32_t version) noexcept {
+    return StateWord::generation(w) == generation && StateWord::version(w) == version;
+  }
   // W1: claimed for a run, so no longer filed.
   static constexpr std::uint64_t claimed(std::uint64_t w) noexcept {
     return with_state(w, SlotState::handed) & ~kFiledBit;
@@ -226,6 +244,9 @@ static_assert(StateWord::filed(StateWord::with_state(StateWord::make(7, 1, SlotS
                                                      SlotState::cancelling)),
               "C1 keeps the filed bit");
 static_assert(!StateWord::filed(StateWord::claimed(StateWord::make(7, 1, SlotState::pending) | StateWord::kFiledBit)));
+static_assert(!StateWord::holds_claim(StateWord::bumped(StateWord::make(7, 1, SlotState::handed), SlotState::writing),
+                                      7, 1),
+              "R4 takes the claim away from the record in the ready queue");
 static_assert(StateWord::state(StateWord::make(7, 1, SlotState::running_cancelled) | StateWord::kFiledBit) ==
               SlotState::running_cancelled);
 static_assert(StateWord::issued_before(6, StateWord::make(7, 0, SlotState::pending), 0) &&

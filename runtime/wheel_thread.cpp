@@ -302,7 +302,7 @@ void RuntimeCore::apply(const Command& c) {
               continue;
             }
             slot.filed_generation = c.generation;
-            if (slot.lane != nullptr && lane_closed(slot)) [[unlikely]] {
+            if (slot.lane.load(std::memory_order_relaxed) != nullptr && lane_closed(slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
             }
@@ -539,6 +539,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         Dispatch d;
         d.slot = index;
         d.generation = StateWord::generation(w);
+        d.version = StateWord::version(w);  // W1 keeps it; a take-back (R4) bumps it
         d.due_ns = due;
         d.fired_at_ns = fired_at;
         // A flush waits for this run if any run it covers was due by its
@@ -590,7 +591,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
 void RuntimeCore::dispatch(const Dispatch& d) {
   wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, d.due_ns);
   TimerSlot& slot = slab_[d.slot];  // line 0, which the claim just wrote
-  LaneCore* lane = slot.lane;
+  LaneCore* lane = slot.lane.load(std::memory_order_relaxed);  // timer_slab.hpp: written before S1
   if (lane == nullptr) {
     wt().dispatch_batch.push_back(d);
     return;
@@ -664,6 +665,7 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
       Dispatch d;
       d.slot = index;
       d.generation = StateWord::generation(w);
+      d.version = StateWord::version(w);
       d.due_ns = slot.due_ns.load(std::memory_order_relaxed);
       d.fired_at_ns = now;
       d.flags = static_cast<std::uint8_t>(flags | (StateWord::periodic(w) ? Dispatch::keep_due : 0));

@@ -9,7 +9,9 @@
 //
 // Per run: start it (B1: Handed -> Running); if a cancel won meanwhile (C4:
 // Cancelled), skip it and free the slot: cancel wins until the callback
-// starts. After the callback returns (or throws: caught, counted, passed to
+// starts. A lane's record whose run a reschedule on the lane's thread took
+// back (R4: the word's version moved on) is skipped and frees nothing.
+// After the callback returns (or throws: caught, counted, passed to
 // on_error), the worker finishes the timer (timer_state.hpp):
 // - one-shot: Running -> Fired (F1), free the slot;
 // - periodic: store the next due, Running -> Pending (F2) and post an ADD (or,
@@ -118,7 +120,14 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
   TimerSlot& slot = slab_[d.slot];
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   for (;;) {
-    CHIME_ASSERT(StateWord::generation(w) == d.generation, "a handed-over slot was reused before its run");
+    if (!StateWord::holds_claim(w, d.generation, d.version)) {
+      // A reschedule on the lane's thread took the run back (R4) while this
+      // record waited in the lane's ready queue: the timer is the
+      // rescheduler's now (re-filed, or freed by whoever cancelled it). Skip
+      // the record and touch nothing of the slot.
+      CHIME_ASSERT(where == RunPlace::lane, "only a lane's ready run is taken back (R4)");
+      return false;
+    }
     if (StateWord::state(w) == SlotState::cancelled) {
       // C4 won: the run never starts. We hold the dispatch, so we free it;
       // the canceller already counted and ended the timer.

@@ -153,6 +153,114 @@ TEST(RuntimeLaneRace, a_lane_destroyed_with_runs_queued_runs_none_of_them_later)
   EXPECT_EQ(s.fired + s.cancelled, scheduled) << "every timer either ran or was cancelled by the lane's close";
 }
 
+// design.md, Lanes: on the lane's thread a reschedule of a run already in
+// the lane's ready queue wins (R4, runtime/timer_state.hpp). The lane's
+// thread lets runs pile up in its ready queue, then reschedules some of
+// them (and, from callbacks, runs of the same batch) while a canceller on
+// another thread cancels at random: every timer runs exactly once, never
+// before the last due a reschedule that returned true gave it, or its
+// cancel won, never both; the records left in the ready queue by the
+// take-backs run nothing.
+TEST(RuntimeLaneRace, reschedules_on_the_lane_thread_of_queued_runs_race_cancels_and_each_timer_runs_once_never_early) {
+  chime_stress::print_seed();
+  chime::RuntimeOptions options = stress_support::steady_options(1);
+  options.precision = 100us;
+  chime::Runtime rt(options);
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int kTimers = 3'000;
+#else
+  constexpr int kTimers = 30'000;
+#endif
+  struct Timed {
+    std::atomic<int> runs{0};
+    std::atomic<int> early{0};
+    std::atomic<bool> cancel_won{false};
+    std::atomic<std::int64_t> due_ns{0};  // the last due it was given (the lane's thread writes it after the schedule)
+    std::atomic<std::uint64_t> id{0};     // packed; 0 until scheduled
+  };
+  std::vector<Timed> timers(kTimers);
+  std::atomic<int> scheduled{0};
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> reschedules_won{0};
+  std::thread lane_thread([&] {
+    chime::Lane lane = rt.lane();  // made here: this is the lane's thread from the start
+    std::mt19937_64 rng(chime_stress::seed());
+    auto reschedule_some = [&](int n) {
+      const int known = scheduled.load(std::memory_order_acquire);
+      for (int k = 0; k < n && known > 0; ++k) {
+        Timed& t = timers[rng() % static_cast<std::size_t>(known)];
+        const chime::TimePoint due = rt.clock().now() + std::chrono::microseconds(rng() % 1500);
+        // The due is recorded before the reschedule: the run it allows
+        // comes later on this thread. A reschedule that lost restores it.
+        const std::int64_t before = t.due_ns.exchange(due.time_since_epoch().count());
+        if (lane.reschedule_at(stress_support::unpack(t.id.load(std::memory_order_acquire)), due)) {
+          reschedules_won.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          t.due_ns.store(before);
+        }
+      }
+    };
+    for (int i = 0; i < kTimers; ++i) {
+      Timed& t = timers[static_cast<std::size_t>(i)];
+      const chime::TimePoint due = rt.clock().now() + std::chrono::microseconds(rng() % 1500);
+      t.due_ns.store(due.time_since_epoch().count());
+      const chime::TimerId id = lane.schedule_at(due, [&t, &rt, &rng, &reschedule_some] {
+        if (rt.clock().now().time_since_epoch().count() < t.due_ns.load()) t.early.fetch_add(1);
+        t.runs.fetch_add(1);
+        if (rng() % 4 == 0) reschedule_some(2);  // runs of this batch, often
+      });
+      t.id.store(stress_support::pack(id), std::memory_order_release);
+      scheduled.store(i + 1, std::memory_order_release);
+      if (i % 32 == 31) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 800));  // runs pile up in the ready queue
+        reschedule_some(4);
+        lane.run_ready(rng() % 16);
+      }
+    }
+    while (!stop.load(std::memory_order_acquire)) lane.wait_and_run(rt.clock().now() + 1ms);
+    lane.run_ready();
+  });
+  std::thread canceller([&] {
+    std::mt19937_64 rng(chime_stress::seed() ^ 0xca9ce1);
+    while (scheduled.load(std::memory_order_acquire) < kTimers) {
+      const int known = scheduled.load(std::memory_order_acquire);
+      if (known == 0) continue;
+      Timed& t = timers[rng() % static_cast<std::size_t>(known)];
+      const chime::TimerId id = stress_support::unpack(t.id.load(std::memory_order_acquire));
+      if (rt.cancel(id) && t.cancel_won.exchange(true)) ADD_FAILURE() << "a second cancel of one timer won";
+      if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  canceller.join();
+  while (scheduled.load() < kTimers) std::this_thread::yield();
+  std::this_thread::sleep_for(5ms);  // every due is at most 1.5 ms after its last reschedule
+  stress_support::wait_until_idle(rt);
+  stop.store(true, std::memory_order_release);
+  lane_thread.join();
+  std::size_t ran = 0, cancelled = 0, neither = 0, both = 0, twice = 0, early = 0;
+  for (Timed& t : timers) {
+    const int runs = t.runs.load();
+    const bool c = t.cancel_won.load();
+    ran += runs > 0 ? 1 : 0;
+    cancelled += c ? 1 : 0;
+    neither += (runs == 0 && !c) ? 1 : 0;
+    both += (runs > 0 && c) ? 1 : 0;
+    twice += runs > 1 ? 1 : 0;
+    early += static_cast<std::size_t>(t.early.load());
+  }
+  std::printf("%d lane timers: %zu ran, %zu cancelled, %llu reschedules won\n", kTimers, ran, cancelled,
+              static_cast<unsigned long long>(reschedules_won.load()));
+  EXPECT_EQ(neither, 0u) << "lost timers";
+  EXPECT_EQ(both, 0u) << "a cancel that returned true did not stop the run";
+  EXPECT_EQ(twice, 0u) << "a timer ran twice (a record left by a take-back ran)";
+  EXPECT_EQ(early, 0u) << "a run before the due its last successful reschedule gave it";
+  const chime::Stats s = rt.stats();
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.fired, ran);
+  EXPECT_EQ(s.cancelled, cancelled);
+  EXPECT_EQ(s.rescheduled, reschedules_won.load());
+}
+
 // shutdown racing a lane thread that runs periodic and one-shot timers: the
 // Dekker pair between lane batches and shutdown (runtime/lane.cpp) leaves
 // nothing pending once the lane has run what shutdown made ready, and every

@@ -103,6 +103,81 @@ TEST_P(LaneTest, cancel_wins_even_after_the_run_was_queued_on_the_lane) {
   EXPECT_EQ(s.pending, 0u);
 }
 
+// design.md, Lanes: on the lane's thread a reschedule of a run already in
+// the ready queue wins as a cancel does: it returns true, the queued run
+// never happens, and the timer runs once, at its new due.
+TEST_P(LaneTest, a_reschedule_on_the_lane_thread_wins_over_a_run_already_queued) {
+  chime::Lane lane = rt.lane();  // this thread made it: it is the lane's thread
+  std::vector<chime::TimePoint> dues;
+  const chime::TimerId a = lane.schedule_at(at(1ms), [&](const chime::Firing& f) { dues.push_back(f.due); });
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  while (!readable(lane.ready_fd())) std::this_thread::yield();
+  // The run is in the ready queue now, not started.
+  EXPECT_TRUE(lane.reschedule_at(a, at(5ms))) << "a reschedule before the callback starts wins on the lane's thread";
+  EXPECT_EQ(lane.state(a), chime::TimerState::pending);
+  EXPECT_EQ(lane.run_ready(), 0u) << "the queued run was taken back";
+  flusher.join();
+  EXPECT_TRUE(dues.empty());
+  advance_to(clock, rt, at(4ms));
+  EXPECT_TRUE(dues.empty()) << "never before its new due";
+  advance_to(clock, rt, at(6ms));
+  EXPECT_EQ(dues, (std::vector<chime::TimePoint>{at(5ms)})) << "exactly one run, at the new due";
+  EXPECT_EQ(lane.state(a), chime::TimerState::fired);
+  const chime::Stats s = rt.stats();
+  EXPECT_EQ(s.fired, 1u);
+  EXPECT_EQ(s.rescheduled, 1u);
+  EXPECT_EQ(s.pending, 0u);
+}
+
+// The same from a callback on the lane: the other run of its batch is taken
+// back before the lane reaches it; a periodic timer taken back keeps its
+// rate from the new due, and a cancel after the take-back still wins once.
+TEST_P(LaneTest, a_reschedule_from_a_lane_callback_wins_over_a_run_of_the_same_batch) {
+  chime::Lane lane = rt.lane();
+  lane.run_ready();
+  std::vector<chime::TimePoint> periodic_dues;
+  chime::TimerId p;
+  bool took_back = false;
+  // Scheduled first, due at the same time: it runs first in the batch.
+  lane.schedule_at(at(10ms), [&] { took_back = lane.reschedule_at(p, at(15ms)); });
+  p = lane.schedule_every(10ms, [&](const chime::Firing& f) { periodic_dues.push_back(f.due); });
+  advance_to(clock, rt, at(11ms));
+  EXPECT_TRUE(took_back);
+  EXPECT_TRUE(periodic_dues.empty()) << "the periodic run queued behind the callback was taken back";
+  advance_to(clock, rt, at(16ms));
+  advance_to(clock, rt, at(26ms));
+  EXPECT_EQ(periodic_dues, (std::vector<chime::TimePoint>{at(15ms), at(25ms)}));
+  EXPECT_TRUE(lane.cancel(p));
+  advance_to(clock, rt, at(100ms));
+  EXPECT_EQ(periodic_dues.size(), 2u);
+  const chime::Stats s = rt.stats();
+  EXPECT_EQ(s.fired, 3u);
+  EXPECT_EQ(s.cancelled, 1u);
+  EXPECT_EQ(s.pending, 0u);
+}
+
+// A reschedule from another thread than the lane's keeps the rule for a run
+// already handed over (design.md, Lanes): it returns false and the run goes
+// ahead at its old due, as for a worker.
+TEST_P(LaneTest, a_reschedule_from_another_thread_of_a_queued_run_returns_false_and_the_run_goes_ahead) {
+  chime::Lane lane = rt.lane();
+  std::vector<chime::TimePoint> dues;
+  const chime::TimerId a = lane.schedule_at(at(1ms), [&](const chime::Firing& f) { dues.push_back(f.due); });
+  clock.set(at(2ms));
+  std::thread flusher([&] { rt.flush(); });
+  while (!readable(lane.ready_fd())) std::this_thread::yield();
+  bool rescheduled = true;
+  std::thread other([&] { rescheduled = lane.reschedule_at(a, at(5ms)); });
+  other.join();
+  EXPECT_FALSE(rescheduled);
+  EXPECT_EQ(lane.run_ready(), 1u);
+  flusher.join();
+  EXPECT_EQ(dues, (std::vector<chime::TimePoint>{at(1ms)}));
+  EXPECT_EQ(lane.state(a), chime::TimerState::fired);
+  EXPECT_EQ(rt.stats().rescheduled, 0u);
+}
+
 TEST_P(LaneTest, a_cancel_of_every_ready_run_leaves_ready_fd_readable_with_nothing_to_run) {
   chime::Lane lane = rt.lane();
   const chime::TimerId a = lane.schedule_at(at(1ms), [] { ADD_FAILURE() << "cancelled run ran"; });

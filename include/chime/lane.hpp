@@ -19,6 +19,12 @@
 //   the callback will not run, even if the run is already in the ready queue.
 //   On the lane's thread, where no run is in progress outside run_ready, a
 //   cancel of a timer that has not run returns true.
+// - So does a reschedule on the lane's thread: Lane::reschedule_* of a run
+//   of this lane already in the ready queue returns true, that run never
+//   happens, and the timer runs at its new due (as Timer::arm_* does). On
+//   any other thread (and through Runtime's or a Producer's reschedule) a
+//   run already handed over is as for workers: reschedule returns false and
+//   the run goes ahead at its old due.
 // - Never early; runs of one lane go in due order (interval order within one
 //   wheel advance, as for workers = 1).
 // - ready_fd() is readable whenever a run is ready (level-triggered: it stays
@@ -55,9 +61,29 @@
 //   otherwise not detected.
 // - A Timer bound to the lane does not outlive it: arming it afterwards
 //   throws std::logic_error (chime/timer.hpp).
-// - On the lane's thread a reschedule_* of a run already in the ready queue
-//   returns false and the run goes ahead (cancel does win there; to move
-//   such a run, use a chime::Timer, whose arm_* wins like cancel).
+//
+// Not guaranteed: a run taken back from the ready queue by a reschedule on
+// the lane's thread leaves its record in the queue, told stale by the timer's
+// 24-bit version; a record that waits there across 2^24 reschedules of its
+// timer could run (docs/state-machine.md, R4).
+//
+// Memory ordering: everything a thread did before a schedule_* on the lane
+// happens-before the callback runs on the lane's thread; everything a
+// callback did happens-before a flush() that waited for it returns, a
+// cancel_and_wait that waited for it returns, and the next run of the same
+// periodic timer. A cancel that returned true guarantees the callback never
+// runs; the task (and what it captured) is destroyed before cancel returns
+// if the run was not yet ready, else by the thread that next dequeues it
+// (run_ready) or destroys the lane. Threads that take turns running the
+// lane: everything one did inside run_ready or wait_and_run happens-before
+// the next one enters.
+//
+// Contract lines below: which threads may call, whether the call blocks
+// (waits for another thread), whether it allocates, what it throws. Every
+// call but operator bool, sleep_until and the moves throws std::logic_error
+// on an empty Lane or one whose Runtime is gone. "In steady state": a slot
+// slab that grows, a queue block, or a container for freed slots may be
+// allocated, rarely (runtime.hpp, schedule_at).
 //
 // Coroutines: `co_await lane.sleep_for(d)` / `co_await lane.sleep_until(tp)`
 // suspend the coroutine and resume it on the lane's thread, from inside
@@ -155,44 +181,79 @@ class Lane {
  public:
   // Empty: every call but operator bool throws std::logic_error.
   Lane() noexcept = default;
+  // Never blocks, never allocates.
   Lane(Lane&& other) noexcept;
   // Closes this lane (as the destructor does), then takes other's.
   Lane& operator=(Lane&& other) noexcept;
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
-  // Cancels the lane's pending and ready runs.
+  // Cancels the lane's pending and ready runs. On the lane's thread or while
+  // no thread runs it. Blocks until the wheel thread has served the close
+  // (one pass; during shutdown, until the wheel thread exited). May allocate
+  // (the close command). Never throws.
   ~Lane();
 
-  // As Runtime's, with the runs on this lane. Any thread.
+  // As Runtime's, with the runs on this lane. Any thread; from one thread in
+  // that thread's order (on the lane's thread through the lane's own queue
+  // token). Lock-free and allocation-free in steady state. Throws as
+  // Runtime's: StoppedError, std::out_of_range, CapacityError (and
+  // std::invalid_argument for a period <= 0).
   TimerId schedule_at(TimePoint due, Task task);
   TimerId schedule_after(Duration delay, Task task);
   TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
+  // As Runtime's: true iff the callback will not run (a periodic timer's
+  // further runs will not start), also for a run already in the ready
+  // queue. Any thread. Lock-free; never blocks; no allocation in steady
+  // state. Throws only std::logic_error (above).
   bool cancel(TimerId id);
+  // As Runtime's. Any thread. Lock-free; never blocks; no allocation in
+  // steady state.
   CancelResult try_cancel(TimerId id);
+  // As Runtime's. Any thread. Blocks (futex) while the timer's run is in
+  // progress on another thread; from its own callback it returns `running`
+  // at once. No allocation in steady state.
   CancelResult cancel_and_wait(TimerId id);
+  // True iff the timer was pending, or (on the lane's thread only) its run
+  // was in this lane's ready queue and has been taken back, and it now has
+  // the new due time; false once its run started, or for a run handed over
+  // when called on another thread. Any thread. Lock-free, except that two
+  // threads rescheduling the same timer at once serialize on it (yield,
+  // never a lock). May allocate in steady state only to post a command (an
+  // earlier due, or a run taken back). Throws std::out_of_range for a due
+  // beyond the wheel's range.
   bool reschedule_at(TimerId id, TimePoint due);
   bool reschedule_after(TimerId id, Duration delay);
+  // As Runtime's. Any thread. Lock-free; never blocks; never allocates.
   TimerState state(TimerId id) const;
 
   // An eventfd (non-blocking, close-on-exec), owned by the lane: readable
   // whenever a run is ready. Add it to epoll/poll for reading; do not read
-  // it yourself (run_ready does).
+  // it yourself (run_ready does). Any thread. Never blocks, never allocates.
   int ready_fd() const;
   // Runs up to `max` ready callbacks on this thread, in due order; returns
-  // how many ran (cancelled ones are skipped, not counted). Never blocks on
-  // the wheel; never lets a callback's exception escape.
+  // how many ran (cancelled and taken-back ones are skipped, not counted).
+  // Makes this thread the lane's thread. Never blocks on the wheel (only
+  // while a shutdown in progress finishes its sweep); never lets a
+  // callback's exception escape. No allocation in steady state beyond what
+  // the callbacks do (a periodic run posts its re-arm). Throws
+  // std::logic_error while another thread is inside run_ready or
+  // wait_and_run of this lane, or from inside a callback.
   std::size_t run_ready(std::size_t max = SIZE_MAX);
   // Blocks until a run is ready or the runtime's clock reaches `deadline`,
   // then runs what is ready; returns how many ran. A deadline already
   // passed does not block. With a ManualClock the deadline is reached when
-  // the clock is moved past it (checked every millisecond).
+  // the clock is moved past it (checked every millisecond). Otherwise as
+  // run_ready (thread, allocation, errors).
   std::size_t wait_and_run(TimePoint deadline);
 
   // co_await lane.sleep_for(d): resumes on this lane at now + d (the
-  // runtime's clock, read at this call).
+  // runtime's clock, read at this call). Any thread; the sleep's timer is
+  // scheduled at the co_await (errors then: as schedule_at). Never blocks,
+  // never allocates.
   LaneSleep sleep_for(Duration delay);
   LaneSleep sleep_until(TimePoint due) noexcept { return LaneSleep(*this, due); }
 
+  // The runtime's clock. Any thread. Never blocks, never allocates.
   const Clock& clock() const;
   explicit operator bool() const noexcept { return lane_ != nullptr; }
 
