@@ -261,18 +261,45 @@ class KeyedTimers;  // chime/keyed_timers.hpp
 // each call on a moved-from Producer) throws std::logic_error, and its
 // destructor touches nothing of the runtime (its queue token, a few hundred
 // bytes, is leaked); a call racing the Runtime's destruction is not.
+//
+// Each call below has Runtime's meaning, results and errors; every call
+// throws std::logic_error on a moved-from Producer or once its Runtime is
+// gone. "The owning thread": one thread at a time, any thread. Memory
+// ordering: as Runtime's.
 class Producer {
  public:
+  // Never block, never allocate. Giving a token back (move-assigning over a
+  // Producer, the destructor) returns its cached free slots to the runtime:
+  // no allocation in steady state.
   Producer(Producer&&) noexcept;
   Producer& operator=(Producer&&) noexcept;
   ~Producer();
 
+  // The owning thread; FIFO with this Producer's other commands. Lock-free
+  // in steady state; may allocate as Runtime::schedule_at does (a slab
+  // chunk under a mutex once per 4,096 new slots, a block of this
+  // Producer's queue), and refills its slot cache 32 at a time. Throws
+  // StoppedError, std::out_of_range, CapacityError (schedule_every also
+  // std::invalid_argument), as Runtime's.
   TimerId schedule_at(TimePoint due, Task task);
   TimerId schedule_after(Duration delay, Task task);
   TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
+  // The owning thread. Lock-free, never blocks; one CAS, no command. A slot
+  // it frees goes to this Producer's cache (32 of them go back to the shared
+  // list as one batch): no allocation in steady state.
   bool cancel(TimerId id);
+  // The owning thread. Lock-free, never blocks; no allocation in steady
+  // state (a slot it frees goes to the shared list).
   CancelResult try_cancel(TimerId id);
+  // The owning thread. Blocks (futex) while the timer's run is in progress,
+  // except from its own callback (returns `running` at once). No allocation
+  // in steady state.
   CancelResult cancel_and_wait(TimerId id);
+  // The owning thread; FIFO with this Producer's other commands. Lock-free,
+  // except that two threads rescheduling the same timer at once serialize
+  // on it (yield, never a lock). A later due posts nothing; an earlier one
+  // posts a command (may allocate a queue block). Throws std::out_of_range
+  // for a due beyond the wheel's range.
   bool reschedule_at(TimerId id, TimePoint due);
   bool reschedule_after(TimerId id, Duration delay);
 

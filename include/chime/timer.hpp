@@ -54,6 +54,18 @@
 // values and all at the arm call: an arm deferred until a run returns is
 // checked when it is made, and if the schedule then still fails (shutdown
 // or capacity reached meanwhile) the Timer is left disarmed.
+//
+// Memory ordering: everything a thread did before an arm_* happens-before
+// the run that arm makes; everything a run did happens-before the next run
+// of the same Timer (runs never overlap), and before a disarm_and_wait (or
+// the destructor) that waited for it returns. disarm() returning true means
+// the prevented run never starts; it does not wait for, nor order anything
+// with, a run already in progress.
+//
+// Contract lines below: which threads may call, whether the call blocks,
+// whether it allocates, what it throws. "Any thread" calls take the
+// handle's mutex for a few loads and stores (never while the task runs or
+// while waiting for a run), so they block only on each other.
 #pragma once
 
 #include <memory>
@@ -73,11 +85,14 @@ class Timer {
   // Empty: arming it throws std::logic_error.
   Timer() noexcept;
   // Bound to `runtime`, not armed; `task` is kept and reused by every arm.
-  // Allocates the handle's state once.
+  // Any thread. Allocates the handle's state once (std::bad_alloc).
   Timer(Runtime& runtime, Task task);
   // Bound to `lane`: its runs go to the lane's thread (chime/lane.hpp). The
-  // lane must outlive the Timer (arming it after that throws).
+  // lane must outlive the Timer (arming it after that throws). Any thread.
+  // Allocates the handle's state once. Throws std::logic_error for an empty
+  // Lane or one whose Runtime is gone.
   Timer(Lane& lane, Task task);
+  // Never blocks, never allocates.
   Timer(Timer&& other) noexcept;
   // Disarms and waits for this Timer (as the destructor does), then takes
   // other's. From this Timer's own callback: as the destructor, the running
@@ -85,36 +100,47 @@ class Timer {
   Timer& operator=(Timer&& other) noexcept;
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
-  // disarm_and_wait().
+  // disarm_and_wait(), then frees the state: blocks while a run is in
+  // progress on another thread (not from the Timer's own callback, which
+  // then frees the state when it returns). Never allocates; never throws.
   ~Timer();
 
   // Arm (or re-arm) one run at `due` / `delay` from now (the runtime's
   // clock), replacing a pending run. A due at or before the clock's time is
   // due now. Called while a run is in progress (from its callback or
   // elsewhere), it takes effect when that run returns; a periodic timer's
-  // further runs are then stopped.
+  // further runs are then stopped. Any thread, its own callback included.
+  // Never waits for a run. No allocation in steady state (as
+  // Runtime::schedule_at: a slab or queue growth). Throws as listed under
+  // Errors above.
   void arm_at(TimePoint due);
   void arm_after(Duration delay);
   // Arm a fixed-rate periodic run (Runtime::schedule_every), replacing a
-  // pending run.
+  // pending run. As arm_at; also std::invalid_argument for a period <= 0.
   void arm_every(Duration period, PeriodicOptions options = {});
 
   // True iff a pending run was prevented (a pending run, or an arm waiting
   // for the run in progress to return). Does not wait for a run in progress.
+  // Any thread. No allocation in steady state. False, without throwing, for
+  // an empty Timer or one whose Runtime is gone.
   bool disarm();
   // Disarms; when a run is in progress, returns only after it has returned
   // (from the Timer's own callback it does not wait). cancelled: a pending
   // run was prevented; running: a run was in progress (and has returned,
   // unless called from the callback); done: nothing was armed or running.
+  // Any thread. Blocks (futex) while a run is in progress elsewhere. No
+  // allocation in steady state. Never throws for an empty Timer (done).
   CancelResult disarm_and_wait();
 
   // A run is pending: armed and not yet started (or periodic and not
-  // disarmed), or an arm waits for the run in progress to return.
+  // disarmed), or an arm waits for the run in progress to return. Any
+  // thread. Never allocates. False for an empty Timer.
   bool armed() const;
-  // The pending run's due time, if armed().
+  // The pending run's due time, if armed(). Any thread (yields while a
+  // reschedule of its timer is two stores from done). Never allocates.
   std::optional<TimePoint> due() const;
   // The runtime timer the last arm scheduled ({} before the first arm, and
-  // while an arm waits for a run in progress).
+  // while an arm waits for a run in progress). Any thread. Never allocates.
   TimerId id() const;
   // Bound to a runtime (not empty).
   explicit operator bool() const noexcept { return state_ != nullptr; }
