@@ -132,6 +132,18 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   wake_on_post_count_ = clock_kind_ != ClockKind::manual;
   slab_.reserve(options_.reserve);
   wt().handoff_token = std::make_unique<moodycamel::ProducerToken>(pool_.handoff);
+  if (tls_simulation_request != nullptr) [[unlikely]] {  // a test seam: no thread (simulation.hpp)
+    if (options_.workers != 0) {
+      throw std::invalid_argument("chime::detail::Simulation: workers must be 0 (callbacks run in the passes), got " +
+                                  std::to_string(options_.workers));
+    }
+    *tls_simulation_request = this;
+    tls_simulation_request = nullptr;
+    simulated_ = true;
+    simulation_thread_ = std::this_thread::get_id();
+    wt().retired = std::make_unique<RetiredSlots>(slab_);
+    return;
+  }
   pool_.threads.reserve(options_.workers);
   try {
     for (unsigned i = 0; i < options_.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
@@ -145,18 +157,6 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
     throw std::system_error(
         e.code(), "chime::Runtime: could not start thread " + std::to_string(pool_.threads.size() + 1) + " of " +
                       std::to_string(options_.workers + 1) + " (workers = " + std::to_string(options_.workers) +
-  if (tls_simulation_request != nullptr) [[unlikely]] {  // a test seam: no thread (simulation.hpp)
-    if (options_.workers != 0) {
-      throw std::invalid_argument("chime::detail::Simulation: workers must be 0 (callbacks run in the passes), got " +
-                                  std::to_string(options_.workers));
-    }
-    *tls_simulation_request = this;
-    tls_simulation_request = nullptr;
-    simulated_ = true;
-    simulation_thread_ = std::this_thread::get_id();
-    wt().retired = std::make_unique<RetiredSlots>(slab_);
-    return;
-  }
                       ", plus the wheel thread)");
   } catch (...) {
     stop_workers();  // out of memory for a thread's state

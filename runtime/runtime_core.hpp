@@ -50,11 +50,11 @@ namespace chime::detail {
 TimePoint saturating_after(TimePoint now, Duration delay);
 
 class RuntimeCore;
-// schedule_every's checks and first due, then schedule. runtime.cpp.
 // Test seam (simulation.hpp): non-null while detail::Simulation constructs
 // its Runtime on this thread; that RuntimeCore stores itself here and
 // starts no thread. simulation.cpp.
 extern thread_local RuntimeCore** tls_simulation_request;
+// schedule_every's checks and first due, then schedule. runtime.cpp.
 TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
                           ProducerQueueToken* token, LaneCore* lane = nullptr);
 // The callback this thread runs, if any (worker_pool.cpp sets it around
@@ -255,16 +255,16 @@ class RuntimeCore {
   void throw_if_in_callback(const char* what) const;
 
   // wheel_thread.cpp
-  void wheel_main();
-  bool on_wheel_thread() const noexcept;  // this thread is this runtime's wheel thread
-  bool apply_commands(bool& exhausted);
   // How a pass ended (run_pass): the queue was not emptied (pass again at
   // once), the wheel thread must exit (shutdown), or it may sleep.
   enum class PassEnd { more_commands, stopped, idle };
-  void apply(const Command& c);
+  void wheel_main();
   PassEnd run_pass(bool& busy);
   std::int64_t pass_clock();
   void stop_passes();
+  bool on_wheel_thread() const noexcept;  // this thread is this runtime's wheel thread
+  bool apply_commands(bool& exhausted);
+  void apply(const Command& c);
   void file(std::uint32_t index, TimerSlot& slot, bool at_application, std::int64_t called_at_ns = Command::kNotRead);
   bool due_now_at_application(std::int64_t due, std::int64_t called_at_ns);
   void reclaim(TimerSlot& slot, std::uint32_t index);
@@ -292,10 +292,6 @@ class RuntimeCore {
   void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, RunPlace where);
   void count_completed(std::uint64_t n);
 
-  // lane.cpp
-  bool lane_closed(const TimerSlot& slot) const noexcept;
-  void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
-  void close_lane_on_wheel(LaneCore* lane);
   // simulation.cpp (a test seam: simulation.hpp). With simulated_, no
   // thread is started: flush, drain and shutdown run the passes they wait
   // for on the calling thread (simulate_until), and the calling thread
@@ -305,6 +301,10 @@ class RuntimeCore {
   void simulate_until(Completion& done, const ThreadLanes& lanes);
   void simulate_until_stopped();
 
+  // lane.cpp
+  bool lane_closed(const TimerSlot& slot) const noexcept;
+  void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
+  void close_lane_on_wheel(LaneCore* lane);
   void run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes);
   ThreadLanes lanes_of_this_thread();
 
@@ -327,14 +327,14 @@ class RuntimeCore {
   std::int64_t max_wheel_now_ns_;     // its start: the wheel's time never passes it
   std::uint32_t tag_;                 // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
   bool wake_on_post_count_ = true;    // wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
-
-  // The seam: what more than one role touches. For each: who writes, who
-  // reads, the order, and why it is enough (the full argument is where
-  // named; the slots' state words are timer_state.hpp's).
   // Test seam (simulation.hpp): no wheel thread, no workers; the passes run
   // on simulation_thread_, the thread that made the runtime, when it asks.
   bool simulated_ = false;
   std::thread::id simulation_thread_;
+
+  // The seam: what more than one role touches. For each: who writes, who
+  // reads, the order, and why it is enough (the full argument is where
+  // named; the slots' state words are timer_state.hpp's).
   // - slab_'s slots: producers (task, due, state word), the wheel thread
   //   (state word: A1, W1, L1/L2; its own fields; a closed lane's tasks),
   //   workers and lanes (B1, F1-F4; a periodic's next due), shutdown's
