@@ -79,7 +79,74 @@ static_assert(std::is_trivially_copyable_v<Command>);
 struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
   SlotCache slots;
-  std::uint32_t posts_since_wake = 0;  // producer_ops.cpp, RuntimeCore::note_post
+  std::uint32_t posts_since_wake = 0;  // producer_ops.cpp, RuntimeCore::wake_after_fence
+};
+
+// The queue's bound (design.md, "Overload"; RuntimeOptions::max_queue_depth)
+// and what producers learn of it. Part of the queue, so of the shard that
+// owns the queue. The depth itself is the queue's own count (size_approx:
+// moodycamel reads each sub-queue's head and tail indices), looked at by
+// each producer every kPostsPerLook of its posts (producer_ops.cpp,
+// wake_after_fence), never on the wheel thread.
+//
+// Who writes what:
+// - bound_: the constructor, before any thread starts.
+// - over_bound_: any poster, when it looks (look()): every kPostsPerLook-th
+//   post of its Producer or thread, and before refusing a schedule; stored
+//   only when it changes. Every schedule reads it.
+// - refused_: a schedule refused for overload (fetch_add; the cold path).
+//
+// The bound: a schedule refuses while over_bound_ is set and a fresh look
+// confirms it. A thread that finds the flag clear posts at most
+// kPostsPerLook - 1 commands before its own next look, so the queue exceeds
+// the bound by at most kPostsPerLook per posting thread (or Producer), plus
+// posts a look could not see yet: the commands in flight from producers at
+// that instant.
+//
+// Memory ordering: all relaxed (and moodycamel's size_approx reads its
+// indices relaxed). Nothing is published through the flag or the count (a
+// command's fields travel with the command: the queue's release / acquire),
+// so no happens-before is needed with anything. What the bound needs,
+// relaxed atomics give: every index only grows and is one location, so a
+// look never reads one going back (coherence), a thread sees its own posts
+// (program order), and every post becomes visible to later looks. A look
+// mixes indices read at slightly different instants; posts and pops go on
+// meanwhile, so no order between its loads would make it exact. A post not
+// yet visible makes it low by that post (in flight, above); a pop not yet
+// visible makes it high, so a schedule at the edge may be refused slightly
+// early, never accepted late. A flag store not yet visible to a producer
+// delays its refusal to its own next look, which the bound above allows.
+class QueueBound {
+ public:
+  // A producer looks at the depth every this many of its posts.
+  static constexpr std::uint32_t kPostsPerLook = 64;
+
+  // 0 or SIZE_MAX: no bound (over_bound() stays false).
+  void set(std::size_t bound) noexcept { bound_ = bound == 0 ? SIZE_MAX : bound; }
+  std::size_t bound() const noexcept { return bound_; }
+
+  // Whether the last look found the queue at or over its bound. Any thread.
+  bool over_bound() const noexcept { return over_bound_.load(std::memory_order_relaxed); }
+
+  // Sets over_bound() to whether `depth`, just counted, is at or over the
+  // bound; returns it. Any thread.
+  bool look(std::size_t depth) noexcept {
+    const bool over = depth >= bound_;
+    // Stored only on a change: the flag's line stays shared in every
+    // producer's cache while nothing changes.
+    if (over != over_bound_.load(std::memory_order_relaxed)) over_bound_.store(over, std::memory_order_relaxed);
+    return over;
+  }
+
+  void count_refusal() noexcept { refused_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t refused() const noexcept { return refused_.load(std::memory_order_relaxed); }
+
+ private:
+  // Read by every schedule, written on a change only: its own line, beside
+  // the configuration.
+  alignas(64) std::atomic<bool> over_bound_{false};
+  std::size_t bound_ = SIZE_MAX;
+  alignas(64) std::atomic<std::uint64_t> refused_{0};
 };
 
 class CommandQueue {
@@ -142,12 +209,19 @@ class CommandQueue {
     return n;
   }
 
-  // Approximate number of queued commands. Any thread.
+  // Approximate number of queued commands. Any thread. O(producers)
+  // (moodycamel sums its sub-queues; the wheel thread's look before it
+  // sleeps, (P2), reads it too): never per schedule, only at a
+  // producer's look (QueueBound) and in stats().
   std::size_t size_approx() const {
     if (backend_ == CommandQueueBackend::moodycamel) return moodycamel_.size_approx();
     const auto d = boost_depth_.load(std::memory_order_relaxed);
     return d > 0 ? static_cast<std::size_t>(d) : (boost_->empty() ? 0 : 1);
   }
+
+  // Its bound (QueueBound). Any thread.
+  QueueBound& bound() noexcept { return bound_; }
+  const QueueBound& bound() const noexcept { return bound_; }
 
  private:
   CommandQueueBackend backend_;
@@ -155,6 +229,7 @@ class CommandQueue {
   std::optional<moodycamel::ConsumerToken> consumer_;
   std::optional<boost::lockfree::queue<Command>> boost_;
   std::atomic<std::int64_t> boost_depth_{0};
+  QueueBound bound_;
 };
 
 }  // namespace chime::detail

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace chime {
 namespace {
@@ -75,6 +76,22 @@ class Writer {
     family(name, "gauge", help);
     sample(name, "", {}, std::to_string(value));
   }
+  // One sample per shard, labelled shard="k".
+  void shard_gauge(std::string_view name, std::string_view help, const std::vector<ShardStats>& shards,
+                   std::uint64_t ShardStats::*field) {
+    family(name, "gauge", help);
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+      sample(name, "", "shard", std::to_string(k), std::to_string(shards[k].*field));
+    }
+  }
+  void shard_seconds_counter(std::string_view name, std::string_view help, const std::vector<ShardStats>& shards,
+                             Duration ShardStats::*field) {
+    family(name, "counter", help);
+    meta("UNIT", name, "seconds");
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+      sample(name, "_total", "shard", std::to_string(k), seconds((shards[k].*field).count()));
+    }
+  }
   void histogram(std::string_view name, std::string_view help, const DurationStats& d) {
     family(name, "histogram", help);
     meta("UNIT", name, "seconds");
@@ -105,17 +122,24 @@ class Writer {
     text_ += '\n';
   }
   void sample(std::string_view name, std::string_view suffix, std::string_view le, std::string_view value) {
+    sample(name, suffix, le.empty() ? std::string_view{} : "le", le, value);
+  }
+  // With one more label `label`="label_value" (none if label is empty);
+  // label_value needs no escaping (a number).
+  void sample(std::string_view name, std::string_view suffix, std::string_view label, std::string_view label_value,
+              std::string_view value) {
     text_ += prefix_;
     text_ += '_';
     text_ += name;
     text_ += suffix;
-    if (!labels_.empty() || !le.empty()) {
+    if (!labels_.empty() || !label.empty()) {
       text_ += '{';
       text_ += labels_;
-      if (!le.empty()) {
+      if (!label.empty()) {
         if (!labels_.empty()) text_ += ',';
-        text_ += "le=\"";
-        text_ += le;
+        text_ += label;
+        text_ += "=\"";
+        text_ += label_value;
         text_ += '"';
       }
       text_ += '}';
@@ -144,6 +168,10 @@ void write_openmetrics(std::ostream& out, const Stats& stats, std::string_view p
       throw std::invalid_argument("chime::write_openmetrics: \"" + name +
                                   "\" is not a label name ([a-zA-Z_][a-zA-Z0-9_]*, not le)");
     }
+    if (name == "shard" && !stats.shards.empty()) {
+      throw std::invalid_argument(
+          "chime::write_openmetrics: label \"shard\" is taken by the per-shard samples (Stats::shards)");
+    }
     for (std::size_t j = 0; j < i; ++j) {
       if (labels[j].first == name) {
         throw std::invalid_argument("chime::write_openmetrics: label \"" + name + "\" appears twice");
@@ -159,8 +187,18 @@ void write_openmetrics(std::ostream& out, const Stats& stats, std::string_view p
   w.counter("callback_errors", "Callbacks that threw.", stats.callback_errors);
   w.counter("slow_runs", "Callback runs longer than RuntimeOptions::slow_run.", stats.slow_runs);
   w.counter("wakeups", "Times the wheel thread woke up.", stats.wakeups);
+  w.counter("refused_overload",
+            "Schedules refused with CapacityError because a shard's command queue was at max_queue_depth.",
+            stats.refused_overload);
   w.gauge("pending", "Timers not yet finished (periodic ones until cancelled).", stats.pending);
-  w.gauge("queue_depth", "Commands posted but not yet applied (approximate).", stats.queue_depth);
+  if (stats.shards.empty()) {
+    w.gauge("queue_depth", "Commands posted but not yet applied (approximate).", stats.queue_depth);
+  } else {
+    w.shard_gauge("queue_depth", "Commands posted to a shard's queue but not yet applied (approximate).", stats.shards,
+                  &ShardStats::queue_depth);
+    w.shard_seconds_counter("wheel_busy_seconds", "CPU time of a shard's wheel thread.", stats.shards,
+                            &ShardStats::busy);
+  }
   w.histogram("lateness_seconds", "Callback start minus due time (drained runs excluded).", stats.lateness);
   w.histogram("run_time_seconds", "How long callbacks ran, on the steady clock.", stats.run_time);
   const std::string text = w.finish();

@@ -85,8 +85,11 @@ namespace {
 // the queue (commands that need no earlier wake-up, such as ADDs due later
 // than the wheel's next alarm, would otherwise wait for that alarm).
 constexpr std::uint32_t kPostsPerWake = 1024;
-// The same count for calls without a Producer (per thread).
+// The same count for calls without a Producer (per thread), and the runtime
+// it counts for (a thread that posts to another runtime starts over).
 thread_local std::uint32_t tls_posts_since_wake = 0;
+thread_local const RuntimeCore* tls_posts_for = nullptr;
+static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake falls on a look");
 }  // namespace
 
 // Takes the wake-up of a sleeping wheel thread: true for exactly one caller
@@ -118,17 +121,35 @@ void RuntimeCore::wake_after_post(ProducerQueueToken* token, std::int64_t due_ns
 
 // The rest of wake_after_post, for a caller that has just made the (P1)
 // fence itself (schedule, whose fence also serves S1's pair with shutdown).
+//
+// The same count paces the producer's looks at the queue's depth (Overload,
+// command_queue.hpp, QueueBound): one every kPostsPerLook posts, so the hot
+// path keeps its one increment and one test. The reset for a due-based wake
+// keeps the count's residue, so looks stay exactly kPostsPerLook posts
+// apart (the next count-wake may then come up to 63 posts early).
 void RuntimeCore::wake_after_fence(ProducerQueueToken* token, std::int64_t due_ns) {
-  std::uint32_t& posts = token != nullptr ? token->posts_since_wake : tls_posts_since_wake;
+  std::uint32_t* posts_ptr = &tls_posts_since_wake;
+  if (token != nullptr) {
+    posts_ptr = &token->posts_since_wake;
+  } else if (tls_posts_for != this) [[unlikely]] {
+    // This thread's count was for another runtime: look at ours now.
+    tls_posts_for = this;
+    tls_posts_since_wake = 0;
+    commands_.bound().look(commands_.size_approx());
+  }
+  std::uint32_t& posts = *posts_ptr;
   std::int64_t bound = wake_if_due_before_ns_.load(std::memory_order_relaxed);
   if (due_ns < bound) {
-    posts = 0;
+    posts &= QueueBound::kPostsPerLook - 1;
     if (wake_if_due_before_ns_.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) wake_.wake();
     return;
   }
-  if (++posts >= kPostsPerWake && wake_on_post_count_) {
-    posts = 0;
-    if (take_wake()) wake_.wake();
+  if ((++posts & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]] {
+    commands_.bound().look(commands_.size_approx());
+    if (posts >= kPostsPerWake && wake_on_post_count_) {
+      posts = 0;
+      if (take_wake()) wake_.wake();
+    }
   }
 }
 
@@ -137,6 +158,28 @@ void RuntimeCore::wake_after_fence(ProducerQueueToken* token, std::int64_t due_n
 void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
   commands_.push_retrying(c, token);
   wake_after_post(token, due_ns);
+}
+
+// A schedule that found the queue's over_bound flag set: a fresh look
+// decides (the wheel thread may have caught up since the flag was set; then
+// the look clears it and the schedule goes on). Refused: counted, and a
+// sleeping wheel thread is woken, so that a queue filled by posts that did
+// not need it earlier (far dues, fewer than kPostsPerWake per producer) is
+// drained without waiting for its next alarm (not on a ManualClock, where
+// only a flush or a due-now timer wakes it: clock.hpp). Only schedules are
+// refused: a cancel and a touch post nothing; a reschedule to an earlier due
+// has published its due (R2) before it posts, so refusing its command would
+// leave the timer firing at its old, later due while reporting success; a
+// periodic re-arm (F2) would silently end a timer that was accepted.
+void RuntimeCore::refuse_if_over_bound() {
+  QueueBound& q = commands_.bound();
+  const std::size_t depth = commands_.size_approx();
+  if (!q.look(depth)) return;
+  q.count_refusal();
+  if (wake_on_post_count_ && take_wake()) wake_.wake();
+  throw CapacityError("chime::Runtime: schedule refused: the command queue holds " + std::to_string(depth) +
+                      " commands, max_queue_depth = " + std::to_string(q.bound()) +
+                      " (the wheel thread is behind; nothing accepted is dropped)");
 }
 
 // The timer's outcome is decided (a cancel won, its last run finished, or
@@ -221,6 +264,10 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
                               ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
   check_due_in_range("schedule", due);
+  // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
+  // that is written only when the depth crosses the bound.
+  if (commands_.bound().over_bound()) [[unlikely]]
+    refuse_if_over_bound();
   if (options_.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
     // anything else.
@@ -443,11 +490,12 @@ std::optional<TimePoint> RuntimeCore::pending_due(TimerId id) const noexcept {
   const TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return std::nullopt;
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
+  Backoff backoff;
   for (;;) {
     if (StateWord::generation(w) != id.generation()) return std::nullopt;
     const SlotState s = StateWord::state(w);
-    if (s == SlotState::writing) {  // a reschedule is two stores from done
-      std::this_thread::yield();
+    if (s == SlotState::writing) {  // a reschedule is two stores from done (backoff.hpp)
+      backoff.wait();
       w = slot->word.load(std::memory_order_acquire);
       continue;
     }
@@ -539,11 +587,12 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   LaneRunsHold hold;
   bool taken_back = false;  // R4: the run was in `lane`'s ready queue; the timer is not filed
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
+  Backoff backoff;
   for (;;) {
     if (StateWord::generation(w) != id.generation()) return false;
     const SlotState s = StateWord::state(w);
-    if (s == SlotState::writing) {  // another thread is rescheduling this timer: let it finish
-      std::this_thread::yield();
+    if (s == SlotState::writing) {  // another thread is rescheduling this timer: let it finish (backoff.hpp)
+      backoff.wait();
       w = slot->word.load(std::memory_order_acquire);
       continue;
     }

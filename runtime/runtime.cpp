@@ -22,6 +22,9 @@
 // Race: shutdown vs a running callback: shutdown joins the workers after the
 // wheel thread has stopped dispatching; a run in progress finishes; a
 // periodic timer it re-arms is counted by the sweep.
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -105,6 +108,14 @@ RuntimeOptions validated(RuntimeOptions o) {
                                 std::to_string(RuntimeOptions::max_workers) +
                                 " (RuntimeOptions::max_workers); callbacks that block want a pool of their own");
   }
+  if (o.max_queue_depth != 0 && o.max_queue_depth < RuntimeOptions::min_max_queue_depth) {
+    throw std::invalid_argument(
+        "chime::Runtime: max_queue_depth = " + std::to_string(o.max_queue_depth) + " is below " +
+        std::to_string(RuntimeOptions::min_max_queue_depth) +
+        " (RuntimeOptions::min_max_queue_depth): producers look at the queue every 64 posts, so the bound would be "
+        "mostly that slack; 0 means the default, " +
+        std::to_string(RuntimeOptions::default_max_queue_depth) + ", and SIZE_MAX no bound");
+  }
   return o;
 }
 }  // namespace
@@ -130,6 +141,8 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   // A manual clock never wakes the wheel on its own (clock.hpp): commands
   // wait for a flush or for a schedule that needs the wheel earlier.
   wake_on_post_count_ = clock_kind_ != ClockKind::manual;
+  commands_.bound().set(options_.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
+                                                      : options_.max_queue_depth);
   slab_.reserve(options_.reserve);
   wt().handoff_token = std::make_unique<moodycamel::ProducerToken>(pool_.handoff);
   if (tls_simulation_request != nullptr) [[unlikely]] {  // a test seam: no thread (simulation.hpp)
@@ -147,7 +160,12 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   pool_.threads.reserve(options_.workers);
   try {
     for (unsigned i = 0; i < options_.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
-    wheel_thread_ = std::thread([this] { wheel_main(); });
+    wheel_thread_ = std::thread([this] {
+      wheel_main();
+      record_final_busy();
+    });
+    clockid_t cpu_clock;
+    if (pthread_getcpuclockid(wheel_thread_.native_handle(), &cpu_clock) == 0) wheel_cpu_clock_ = cpu_clock;
   } catch (const std::system_error& e) {
     // A thread could not start (out of threads, or of address space for its
     // stack): stop and join the workers that started (the wheel thread is
@@ -321,6 +339,33 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   return not_fired;
 }
 
+// The wheel thread, as it returns: its CPU time, for stats() once it is
+// gone. relaxed then release: a stats() that acquires the flag reads the
+// value stored before it.
+void RuntimeCore::record_final_busy() noexcept {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return;
+  wheel_busy_final_ns_.store(std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec, std::memory_order_relaxed);
+  wheel_busy_final_.store(true, std::memory_order_release);
+}
+
+// The wheel thread's CPU time so far: its final figure once it has returned,
+// else its thread CPU clock. A stats() that read the flag clear just before
+// the thread returned reads the clock of a thread that may be gone
+// (clock_gettime fails: then the final figure, or 0 if not yet visible).
+// With no wheel thread (none started): 0.
+Duration RuntimeCore::wheel_busy() const noexcept {
+  if (wheel_busy_final_.load(std::memory_order_acquire)) {
+    return Duration(wheel_busy_final_ns_.load(std::memory_order_relaxed));
+  }
+  if (!wheel_cpu_clock_) return Duration::zero();
+  timespec ts{};
+  if (clock_gettime(*wheel_cpu_clock_, &ts) != 0) {
+    return Duration(wheel_busy_final_ns_.load(std::memory_order_relaxed));
+  }
+  return Duration(std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec);
+}
+
 Stats RuntimeCore::stats() const {
   Stats s;
   s.scheduled = counters_.sum(Counter::scheduled);
@@ -332,6 +377,8 @@ Stats RuntimeCore::stats() const {
   s.callback_errors = counters_.sum(Counter::callback_errors);
   s.queue_depth = commands_.size_approx();
   s.wakeups = wakeups_.load(std::memory_order_relaxed);
+  s.refused_overload = commands_.bound().refused();
+  s.shards.push_back(ShardStats{s.queue_depth, s.wakeups, wheel_busy()});
   s.zombie_sweeps = zombie_sweeps_.load(std::memory_order_relaxed);
   s.slow_runs = counters_.sum(Counter::slow_runs);
   s.lateness = lateness_.summary();

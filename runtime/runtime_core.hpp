@@ -24,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -197,6 +198,7 @@ class RuntimeCore {
   std::size_t drain();
   std::size_t shutdown(ShutdownMode mode);
   Stats stats() const;
+  Duration wheel_busy() const noexcept;  // ShardStats::busy
   std::unique_ptr<ProducerQueueToken> make_token() { return commands_.make_token(); }
   // A Producer goes away: its cached free slots go back to the free list.
   void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
@@ -245,6 +247,7 @@ class RuntimeCore {
   void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
   void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
+  void refuse_if_over_bound();  // throws CapacityError while the queue is at its bound
   void wake_after_post(ProducerQueueToken* token, std::int64_t due_ns);
   void wake_after_fence(ProducerQueueToken* token, std::int64_t due_ns);
   bool take_wake();
@@ -279,6 +282,7 @@ class RuntimeCore {
   void sweep_zombies_if_many();
   void settle_flushes(std::uint64_t completed_snapshot);
   void sleep(bool busy);
+  void record_final_busy() noexcept;  // runtime.cpp: the thread's CPU time as it returns
 
   // worker_pool.cpp. Where a batch runs: a periodic re-arm is filed
   // directly on the wheel thread, posted as a command elsewhere; a worker or
@@ -346,7 +350,9 @@ class RuntimeCore {
   //   periodic re-arms; flush, drain, shutdown and close_lane push
   //   requests; the wheel thread pops (stats() reads size_approx). The
   //   queue's release / acquire orders a command's fields before its
-  //   application.
+  //   application. Its QueueBound (command_queue.hpp; max_queue_depth):
+  //   producers look at size_approx every 64 posts and set its over_bound
+  //   flag, every schedule reads the flag; all relaxed, argued there.
   // - wake_if_due_before_ns_: the wheel thread stores its bound before it
   //   sleeps and INT64_MIN after; whoever posts (producers, workers and
   //   lanes re-arming) may CAS it to "awake". Relaxed, with the (P1)/(P2)
@@ -461,6 +467,15 @@ class RuntimeCore {
   // The workers and their hand-off queue (worker_pool.hpp).
   WorkerPool pool_;
   std::thread wheel_thread_;
+  // The wheel thread's CPU time, for ShardStats::busy (runtime.cpp,
+  // wheel_busy): with the thread, per shard. wheel_cpu_clock_ is set by the
+  // constructor once the thread started (before any stats() call can run);
+  // the thread itself stores its final CPU time as it returns, then
+  // wheel_busy_final_ (release), which stats() acquires before it trusts
+  // the value and stops reading a clock whose thread is gone.
+  std::optional<clockid_t> wheel_cpu_clock_;
+  std::atomic<std::int64_t> wheel_busy_final_ns_{0};
+  std::atomic<bool> wheel_busy_final_{false};
 };
 
 }  // namespace chime::detail

@@ -6,8 +6,9 @@ its stdout). The ctest metrics_parse_with_prometheus_client runs it. Checks, bey
 parser itself refuses (bucket order, +Inf, _count == +Inf, # EOF, escaping): every family
 of design.md's "Metrics" is there with its type; every sample carries the program's labels,
 values unescaped back to what the program passed; histogram buckets are cumulative
-(nondecreasing in le); and the live runtime's numbers are plausible (fired > 0, one callback
-error, one slow run, 5 pending).
+(nondecreasing in le); the per-shard families carry a shard label; and the live runtime's
+numbers are what it did (3 schedules refused for overload, one callback error, one slow
+run, 5 pending, the wheel thread's CPU time above 0).
 Needs Debian's python3-prometheus-client (scripts/lib/deps.sh installs it).
 """
 import math
@@ -28,12 +29,16 @@ EXPECTED = {
     "chime_callback_errors": "counter",
     "chime_slow_runs": "counter",
     "chime_wakeups": "counter",
+    "chime_refused_overload": "counter",
     "chime_pending": "gauge",
     "chime_queue_depth": "gauge",
+    "chime_wheel_busy_seconds": "counter",
     "chime_lateness_seconds": "histogram",
     "chime_run_time_seconds": "histogram",
 }
 LABELS = {"service": "print", "note": 'a "quoted" \\ value\nwith a newline'}
+# Families with one sample per shard (labelled shard="0", "1", ...); the runtime has one.
+PER_SHARD = {"chime_queue_depth", "chime_wheel_busy_seconds"}
 
 
 def fail(message):
@@ -53,12 +58,13 @@ def main():
         family = families[name]
         if family.type != typ:
             fail(f"{name} is a {family.type}, expected a {typ}")
-        if typ == "histogram" and family.unit != "seconds":
+        if (typ == "histogram" or name == "chime_wheel_busy_seconds") and family.unit != "seconds":
             fail(f"{name} has unit {family.unit!r}, expected seconds")
         for sample in family.samples:
             labels = {k: v for k, v in sample.labels.items() if k != "le"}
-            if labels != LABELS:
-                fail(f"{sample.name} has labels {labels}, expected {LABELS}")
+            expected = dict(LABELS, shard="0") if name in PER_SHARD else LABELS
+            if labels != expected:
+                fail(f"{sample.name} has labels {labels}, expected {expected}")
         if typ == "counter":
             (sample,) = [s for s in family.samples if s.name == name + "_total"]
             values[name] = sample.value
@@ -78,20 +84,27 @@ def main():
                 fail(f"{name}: count {count}, +Inf {buckets[-1][1]}, sum {total}")
             values[name] = count
 
+    # The program's own timers: 200 + 2 + 10 cancelled + 5 pending, one holding the wheel
+    # thread, and F fillers accepted before the refusals, all cancelled (F is not printed:
+    # scheduled - cancelled does not depend on it).
     checks = [
-        ("chime_scheduled", lambda v: v == 217),
-        ("chime_fired", lambda v: v == 202),
-        ("chime_cancelled", lambda v: v == 10),
+        ("chime_fired", lambda v: v == 203),
         ("chime_rescheduled", lambda v: v == 5),
         ("chime_callback_errors", lambda v: v == 1),
         ("chime_slow_runs", lambda v: v >= 1),
+        ("chime_refused_overload", lambda v: v == 3),
         ("chime_pending", lambda v: v == 5),
-        ("chime_run_time_seconds", lambda v: v == 202),
-        ("chime_lateness_seconds", lambda v: v == 202),
+        ("chime_queue_depth", lambda v: v == 0),
+        ("chime_wheel_busy_seconds", lambda v: v > 0),
+        ("chime_run_time_seconds", lambda v: v == 203),
+        ("chime_lateness_seconds", lambda v: v == 203),
     ]
     for name, ok in checks:
         if not ok(values[name]):
             fail(f"{name} = {values[name]}: not what the program did")
+    if values["chime_scheduled"] - values["chime_cancelled"] != 208 or values["chime_cancelled"] < 10 + 1024:
+        fail(f"chime_scheduled = {values['chime_scheduled']}, chime_cancelled = {values['chime_cancelled']}: "
+             "expected 208 more scheduled than cancelled, and at least the 1,024 fillers cancelled")
     print(f"check_openmetrics: ok ({len(families)} families, "
           f"{sum(len(f.samples) for f in families.values())} samples)")
 

@@ -56,6 +56,7 @@ chime::Stats known_stats() {
   s.wakeups = 7;
   s.zombie_sweeps = 5;  // not exported: not a family of design.md's "Metrics"
   s.slow_runs = 1;
+  s.refused_overload = 2;
   // Lateness: 1 run at 0 ns, 2 at 3 ms, 1 at 40 s (above the last bound: only in +Inf).
   s.lateness.count = 4;
   s.lateness.sum = std::chrono::seconds(40) + 6ms;
@@ -95,6 +96,10 @@ TEST(Metrics, writes_every_family_exactly) {
       "# HELP chime_wakeups Times the wheel thread woke up.\n"
       "# TYPE chime_wakeups counter\n"
       "chime_wakeups_total 7\n"
+      "# HELP chime_refused_overload Schedules refused with CapacityError because a shard's command queue was at "
+      "max_queue_depth.\n"
+      "# TYPE chime_refused_overload counter\n"
+      "chime_refused_overload_total 2\n"
       "# HELP chime_pending Timers not yet finished (periodic ones until cancelled).\n"
       "# TYPE chime_pending gauge\n"
       "chime_pending 1\n"
@@ -122,6 +127,25 @@ TEST(Metrics, writes_every_family_exactly) {
   EXPECT_NE(expected.find("chime_run_time_seconds_bucket{le=\"0.000002047\"} 6\n"), std::string::npos);
 }
 
+// With Stats::shards (a runtime's stats()), queue_depth is one gauge sample per shard and each
+// shard's wheel thread CPU time is a counter in seconds, both labelled shard="k" after the user's
+// labels; a user label named shard is then refused.
+TEST(Metrics, per_shard_samples_carry_a_shard_label) {
+  chime::Stats s = known_stats();
+  s.shards = {chime::ShardStats{4, 7, 1500us}};
+  const std::string text = metrics_text(s, "chime", {{"service", "api"}});
+  EXPECT_NE(text.find("# TYPE chime_queue_depth gauge\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nchime_queue_depth{service=\"api\",shard=\"0\"} 4\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\nchime_queue_depth{service=\"api\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE chime_wheel_busy_seconds counter\n# UNIT chime_wheel_busy_seconds seconds\n"
+                      "chime_wheel_busy_seconds_total{service=\"api\",shard=\"0\"} 0.0015\n"),
+            std::string::npos)
+      << text;
+  EXPECT_THROW(metrics_text(s, "chime", {{"shard", "x"}}), std::invalid_argument);
+  s.shards.clear();
+  EXPECT_NO_THROW(metrics_text(s, "chime", {{"shard", "x"}}));
+}
+
 // Every sample line carries the user's labels, in order, before le; the prefix renames every family.
 TEST(Metrics, labels_on_every_sample_and_prefix_on_every_family) {
   const chime::Stats s = known_stats();
@@ -140,7 +164,7 @@ TEST(Metrics, labels_on_every_sample_and_prefix_on_every_family) {
     EXPECT_TRUE(line.starts_with("app_timers_")) << line;
     EXPECT_NE(line.find("{service=\"api\",zone=\"eu-1\""), std::string::npos) << line;
   }
-  EXPECT_EQ(samples, 7 + 2 + 2 * (static_cast<int>(chime::DurationStats::bucket_count) + 3));
+  EXPECT_EQ(samples, 8 + 2 + 2 * (static_cast<int>(chime::DurationStats::bucket_count) + 3));  // 8 counters
   EXPECT_NE(text.find("app_timers_pending{service=\"api\",zone=\"eu-1\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("app_timers_lateness_seconds_bucket{service=\"api\",zone=\"eu-1\",le=\"+Inf\"} 4\n"),
             std::string::npos);

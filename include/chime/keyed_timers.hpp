@@ -63,7 +63,8 @@
 //
 // Error model: `set` and `move` propagate the runtime's exceptions
 // (chime::StoppedError after Runtime::shutdown, std::out_of_range for a delay
-// beyond the wheel's range, chime::CapacityError over max_pending); when one
+// beyond the wheel's range, chime::CapacityError over max_pending or with
+// the command queue at max_queue_depth); when one
 // is thrown the key is left not pending (a throwing `move` on the fast path
 // changes nothing). An exception from `execute` propagates to the runtime,
 // which passes it to RuntimeOptions::on_error; the key counts as fired. An

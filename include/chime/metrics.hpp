@@ -6,8 +6,8 @@
 //   format too), one family per field, for prefix `chime`:
 //   counters `chime_scheduled`, `chime_fired`, `chime_cancelled`,
 //   `chime_rescheduled`, `chime_callback_errors`, `chime_slow_runs`,
-//   `chime_wakeups` (samples `..._total`); gauges `chime_pending`,
-//   `chime_queue_depth`; histograms `chime_lateness_seconds` and
+//   `chime_wakeups`, `chime_refused_overload` (samples `..._total`);
+//   gauges `chime_pending`, `chime_queue_depth`; histograms `chime_lateness_seconds` and
 //   `chime_run_time_seconds` (cumulative `_bucket{le="..."}` lines at
 //   DurationStats' bounds, then `le="+Inf"`, `_count`, `_sum`), in seconds,
 //   written exactly (decimal nanoseconds, no rounding).
@@ -16,9 +16,15 @@
 //   ends with `# EOF`.
 // - Throws std::invalid_argument, before writing anything, if `prefix` is not
 //   a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`) or a label name is not a label
-//   name (`[a-zA-Z_][a-zA-Z0-9_]*`), is `le`, or appears twice.
-// - Per-shard samples (a `shard` label) come with Stats::shards, when the
-//   runtime has shards; today's Stats has one wheel thread and none.
+//   name (`[a-zA-Z_][a-zA-Z0-9_]*`), is `le`, is `shard` while Stats::shards
+//   is not empty, or appears twice.
+// - Per shard (design.md, "Metrics"): when Stats::shards is not empty (a
+//   runtime's stats() always has one entry per shard; today one),
+//   `chime_queue_depth` has one sample per shard, labelled `shard="k"`
+//   (after `labels`), instead of the total, and the counter
+//   `chime_wheel_busy_seconds` gives each shard's wheel thread CPU time
+//   (`ShardStats::busy`, unit seconds). A Stats without shards gets the
+//   total `chime_queue_depth` and no busy time.
 #pragma once
 
 #include <iosfwd>

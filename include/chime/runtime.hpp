@@ -50,6 +50,15 @@
 //   timeout. A producer wakes it only for a timer whose interval ends before
 //   the wheel's next wake-up (one producer per sleep), or after posting 1,024
 //   commands since its last wake-up (which bounds the queue).
+// - Overload is visible and bounded (design.md, "Overload"): stats() gives
+//   the command queue's depth (and each shard's, with its wheel thread's
+//   CPU time); a schedule that finds its shard's queue at
+//   RuntimeOptions::max_queue_depth throws CapacityError and queues
+//   nothing. Nothing accepted is dropped, and cancels, reschedules (later
+//   or earlier) and periodic re-arms are never refused. The queue exceeds
+//   the bound by at most the commands in flight: producers look at the
+//   depth every 64 posts, so 64 per posting thread, plus posts whose count
+//   is not yet visible. Refusals count in stats().refused_overload.
 // - Pushing a due time later (reschedule to a later time, the idle-timeout
 //   "touch") is one CAS pair on the timer's state word and a store; it does
 //   not go through the wheel thread.
@@ -69,8 +78,8 @@
 //
 // Error model: bad arguments (a due time beyond the wheel's range, a period
 // <= 0) throw std::out_of_range / std::invalid_argument naming the values;
-// calls after shutdown throw chime::StoppedError; over max_pending,
-// chime::CapacityError; flush/drain/shutdown from inside a callback,
+// calls after shutdown throw chime::StoppedError; over max_pending or
+// max_queue_depth, chime::CapacityError; flush/drain/shutdown from inside a callback,
 // std::logic_error. Racing outcomes are return values (cancel returns false
 // when it lost). A callback's exception is caught on its worker, counted, and
 // passed to on_error; the runtime keeps running. Out of memory, schedule_*
@@ -105,6 +114,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "chime/clock.hpp"
 #include "chime/level_bits.hpp"
@@ -184,6 +194,15 @@ struct DurationStats {
 };
 using LatenessStats = DurationStats;
 
+// One shard's load (design.md, "Shards"). Today a runtime has one shard: its
+// wheel thread and that thread's command queue.
+struct ShardStats {
+  // Commands posted to the shard's queue, not yet taken by its wheel thread (approximate).
+  std::uint64_t queue_depth = 0;
+  std::uint64_t wakeups = 0;  // times the shard's wheel thread woke up
+  Duration busy{0};           // the wheel thread's CPU time so far (CLOCK_THREAD_CPUTIME_ID); 0 if not known
+};
+
 struct Stats {
   std::uint64_t scheduled = 0;        // timers accepted by schedule_*
   std::uint64_t fired = 0;            // callback runs completed (periodic runs each count)
@@ -191,12 +210,16 @@ struct Stats {
   std::uint64_t rescheduled = 0;      // successful reschedules
   std::uint64_t pending = 0;          // timers not yet finished (periodic ones until cancelled)
   std::uint64_t callback_errors = 0;  // callbacks that threw
-  std::uint64_t queue_depth = 0;      // commands posted but not yet applied (approximate)
+  std::uint64_t queue_depth = 0;      // commands posted but not yet applied (approximate; the shards' sum)
   std::uint64_t wakeups = 0;          // times the wheel thread woke up
   std::uint64_t zombie_sweeps = 0;    // passes over the wheel that reclaimed cancelled timers in one go
   std::uint64_t slow_runs = 0;        // callback runs longer than RuntimeOptions::slow_run
-  LatenessStats lateness;             // callback start minus due, drained runs excluded
-  DurationStats run_time;             // how long callbacks ran (steady clock), every run
+  // Schedules refused with CapacityError because their shard's queue was at
+  // RuntimeOptions::max_queue_depth (refusals over max_pending are not counted).
+  std::uint64_t refused_overload = 0;
+  LatenessStats lateness;          // callback start minus due, drained runs excluded
+  DurationStats run_time;          // how long callbacks ran (steady clock), every run
+  std::vector<ShardStats> shards;  // one per shard, in shard order (today: one)
 };
 
 struct RuntimeOptions {
@@ -231,6 +254,22 @@ struct RuntimeOptions {
   // rule (docs/benchmarks.md, "Slack", has the measured cost of a smaller
   // one). Negative throws std::invalid_argument.
   Duration slack = Duration::zero();
+  // Overload (design.md, "Overload"): a schedule that would push its shard's
+  // command queue past this many commands throws chime::CapacityError
+  // instead of queueing (nothing already accepted is dropped; cancels,
+  // reschedules and periodic re-arms are never refused). The queue then
+  // exceeds it by at most the commands in flight: 64 per posting thread.
+  // 0 means default_max_queue_depth; SIZE_MAX, no bound. A value below
+  // min_max_queue_depth throws std::invalid_argument.
+  std::size_t max_queue_depth = 0;
+  // 2^20 commands (24 bytes each, beside a 128-byte slot per queued
+  // schedule: about 160 MB at the bound): about 0.2 s of a wheel thread's
+  // work at its measured ceiling, far above the depth any load it keeps up
+  // with reaches (docs/benchmarks.md, "Overload").
+  static constexpr std::size_t default_max_queue_depth = std::size_t{1} << 20;
+  // Producers look at the depth every 64 posts, so a smaller bound would be
+  // mostly that slack.
+  static constexpr std::size_t min_max_queue_depth = 1024;
 };
 
 namespace detail {
@@ -340,7 +379,9 @@ class Runtime {
   // Schedules a one-shot timer. A due time in the past fires as soon as
   // possible. Errors, in this order: StoppedError after shutdown;
   // std::out_of_range for a due time beyond the wheel's range; CapacityError
-  // over max_pending. Any thread. Lock-free in steady state; not when it
+  // when the command queue is at max_queue_depth (the message names the
+  // depth and the bound; the wheel thread is behind, so retry later or shed
+  // the work), then CapacityError over max_pending. Any thread. Lock-free in steady state; not when it
   // allocates: the slot slab's growth takes a mutex (once per 4,096 new
   // slots), and moodycamel's queue may allocate a block when a producer's
   // sub-queue grows.

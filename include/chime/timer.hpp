@@ -50,10 +50,12 @@
 // Errors: arming an empty Timer (default-constructed or moved-from), one
 // whose Runtime or Lane is gone, throws std::logic_error; a due time beyond the wheel's range throws
 // std::out_of_range, a period <= 0 std::invalid_argument, after shutdown
-// chime::StoppedError, over max_pending chime::CapacityError, all naming the
-// values and all at the arm call: an arm deferred until a run returns is
-// checked when it is made, and if the schedule then still fails (shutdown
-// or capacity reached meanwhile) the Timer is left disarmed.
+// chime::StoppedError, with the command queue at max_queue_depth or over
+// max_pending chime::CapacityError, all naming the values and all at the
+// arm call: an arm deferred until a run returns is checked when it is made,
+// and if the schedule then still fails (shutdown, or capacity or the queue's
+// bound reached meanwhile) the Timer is left disarmed. A re-arm to a later
+// due of a pending timer (the touch) posts nothing and is never refused.
 //
 // Memory ordering: everything a thread did before an arm_* happens-before
 // the run that arm makes; everything a run did happens-before the next run

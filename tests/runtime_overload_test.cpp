@@ -1,0 +1,236 @@
+// Overload (design.md, "Overload"; runtime.hpp): a schedule that finds the
+// command queue at RuntimeOptions::max_queue_depth throws CapacityError
+// naming the depth and the bound, and queues nothing; cancels, touches,
+// reschedules to an earlier due are never refused; nothing accepted is lost;
+// once the wheel thread catches up, schedules are accepted again; the queue
+// exceeds the bound by at most 64 posts per posting thread; stats() shows the
+// depth, the refusals and the wheel thread's CPU time. The wheel thread is
+// held by a callback that blocks it (workers = 0), so the queue only grows.
+
+#include "runtime_test_support.hpp"
+
+#include <chime/keyed_timers.hpp>
+#include <chime/runtime.hpp>
+#include <chime/timer.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace chime_test;
+using chime::CapacityError;
+using chime::ManualClock;
+using chime::Runtime;
+using chime::RuntimeOptions;
+using chime::TimerId;
+
+constexpr std::size_t kBound = 1024;
+constexpr std::size_t kPostsPerLook = 64;  // command_queue.hpp, QueueDepth::kPostsPerLook
+
+RuntimeOptions bounded_options(ManualClock& clock) {
+  RuntimeOptions o = manual_options(clock, 0);  // callbacks on the wheel thread: the gate holds it
+  o.max_queue_depth = kBound;
+  return o;
+}
+
+// Blocks the wheel thread in a callback (due now, so its ADD wakes the wheel).
+void hold_wheel_thread(Runtime& rt, Gate& gate) {
+  rt.schedule_after(chime::Duration::zero(), gate.blocker());
+  gate.wait_started();
+}
+
+// Fills the queue from this thread until a schedule is refused; returns the
+// ids accepted (each timer's task counts its runs in runs[i]) and the
+// refusal's message.
+struct Filled {
+  std::vector<TimerId> ids;
+  std::string message;
+};
+Filled fill_until_refused(Runtime& rt, std::vector<std::atomic<int>>& runs) {
+  Filled f;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    try {
+      f.ids.push_back(rt.schedule_at(at(5ms), [&runs, i] { runs[i].fetch_add(1); }));
+    } catch (const CapacityError& e) {
+      f.message = e.what();
+      return f;
+    }
+  }
+  return f;
+}
+
+// A full queue refuses schedules with CapacityError naming the depth and the
+// bound, at the bound or at most 64 posts past it (one posting thread);
+// cancels, touches and earlier reschedules still work; after the wheel
+// thread drains the queue schedules are accepted again; every accepted timer
+// runs exactly once unless cancelled, and no refused one runs.
+TEST(RuntimeOverload, full_queue_refuses_schedules_and_loses_nothing_accepted) {
+  ManualClock clock{kStart};
+  Gate gate;
+  Runtime rt(bounded_options(clock));
+  hold_wheel_thread(rt, gate);
+
+  std::vector<std::atomic<int>> runs(kBound + 4 * kPostsPerLook);
+  Filled f = fill_until_refused(rt, runs);
+  ASSERT_FALSE(f.message.empty()) << "no schedule was refused after " << f.ids.size();
+  EXPECT_GE(f.ids.size(), kBound);
+  EXPECT_LE(f.ids.size(), kBound + kPostsPerLook);
+  const chime::Stats full = rt.stats();
+  EXPECT_GE(full.queue_depth, kBound);
+  EXPECT_LE(full.queue_depth, kBound + kPostsPerLook);
+  EXPECT_EQ(full.refused_overload, 1u);
+  ASSERT_EQ(full.shards.size(), 1u);
+  EXPECT_EQ(full.shards[0].queue_depth, full.queue_depth);
+  EXPECT_NE(f.message.find("max_queue_depth = " + std::to_string(kBound)), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("holds " + std::to_string(full.queue_depth) + " commands"), std::string::npos) << f.message;
+
+  // Every way to post a new timer is refused while the queue is full.
+  EXPECT_THROW(rt.schedule_after(1ms, [] {}), CapacityError);
+  EXPECT_THROW(rt.schedule_every(1ms, [] {}), CapacityError);
+  chime::Producer p = rt.producer();
+  EXPECT_THROW(p.schedule_at(at(1ms), [] {}), CapacityError);
+  chime::Timer timer(rt, [] {});
+  EXPECT_THROW(timer.arm_after(1ms), CapacityError);
+  EXPECT_FALSE(timer.armed());
+  chime::KeyedTimers<int, int> keyed(rt, [](const int&, int&&) {});
+  EXPECT_THROW(keyed.set(1, 1, 1ms), CapacityError);
+  EXPECT_EQ(rt.stats().refused_overload, 6u);
+
+  // Cancels and touches post nothing and are never refused; a reschedule to
+  // an earlier due posts a command and is never refused either.
+  ASSERT_GE(f.ids.size(), 3u);
+  EXPECT_TRUE(rt.cancel(f.ids[0]));
+  EXPECT_TRUE(rt.reschedule_at(f.ids[1], at(9ms)));  // later: a touch
+  EXPECT_TRUE(rt.reschedule_at(f.ids[2], at(2ms)));  // earlier: a command past the bound
+  EXPECT_EQ(rt.stats().queue_depth, full.queue_depth + 1);
+
+  // The wheel thread catches up: schedules are accepted again.
+  gate.release();
+  rt.flush();
+  EXPECT_EQ(rt.stats().queue_depth, 0u);
+  const TimerId again = rt.schedule_at(at(5ms), [&runs, n = f.ids.size()] { runs[n].fetch_add(1); });
+  EXPECT_TRUE(again);
+  advance_to(clock, rt, at(20ms));
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const int expected = i == 0 ? 0 : (i <= f.ids.size() ? 1 : 0);  // ids[0] cancelled; index ids.size(): `again`
+    EXPECT_EQ(runs[i].load(), expected) << "timer " << i;
+  }
+  const chime::Stats end = rt.stats();
+  EXPECT_EQ(end.pending, 0u);
+  EXPECT_EQ(end.refused_overload, 6u);
+}
+
+// With several producers posting at once, the queue exceeds the bound by at
+// most 64 posts per posting thread (the commands in flight), and every
+// thread is refused once it is over.
+TEST(RuntimeOverload, queue_depth_stays_within_bound_plus_64_per_producer) {
+  constexpr int kThreads = 4;
+  ManualClock clock{kStart};
+  Gate gate;
+  Runtime rt(bounded_options(clock));
+  hold_wheel_thread(rt, gate);
+  std::atomic<std::size_t> accepted{0};
+  std::atomic<std::size_t> ran{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      chime::Producer p = rt.producer();
+      for (;;) {
+        try {
+          // Half through a Producer, half through the Runtime (the calling
+          // thread's implicit sub-queue): both count.
+          if (t % 2 == 0) {
+            p.schedule_at(at(5ms), [&ran] { ran.fetch_add(1); });
+          } else {
+            rt.schedule_at(at(5ms), [&ran] { ran.fetch_add(1); });
+          }
+          accepted.fetch_add(1);
+        } catch (const CapacityError&) {
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const chime::Stats s = rt.stats();
+  EXPECT_GE(s.queue_depth, kBound);
+  EXPECT_LE(s.queue_depth, kBound + kThreads * kPostsPerLook);
+  EXPECT_EQ(s.queue_depth, accepted.load());
+  EXPECT_EQ(s.refused_overload, static_cast<std::uint64_t>(kThreads));
+  gate.release();
+  advance_to(clock, rt, at(10ms));
+  EXPECT_EQ(ran.load(), accepted.load()) << "an accepted timer was lost or ran twice";
+}
+
+// max_queue_depth: 0 is the documented default, values below the minimum
+// are refused naming the value and the minimum, SIZE_MAX means no bound.
+TEST(RuntimeOverload, max_queue_depth_is_validated) {
+  ManualClock clock{kStart};
+  RuntimeOptions o = manual_options(clock, 0);
+  o.max_queue_depth = 1;
+  try {
+    Runtime rt(o);
+    FAIL() << "max_queue_depth = 1 was accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("max_queue_depth = 1 "), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(RuntimeOptions::min_max_queue_depth)), std::string::npos) << m;
+  }
+  o.max_queue_depth = RuntimeOptions::min_max_queue_depth - 1;
+  EXPECT_THROW(Runtime{o}, std::invalid_argument);
+  for (std::size_t ok : {std::size_t{0}, RuntimeOptions::min_max_queue_depth, SIZE_MAX}) {
+    o.max_queue_depth = ok;
+    EXPECT_NO_THROW(Runtime{o}) << ok;
+  }
+  static_assert(RuntimeOptions::default_max_queue_depth >= RuntimeOptions::min_max_queue_depth);
+}
+
+// SIZE_MAX is no bound: a held wheel thread lets the queue grow past the
+// default bound's scale without a refusal (here: a few thousand commands
+// past the minimum bound).
+TEST(RuntimeOverload, size_max_means_no_bound) {
+  ManualClock clock{kStart};
+  Gate gate;
+  RuntimeOptions o = manual_options(clock, 0);
+  o.max_queue_depth = SIZE_MAX;
+  Runtime rt(o);
+  hold_wheel_thread(rt, gate);
+  for (std::size_t i = 0; i < 4 * RuntimeOptions::min_max_queue_depth; ++i) rt.schedule_at(at(5ms), [] {});
+  EXPECT_EQ(rt.stats().queue_depth, 4 * RuntimeOptions::min_max_queue_depth);
+  EXPECT_EQ(rt.stats().refused_overload, 0u);
+  gate.release();
+  rt.flush();
+}
+
+// stats().shards has one entry (one wheel thread) whose depth and wake-ups
+// are the totals and whose busy time is the wheel thread's CPU time: it
+// grows while the wheel thread works, and stays after shutdown.
+TEST(RuntimeOverload, shard_stats_report_the_wheel_threads_cpu_time) {
+  RuntimeOptions o = steady_options(1);
+  Runtime rt(o);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 20000; ++i) rt.schedule_after(chime::Duration::zero(), [&ran] { ran.fetch_add(1); });
+  rt.flush();
+  const chime::Stats s = rt.stats();
+  ASSERT_EQ(s.shards.size(), 1u);
+  EXPECT_EQ(s.shards[0].wakeups, s.wakeups);
+  EXPECT_EQ(s.shards[0].queue_depth, s.queue_depth);
+  EXPECT_GT(s.shards[0].busy, chime::Duration::zero());
+  rt.shutdown();
+  const chime::Stats after = rt.stats();
+  ASSERT_EQ(after.shards.size(), 1u);
+  EXPECT_GE(after.shards[0].busy, s.shards[0].busy);
+  EXPECT_EQ(ran.load(), 20000);
+}
+
+}  // namespace
