@@ -49,7 +49,17 @@
 //   not behind the flush's wheel interval (the timer did not fall behind);
 //   cancel returns true, and at most one callback (the run in progress)
 //   starts after it returned.
-// - the runtime's stats() agree with the harness's own counts at the end.
+// - the runtime's stats() agree with the harness's own counts at the end
+//   (refused_overload included: a schedule refused with CapacityError at
+//   --max-queue-depth is counted by its producer and its timer left out).
+// The report also gives the overload figures: the queue depth's peak
+// (sampled), the refusals, and the wheel thread's busy fraction (its CPU
+// time, stats().shards[0].busy, over the run's wall time).
+//
+// --burst N is another run (run_burst): each producer posts N timers due
+// within 0-4 x precision as fast as it can, counting refusals; it reports
+// the peak queue depth, pending and RSS, and checks that every accepted
+// timer ran exactly once and no refused one ran.
 // Exits 0 if all hold, 1 on any violation or error, 2 on bad arguments.
 
 #include "stress_support.hpp"
@@ -90,6 +100,11 @@ using stress_support::ns;
 using stress_support::pack;
 using stress_support::unpack;
 double seconds_between(SteadyTime a, SteadyTime b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_of(chime::Duration d) { return std::chrono::duration<double>(d).count(); }
+// The bound the runtime applies (RuntimeOptions::max_queue_depth; 0: its default).
+std::uint64_t queue_bound(const HarnessOptions& o) {
+  return o.max_queue_depth != 0 ? o.max_queue_depth : chime::RuntimeOptions::default_max_queue_depth;
+}
 
 // ---- formatting ----
 
@@ -207,6 +222,7 @@ struct alignas(64) ProducerCounters {
   std::atomic<std::uint64_t> near{0};
   std::atomic<std::uint64_t> mid{0};
   std::atomic<std::uint64_t> far{0};
+  std::atomic<std::uint64_t> refused{0};  // schedules refused with CapacityError (overload)
 };
 
 void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
@@ -325,7 +341,13 @@ class Producer {
     const std::int64_t due = called + draw_delay();
     r.due_ns = due;
     r.called_ns = called;
-    const TimerId id = producer_.schedule_at(TimePoint(Duration(due)), task(index));
+    TimerId id;
+    try {
+      id = producer_.schedule_at(TimePoint(Duration(due)), task(index));
+    } catch (const chime::CapacityError&) {
+      bump(c_.refused);  // the queue is at max_queue_depth: this timer is not scheduled
+      return;
+    }
     r.id = pack(id);
     r.flags |= kScheduled;
     bump(c_.scheduled);
@@ -582,6 +604,7 @@ class Sampler {
       peak_pending_ = s.pending;
       rss_at_peak_pending_ = rss;
     }
+    peak_queue_depth_ = std::max<std::uint64_t>(peak_queue_depth_, s.queue_depth);
     if (print) {
       progress_.line(seconds_between(shared_.start, std::chrono::steady_clock::now()),
                      producer_total(shared_, &ProducerCounters::scheduled),
@@ -592,6 +615,7 @@ class Sampler {
   }
   std::uint64_t peak_pending() const { return peak_pending_; }
   std::uint64_t rss_at_peak_pending() const { return rss_at_peak_pending_; }
+  std::uint64_t peak_queue_depth() const { return peak_queue_depth_; }
 
  private:
   chime::Runtime& rt_;
@@ -599,6 +623,7 @@ class Sampler {
   Progress& progress_;
   std::uint64_t peak_pending_ = 0;
   std::uint64_t rss_at_peak_pending_;
+  std::uint64_t peak_queue_depth_ = 0;  // sampled every 20 ms
 };
 
 struct Produced {
@@ -865,6 +890,7 @@ struct Outcome {
   chime::Stats final_stats;
   OneShotTally one_shot;
   PeriodicTally periodic;
+  std::uint64_t queue_bound = 0;  // max_queue_depth as the runtime applies it
 };
 
 // ---- the invariants, one function each (the list at the top of this file) ----
@@ -965,6 +991,7 @@ Invariant stats_agree(const Outcome& o, Checks& checks) {
       {"rescheduled", s.rescheduled, producer_total(*o.shared, &ProducerCounters::resched_won)},
       {"pending", s.pending, 0},
       {"callback_errors", s.callback_errors, 0},
+      {"refused_overload", s.refused_overload, producer_total(*o.shared, &ProducerCounters::refused)},
   };
   std::string mismatches;
   for (const Row& row : rows) {
@@ -977,8 +1004,9 @@ Invariant stats_agree(const Outcome& o, Checks& checks) {
                      ", the harness counted " + std::to_string(row.harness));
     }
   }
-  v.detail = mismatches.empty() ? "scheduled, fired, cancelled, rescheduled, pending (0), callback_errors (0)"
-                                : "differ: " + mismatches;
+  v.detail = mismatches.empty()
+                 ? "scheduled, fired, cancelled, rescheduled, pending (0), callback_errors (0), refused_overload"
+                 : "differ: " + mismatches;
   return v;
 }
 
@@ -1005,6 +1033,8 @@ struct Figures {
   Percentiles wait_to_apply, wait_in_wheel, hand_off;  // the lateness split (OneShotTally)
   std::uint64_t peak_rss = 0, baseline_rss = 0, peak_pending = 0, rss_at_peak_pending = 0;
   double growth = 0, bytes_per_pending = 0;
+  std::uint64_t peak_queue_depth = 0, refused = 0;
+  double wheel_busy_s = 0;  // the wheel thread's CPU time (stats().shards[0].busy)
   std::uint64_t total_violations = 0;
   double per_s(std::uint64_t count) const { return producing_s > 0 ? static_cast<double>(count) / producing_s : 0.0; }
 };
@@ -1058,6 +1088,12 @@ void print_report(FILE* out, std::uint64_t seed, const Outcome& o, const Figures
   std::fprintf(out, "  wheel wake-ups    %s (%s/s; %.3f per fire)\n", with_commas(o.final_stats.wakeups).c_str(),
                with_commas(static_cast<std::uint64_t>(static_cast<double>(o.final_stats.wakeups) / f.total_s)).c_str(),
                f.fires_total ? static_cast<double>(o.final_stats.wakeups) / static_cast<double>(f.fires_total) : 0.0);
+  std::fprintf(out,
+               "  overload          queue depth peak %s (sampled every 20 ms; bound %s); %s schedules refused; "
+               "wheel thread busy %.0f%% (%.2f s CPU in %.2f s)\n",
+               with_commas(f.peak_queue_depth).c_str(), with_commas(o.queue_bound).c_str(),
+               with_commas(f.refused).c_str(), f.total_s > 0 ? 100.0 * f.wheel_busy_s / f.total_s : 0.0, f.wheel_busy_s,
+               f.total_s);
   std::fprintf(out, "  memory            peak RSS %s; peak pending %s timers at RSS %s over the start",
                format_bytes(static_cast<double>(f.peak_rss)).c_str(), with_commas(f.peak_pending).c_str(),
                format_bytes(f.growth).c_str());
@@ -1127,6 +1163,11 @@ bool write_json(const HarnessOptions& options, bool json_stdout, std::uint64_t s
                f.own.p50, f.own.p99, f.own.p999, f.own.max, f.own.count);
   std::fprintf(jf, "  \"wakeups\": %" PRIu64 ",\n", o.final_stats.wakeups);
   std::fprintf(jf,
+               "  \"overload\": {\"peak_queue_depth\": %" PRIu64 ", \"max_queue_depth\": %" PRIu64
+               ", \"refused\": %" PRIu64 ", \"wheel_busy_s\": %.3f, \"wheel_busy_fraction\": %.4f},\n",
+               f.peak_queue_depth, o.queue_bound, f.refused, f.wheel_busy_s,
+               f.total_s > 0 ? f.wheel_busy_s / f.total_s : 0.0);
+  std::fprintf(jf,
                "  \"memory\": {\"peak_rss_bytes\": %" PRIu64 ", \"baseline_rss_bytes\": %" PRIu64
                ", \"rss_at_peak_pending_bytes\": %" PRIu64 ", \"peak_pending\": %" PRIu64
                ", \"bytes_per_pending_timer\": %.1f},\n",
@@ -1151,6 +1192,123 @@ bool write_json(const HarnessOptions& options, bool json_stdout, std::uint64_t s
   return true;
 }
 
+// ---- the burst mode (--burst N) ----
+//
+// Each producer posts N one-shot timers due within 0-4 x precision, unpaced,
+// through its own Producer; a schedule refused with CapacityError is counted
+// and the producer goes on with the next timer. A sampler reads stats() every
+// millisecond for the peak queue depth. Then the harness waits for the dues,
+// flushes and checks that every accepted timer ran exactly once and no
+// refused one ran (one byte per timer, preallocated before the baseline), and
+// that the runtime's counts agree. Exits 1 on any violation.
+int run_burst(const HarnessOptions& options) {
+  FILE* out = stdout;
+  const std::uint64_t per = options.burst, total = per * options.producers;
+  const std::int64_t precision_ns = options.precision.count();
+  std::fprintf(out,
+               "chime-stress --burst: %u producers x %s timers due within 0-4 x %s, unpaced, %u workers, "
+               "max_queue_depth %s\n",
+               options.producers, with_commas(per).c_str(), format_duration(precision_ns).c_str(), options.workers,
+               options.max_queue_depth == UINT64_MAX ? "none" : with_commas(queue_bound(options)).c_str());
+  std::fflush(out);
+  // runs[i]: the timer's runs (its task adds 1); accepted[i]: 1 once its schedule returned.
+  std::unique_ptr<std::atomic<std::uint8_t>[]> runs(new std::atomic<std::uint8_t>[total]());
+  std::unique_ptr<std::uint8_t[]> accepted(new std::uint8_t[total]());
+  chime::RuntimeOptions rt_options;
+  rt_options.precision = options.precision;
+  rt_options.slack = options.slack;
+  rt_options.workers = options.workers;
+  rt_options.max_queue_depth = static_cast<std::size_t>(options.max_queue_depth);
+  chime::Runtime rt(rt_options);
+  const std::uint64_t baseline_rss = chime_stress::current_rss_bytes();
+
+  std::vector<std::uint64_t> refused(options.producers, 0);
+  std::atomic<unsigned> running{options.producers};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (unsigned p = 0; p < options.producers; ++p) {
+    threads.emplace_back([&, p] {
+      chime::Producer producer = rt.producer();
+      const chime::Clock& clock = rt.clock();
+      std::uint64_t my_refused = 0;
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      for (std::uint64_t i = p * per; i < (p + 1) * per; ++i) {
+        const chime::TimePoint due = clock.now() + Duration(precision_ns * static_cast<std::int64_t>(i % 5));
+        try {
+          producer.schedule_at(due, [r = &runs[i]] { r->fetch_add(1, std::memory_order_relaxed); });
+          accepted[i] = 1;
+        } catch (const chime::CapacityError&) {
+          ++my_refused;
+        }
+      }
+      refused[p] = my_refused;
+      running.fetch_sub(1, std::memory_order_release);
+    });
+  }
+  const SteadyTime start = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  std::uint64_t peak_depth = 0, peak_pending = 0;
+  while (running.load(std::memory_order_acquire) != 0) {
+    std::this_thread::sleep_for(1ms);
+    const chime::Stats s = rt.stats();
+    peak_depth = std::max<std::uint64_t>(peak_depth, s.queue_depth);
+    peak_pending = std::max<std::uint64_t>(peak_pending, s.pending);
+  }
+  for (auto& t : threads) t.join();
+  const SteadyTime produced = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(Duration(6 * precision_ns));  // every due has passed
+  rt.flush();
+  const SteadyTime flushed = std::chrono::steady_clock::now();
+  const chime::Stats st = rt.stats();
+  rt.shutdown(chime::ShutdownMode::cancel_pending);
+
+  std::uint64_t n_accepted = 0, n_refused = 0, lost = 0, twice = 0, refused_ran = 0;
+  for (std::uint64_t i = 0; i < total; ++i) {
+    const unsigned r = runs[i].load(std::memory_order_relaxed);
+    if (accepted[i] != 0) {
+      ++n_accepted;
+      lost += r == 0;
+      twice += r > 1;
+    } else {
+      ++n_refused;
+      refused_ran += r != 0;
+    }
+  }
+  std::uint64_t refused_counted = 0;
+  for (std::uint64_t r : refused) refused_counted += r;
+  const bool stats_agree = st.refused_overload == n_refused && refused_counted == n_refused &&
+                           st.scheduled == n_accepted && st.fired == n_accepted && st.pending == 0;
+  const double producing_s = seconds_between(start, produced), total_s = seconds_between(start, flushed);
+  const double busy_s = st.shards.empty() ? 0.0 : seconds_of(st.shards[0].busy);
+  std::fprintf(out, "  posted     %s in %.2f s (%s/s); accepted %s, refused %s (%.1f%%)\n", with_commas(total).c_str(),
+               producing_s, with_commas(static_cast<std::uint64_t>(static_cast<double>(total) / producing_s)).c_str(),
+               with_commas(n_accepted).c_str(), with_commas(n_refused).c_str(),
+               100.0 * static_cast<double>(n_refused) / static_cast<double>(std::max<std::uint64_t>(total, 1)));
+  std::fprintf(out,
+               "  queue      depth peak %s (sampled every 1 ms; bound %s); pending peak %s (queued, filed or\n"
+               "             handed to a worker, not yet run)\n",
+               with_commas(peak_depth).c_str(),
+               options.max_queue_depth == UINT64_MAX ? "none" : with_commas(queue_bound(options)).c_str(),
+               with_commas(peak_pending).c_str());
+  std::fprintf(out, "  wheel      busy %.0f%% (%.2f s CPU in %.2f s to the flush); %s wake-ups\n",
+               total_s > 0 ? 100.0 * busy_s / total_s : 0.0, busy_s, total_s, with_commas(st.wakeups).c_str());
+  std::fprintf(out, "  memory     peak RSS %s (baseline %s, the per-timer bytes of the check included: 2 per timer)\n",
+               format_bytes(static_cast<double>(chime_stress::peak_rss_bytes())).c_str(),
+               format_bytes(static_cast<double>(baseline_rss)).c_str());
+  std::fprintf(out, "  checks     accepted and never ran (lost) %s; ran twice %s; refused and ran %s; stats %s\n",
+               with_commas(lost).c_str(), with_commas(twice).c_str(), with_commas(refused_ran).c_str(),
+               stats_agree ? "agree" : "DISAGREE");
+  if (!stats_agree) {
+    std::fprintf(out,
+                 "  stats: scheduled %" PRIu64 " fired %" PRIu64 " pending %" PRIu64 " refused_overload %" PRIu64
+                 "; harness: accepted %" PRIu64 " refused %" PRIu64 " (producers counted %" PRIu64 ")\n",
+                 st.scheduled, st.fired, st.pending, st.refused_overload, n_accepted, n_refused, refused_counted);
+  }
+  const bool ok = lost == 0 && twice == 0 && refused_ran == 0 && stats_agree;
+  std::fprintf(out, "result: %s\n", ok ? "every accepted timer ran exactly once" : "VIOLATION");
+  return ok ? 0 : 1;
+}
+
 int run(const HarnessOptions& options) {
   const bool json_stdout = options.json && *options.json == "-";
   FILE* out = json_stdout ? stderr : stdout;
@@ -1171,6 +1329,7 @@ int run(const HarnessOptions& options) {
   rt_options.precision = options.precision;
   rt_options.slack = options.slack;
   rt_options.workers = options.workers;
+  rt_options.max_queue_depth = static_cast<std::size_t>(options.max_queue_depth);
   chime::Runtime rt(rt_options);
 
   Shared shared(options, seed, rate, rt, records.get());
@@ -1230,6 +1389,10 @@ int run(const HarnessOptions& options) {
   f.rss_at_peak_pending = sampler.rss_at_peak_pending();
   f.growth = f.rss_at_peak_pending > baseline_rss ? static_cast<double>(f.rss_at_peak_pending - baseline_rss) : 0;
   f.bytes_per_pending = f.peak_pending > 0 ? f.growth / static_cast<double>(f.peak_pending) : 0;
+  f.peak_queue_depth = sampler.peak_queue_depth();
+  f.refused = producer_total(shared, &ProducerCounters::refused);
+  f.wheel_busy_s = o.final_stats.shards.empty() ? 0.0 : seconds_of(o.final_stats.shards[0].busy);
+  o.queue_bound = queue_bound(options);
 
   print_report(out, seed, o, f, inv, checks);
   if (options.json && !write_json(options, json_stdout, seed, rate, o, f, inv, checks)) return 1;
@@ -1252,7 +1415,7 @@ int main(int argc, char** argv) {
       break;
   }
   try {
-    return run(options);
+    return options.burst != 0 ? run_burst(options) : run(options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "chime-stress: error: %s\n", e.what());
     return 1;

@@ -22,6 +22,9 @@ set(cases
   "--seconds,0|--seconds"
   "--seed,12x|--seed"
   "--seconds,--timers,5|--seconds: missing value"
+  "--burst,0|--burst"
+  "--burst,many|--burst"
+  "--max-queue-depth,-1|--max-queue-depth"
   "stray|stray")
 
 foreach(case IN LISTS cases)

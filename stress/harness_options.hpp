@@ -41,12 +41,14 @@ struct HarnessOptions {
   unsigned workers = std::thread::hardware_concurrency() == 0 ? 2 : std::thread::hardware_concurrency();
   std::optional<std::uint64_t> seed;  // unset: drawn at random (and printed)
   std::optional<std::string> json;    // --json FILE, "-" for stdout
+  std::uint64_t max_queue_depth = 0;  // RuntimeOptions::max_queue_depth; 0: the default
+  std::uint64_t burst = 0;            // --burst N: the burst mode, N timers per producer, unpaced; 0: the usual run
 };
 
 inline constexpr const char* kUsage =
     "usage: chime-stress [--producers P] [--timers N] [--cancel-ratio R] [--reschedule-ratio R]\n"
     "                    [--periodic K] [--seconds S] [--precision D] [--slack D] [--rate OPS] [--workers W]\n"
-    "                    [--seed N] [--json FILE|-] [--help]\n"
+    "                    [--seed N] [--json FILE|-] [--max-queue-depth Q] [--burst N] [--help]\n"
     "\n"
     "Drives a chime::Runtime from P producer threads and checks its guarantees.\n"
     "\n"
@@ -66,6 +68,11 @@ inline constexpr const char* kUsage =
     "  --seed N              seed of the random choices (printed; default: random)\n"
     "  --json FILE|-         also write the report as JSON to FILE (- : stdout; the text report\n"
     "                        then goes to stderr)\n"
+    "  --max-queue-depth Q   RuntimeOptions::max_queue_depth: commands queued before schedules are\n"
+    "                        refused (counted and reported); 0: the default; 18446744073709551615: no bound\n"
+    "  --burst N             instead of the run above: each producer posts N timers due within\n"
+    "                        0-4 x precision as fast as it can, counting refusals; reports peak\n"
+    "                        queue depth and RSS, and checks every accepted timer runs exactly once\n"
     "  --help, -h            print this and exit\n"
     "\n"
     "Due times: 60% within 0-4 x precision, 35% within 64-4096 x precision (level 1 of\n"
@@ -124,9 +131,10 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
       name = arg.substr(0, eq);
       value = arg.substr(eq + 1);
     }
-    static constexpr const char* known[] = {"--producers", "--timers",  "--cancel-ratio", "--reschedule-ratio",
-                                            "--periodic",  "--seconds", "--precision",    "--slack",
-                                            "--rate",      "--workers", "--seed",         "--json"};
+    static constexpr const char* known[] = {
+        "--producers",       "--timers", "--cancel-ratio", "--reschedule-ratio", "--periodic", "--seconds",
+        "--precision",       "--slack",  "--rate",         "--workers",          "--seed",     "--json",
+        "--max-queue-depth", "--burst"};
     bool is_known = false;
     for (const char* k : known) is_known = is_known || name == k;
     if (!is_known) {
@@ -205,6 +213,12 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
     } else if (name == "--seed") {
       if (!integer(0, UINT64_MAX, u)) return ParseResult::error;
       options.seed = u;
+    } else if (name == "--max-queue-depth") {
+      if (!integer(0, UINT64_MAX, u)) return ParseResult::error;
+      options.max_queue_depth = u;
+    } else if (name == "--burst") {
+      if (!integer(1, 100'000'000, u)) return ParseResult::error;
+      options.burst = u;
     } else if (name == "--json") {
       if (v.empty()) return bad("expected a file name or -");
       options.json = v;
