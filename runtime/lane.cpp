@@ -290,7 +290,7 @@ std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
   bool after_stop = false;
   if (stopped_.load(std::memory_order_seq_cst)) [[unlikely]] {
     lane.runs_active.fetch_sub(1, std::memory_order_release);
-    while (!shutdown_done_.load(std::memory_order_acquire)) std::this_thread::yield();
+    for (detail::Backoff backoff; !shutdown_done_.load(std::memory_order_acquire);) backoff.wait();
     after_stop = true;
   }
   RetiredSlots retired(slab_);
@@ -587,7 +587,7 @@ void LaneSleep::suspend(std::coroutine_handle<> h, bool owns_frame) {
 // in suspend(). On the lane's thread it never waits (the run cannot start
 // while this thread is still in await_suspend).
 void LaneSleep::wait_scheduled() const noexcept {
-  while (!scheduled_.load(std::memory_order_acquire)) std::this_thread::yield();
+  for (detail::Backoff backoff; !scheduled_.load(std::memory_order_acquire);) backoff.wait();
 }
 
 }  // namespace chime

@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 
+#include "backoff.hpp"
 #include "chime/runtime.hpp"
 #include "chime/timing_wheel.hpp"
 #include "free_slot_stack.hpp"
@@ -92,12 +93,14 @@ static_assert(offsetof(TimerSlot, lane_generation) + sizeof(std::uint32_t) <= 64
 
 // The slot's word once no reschedule or cancel owns its fields: Writing and
 // Cancelling are two stores from done (R2, or R3/K1 after a cancel won), so
-// the thread that must see the outcome (shutdown's sweep, drain) yields
-// until it is published. acquire: pairs with R2/R3/K1's release.
+// the thread that must see the outcome (shutdown's sweep, drain) waits until
+// it is published, yielding then sleeping (backoff.hpp: the owner may be
+// preempted by this very thread). acquire: pairs with R2/R3/K1's release.
 inline std::uint64_t settled_word(const TimerSlot& slot) noexcept {
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
+  Backoff backoff;
   while (StateWord::state(w) == SlotState::writing || StateWord::state(w) == SlotState::cancelling) {
-    std::this_thread::yield();
+    backoff.wait();
     w = slot.word.load(std::memory_order_acquire);
   }
   return w;

@@ -146,10 +146,11 @@ RuntimeCore::PassEnd RuntimeCore::run_pass(bool& busy) {
   advance_and_dispatch(now);
   hand_over();
   wt().wheel.cascade_ahead(kCascadeAheadPerPass);  // after the hand-off: no run waits for it
+  if (wt().deferred_adds.empty() && !wt().awaiting_writer) wt().writer_backoff.reset();  // no writer awaited
   if (!exhausted) {
     wt().retired->flush();
     // An ADD waits for a reschedule's two stores (apply): let its thread run.
-    if (!wt().deferred_adds.empty()) std::this_thread::yield();
+    if (!wt().deferred_adds.empty()) wt().writer_backoff.wait();
     return PassEnd::more_commands;
   }
   if (wt().stop != nullptr) {
@@ -740,8 +741,9 @@ void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
 
 void RuntimeCore::sleep(bool busy) {
   if (!wt().overdue.empty()) {  // due now: next pass
-    // Only a reschedule's two stores to wait for: let its thread run first.
-    if (wt().awaiting_writer) std::this_thread::yield();
+    // Only a reschedule's two stores to wait for: let its thread run first
+    // (yields, then short sleeps: backoff.hpp).
+    if (wt().awaiting_writer) wt().writer_backoff.wait();
     return;
   }
   const bool waiting_for_runs = !wt().flushes.empty();

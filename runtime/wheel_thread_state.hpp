@@ -19,6 +19,7 @@
 // join) also do.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,6 +28,7 @@
 
 #include <concurrentqueue/concurrentqueue.h>
 
+#include "backoff.hpp"
 #include "chime/timing_wheel.hpp"
 #include "command_queue.hpp"
 #include "dispatch.hpp"
@@ -86,6 +88,9 @@ struct WheelThreadState {
   StopRequest* stop = nullptr;
   std::int64_t pass_min_due_ns = INT64_MAX;  // earliest due dispatched since the last settle_flushes
   bool awaiting_writer = false;              // this pass put a mid-reschedule timer on overdue
+  // Passes in a row that waited for a reschedule's two stores (deferred_adds,
+  // awaiting_writer): yields, then sleeps of at most 50 us (backoff.hpp).
+  Backoff writer_backoff{std::chrono::microseconds{50}};
   bool lingering = false;                    // sleep(): commands keep coming; wake within kLingerNs
   bool last_sleep_short = false;             // the last sleep was cut short (a producer woke us early)
   bool running = true;
