@@ -37,10 +37,13 @@
 // acquired by the timer thread, then the pool's mutex hands the job over).
 #pragma once
 
+#include <pthread.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -149,6 +152,15 @@ class MutexHeapService {
 
   // Times the timer thread returned from a wait (timeouts, notifications and
   // spurious wake-ups). Any thread. May block.
+  // The timer thread's CPU time so far (CLOCK_THREAD_CPUTIME_ID of that
+  // thread), in nanoseconds; -1 if the clock cannot be read.
+  std::int64_t timer_thread_cpu_ns() {
+    clockid_t clock{};
+    timespec ts{};
+    if (pthread_getcpuclockid(timer_thread_.native_handle(), &clock) != 0 || clock_gettime(clock, &ts) != 0) return -1;
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+
   std::uint64_t wakeups() const {
     std::lock_guard<std::mutex> lock(mu_);
     return wakeups_;
