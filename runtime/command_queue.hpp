@@ -158,8 +158,12 @@ class CommandQueue {
   // every Runtime's constructor, half of a fresh runtime's resident memory
   // (and of the runtime fuzz target's page faults per input), for bursts a
   // few producers never reach between two passes (a producer wakes the wheel
-  // after 1,024 posts).
-  static constexpr std::size_t kInitialCapacity = 4 * 1024;
+  // after 1,024 posts). The fuzz targets' copy of the runtime sources
+  // (fuzz/CMakeLists.txt) starts with 64: they build a runtime per input.
+#ifndef CHIME_COMMAND_QUEUE_INITIAL_CAPACITY
+#define CHIME_COMMAND_QUEUE_INITIAL_CAPACITY (4 * 1024)
+#endif
+  static constexpr std::size_t kInitialCapacity = CHIME_COMMAND_QUEUE_INITIAL_CAPACITY;
 
   explicit CommandQueue(CommandQueueBackend backend)
       : backend_(backend),

@@ -37,6 +37,23 @@
 
 #include "chime/detail/assert.hpp"
 
+// The slab's geometry (timer_slab.hpp): slots, and the free list's batch
+// containers, come in chunks of 2^CHIME_SLAB_CHUNK_SHIFT, up to
+// 2^CHIME_SLAB_CAPACITY_SHIFT slots. chime's library always uses the
+// defaults. Only the fuzz targets' copy of the runtime sources
+// (fuzz/CMakeLists.txt) sets them, to chunks of 64 and 2^16 slots: a fuzz
+// input builds a runtime, and the default geometry's chunk-pointer arrays and
+// first chunks (2 MB, every page written) were most of an input's time.
+#ifndef CHIME_SLAB_CHUNK_SHIFT
+#define CHIME_SLAB_CHUNK_SHIFT 12
+#endif
+#ifndef CHIME_SLAB_CAPACITY_SHIFT
+#define CHIME_SLAB_CAPACITY_SHIFT 28
+#endif
+static_assert(CHIME_SLAB_CHUNK_SHIFT >= 5 && CHIME_SLAB_CHUNK_SHIFT < CHIME_SLAB_CAPACITY_SHIFT &&
+                  CHIME_SLAB_CAPACITY_SHIFT <= 28,
+              "the slab's geometry: a chunk holds a batch (32), and at most 2^28 slots");
+
 namespace chime::detail {
 
 class FreeSlotStack {
@@ -78,13 +95,13 @@ class FreeSlotStack {
 
  private:
   static constexpr std::uint32_t kNil = UINT32_MAX;
-  static constexpr unsigned kChunkShift = 12;
-  static constexpr std::uint32_t kChunk = 1u << kChunkShift;  // containers per chunk
+  static constexpr unsigned kChunkShift = CHIME_SLAB_CHUNK_SHIFT;  // 12 (see above)
+  static constexpr std::uint32_t kChunk = 1u << kChunkShift;       // containers per chunk
   // One container per slot the slab can hold (2^28), plus a chunk of slack:
   // batches can hold a single slot each (release(i), a worker's batch of
   // one run), so the free slots may need as many containers as there are
   // slots; with fewer, give() would run out while slots are free.
-  static constexpr std::uint32_t kMaxChunks = (1u << 16) + 1;
+  static constexpr std::uint32_t kMaxChunks = (1u << (CHIME_SLAB_CAPACITY_SHIFT - kChunkShift)) + 1;
 
   struct Node {
     std::atomic<std::uint32_t> next{kNil};

@@ -30,7 +30,15 @@
 
 namespace chime::detail {
 
-inline constexpr std::size_t kStripes = 16;
+// The fuzz targets' copy of the runtime sources (fuzz/CMakeLists.txt) has 2
+// (one owned, one shared): they build a runtime, and so its zeroed
+// histograms, per input.
+#ifndef CHIME_STATS_STRIPES
+#define CHIME_STATS_STRIPES 16
+#endif
+static_assert(CHIME_STATS_STRIPES >= 2 && CHIME_STATS_STRIPES <= 32,
+              "a stripe per bit of free_stripes, and a shared one");
+inline constexpr std::size_t kStripes = CHIME_STATS_STRIPES;
 inline constexpr std::size_t kSharedStripe = kStripes - 1;
 
 // The stripes no live thread owns: bit k set means stripe k (k <

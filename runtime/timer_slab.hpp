@@ -118,9 +118,12 @@ struct SlotCache {
 
 class TimerSlab {
  public:
-  static constexpr unsigned kChunkShift = 12;
+  static constexpr unsigned kChunkShift = CHIME_SLAB_CHUNK_SHIFT;  // 12 (free_slot_stack.hpp)
   static constexpr std::uint32_t kChunkSize = 1u << kChunkShift;
-  static constexpr std::uint32_t kMaxChunks = 1u << 16;  // 2^28 slots
+  static constexpr std::uint32_t kMaxChunks = 1u << (CHIME_SLAB_CAPACITY_SHIFT - kChunkShift);  // 2^28 slots
+  static constexpr const char* kFullMessage = CHIME_SLAB_CAPACITY_SHIFT == 28
+                                                  ? "chime: the timer slab is full (2^28 timers)"
+                                                  : "chime: the timer slab is full (its fuzz-build capacity)";
   TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(kMaxChunks)) {}
   TimerSlab(const TimerSlab&) = delete;
   TimerSlab& operator=(const TimerSlab&) = delete;
@@ -181,7 +184,7 @@ class TimerSlab {
   std::uint32_t allocate_fresh() {
     std::uint32_t i = fresh_.load(std::memory_order_relaxed);
     for (;;) {
-      if (i >= kMaxChunks * kChunkSize) throw CapacityError("chime: the timer slab is full (2^28 timers)");
+      if (i >= kMaxChunks * kChunkSize) throw CapacityError(kFullMessage);
       ensure_chunk(i >> kChunkShift);
       if (fresh_.compare_exchange_weak(i, i + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) return i;
     }
@@ -196,7 +199,7 @@ class TimerSlab {
     std::uint32_t n;
     for (;;) {
       const std::uint32_t limit = kMaxChunks * kChunkSize;
-      if (i >= limit) throw CapacityError("chime: the timer slab is full (2^28 timers)");
+      if (i >= limit) throw CapacityError(kFullMessage);
       n = std::min<std::uint32_t>(SlotCache::kSize, limit - i);
       ensure_chunk(i >> kChunkShift);
       ensure_chunk((i + n - 1) >> kChunkShift);

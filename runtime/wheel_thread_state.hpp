@@ -45,7 +45,12 @@ struct WheelThreadState {
   // Scratch lists reserve this much up front and keep their capacity
   // between passes: a burst of overdue or fired timers within this size
   // never allocates, however the passes happen to fall.
-  static constexpr std::size_t kScratchCapacity = 4096;
+  // The fuzz targets' copy of the runtime sources (fuzz/CMakeLists.txt)
+  // sets it small: they build a runtime per input.
+#ifndef CHIME_WHEEL_SCRATCH_CAPACITY
+#define CHIME_WHEEL_SCRATCH_CAPACITY 4096
+#endif
+  static constexpr std::size_t kScratchCapacity = CHIME_WHEEL_SCRATCH_CAPACITY;
 
   WheelThreadState(const WheelConfig& config, TimePoint start) : wheel(config, start) {
     command_buffer.resize(256);
