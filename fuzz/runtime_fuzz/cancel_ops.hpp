@@ -166,16 +166,20 @@ inline void RuntimeFuzz::op_reschedule(bool after) {
   if (!got) return;  // it ran (or is running): the next flush checks that it did
   ++reschedules_;
   // Earlier: a command, applied at the clock c_: due now iff d <= c_, else the interval rule (not ripe: d >
-  // c_). Later or equal (a touch): no command; the filed alarm's rule stays: interval (a timer that is not
-  // due now is not ripe, nor at a later due), or due now while d <= c_.
+  // c_). Later or equal (a touch): no command while d > c_; the filed alarm's rule stays: interval (a timer
+  // that is not due now is not ripe, nor at a later due). A touch to d <= c_ posts a command with the call's
+  // clock (runtime/producer_ops.cpp, reschedule): due now. The threaded target never makes one (its pending
+  // timers are due after the clock, or due now and then d <= c_ either way); the simulation, whose clock
+  // moves with no pass, does: a timer filed by the interval rule, the clock moved past it, a touch to now.
   const bool earlier = d < t.due;
+  const bool posted = earlier || d <= c_;
   t.due = d;
-  if (earlier) t.cmd_clock = c_;
+  if (posted) t.cmd_clock = c_;
   if (!t.periodic) {
-    const bool now_due = earlier ? d <= c_ : t.ambiguous && d <= t.cmd_clock;
+    const bool now_due = posted ? d <= c_ : t.ambiguous && d <= t.cmd_clock;
     if (now_due && !t.ambiguous) t.ripe_sched = sched_count_;
     t.ambiguous = now_due;
-  } else if (earlier && d <= c_) {
+  } else if (d <= c_) {
     t.due_now = true;
     op_flush("periodic rescheduled earlier, due now");
   }
