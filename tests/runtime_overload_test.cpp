@@ -10,6 +10,7 @@
 #include "runtime_test_support.hpp"
 
 #include <chime/keyed_timers.hpp>
+#include <chime/lane.hpp>
 #include <chime/runtime.hpp>
 #include <chime/timer.hpp>
 
@@ -94,7 +95,8 @@ TEST(RuntimeOverload, full_queue_refuses_schedules_and_loses_nothing_accepted) {
   EXPECT_NE(f.message.find("max_queue_depth = " + std::to_string(kBound)), std::string::npos) << f.message;
   EXPECT_NE(f.message.find("holds " + std::to_string(full.queue_depth) + " commands"), std::string::npos) << f.message;
 
-  // Every way to post a new timer is refused while the queue is full.
+  // Every way to post a new timer is refused while the queue is full:
+  // Runtime, Producer, periodic, Timer, KeyedTimers, Lane.
   EXPECT_THROW(rt.schedule_after(1ms, [] {}), CapacityError);
   EXPECT_THROW(rt.schedule_every(1ms, [] {}), CapacityError);
   chime::Producer p = rt.producer();
@@ -104,7 +106,9 @@ TEST(RuntimeOverload, full_queue_refuses_schedules_and_loses_nothing_accepted) {
   EXPECT_FALSE(timer.armed());
   chime::KeyedTimers<int, int> keyed(rt, [](const int&, int&&) {});
   EXPECT_THROW(keyed.set(1, 1, 1ms), CapacityError);
-  EXPECT_EQ(rt.stats().refused_overload, 6u);
+  chime::Lane lane = rt.lane();  // destroyed after the gate's release (its close waits for a pass)
+  EXPECT_THROW(lane.schedule_after(1ms, [] {}), CapacityError);
+  EXPECT_EQ(rt.stats().refused_overload, 7u);
 
   // Cancels and touches post nothing and are never refused; a reschedule to
   // an earlier due posts a command and is never refused either.
@@ -127,7 +131,7 @@ TEST(RuntimeOverload, full_queue_refuses_schedules_and_loses_nothing_accepted) {
   }
   const chime::Stats end = rt.stats();
   EXPECT_EQ(end.pending, 0u);
-  EXPECT_EQ(end.refused_overload, 6u);
+  EXPECT_EQ(end.refused_overload, 7u);
 }
 
 // With several producers posting at once, the queue exceeds the bound by at

@@ -364,8 +364,9 @@ class Runtime {
   using Options = RuntimeOptions;
 
   // Starts the wheel thread and the workers; the wheel starts at the clock's
-  // time now. Throws std::invalid_argument for precision <= 0 and for
-  // workers > RuntimeOptions::max_workers, naming the value. If a thread
+  // time now. Throws std::invalid_argument for precision <= 0, for
+  // workers > RuntimeOptions::max_workers and for a nonzero max_queue_depth
+  // below RuntimeOptions::min_max_queue_depth, naming the value. If a thread
   // cannot start (the system's thread limit, address space for its stack),
   // stops and joins those that started and throws std::system_error; it
   // never terminates the process.
