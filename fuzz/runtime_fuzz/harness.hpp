@@ -140,10 +140,6 @@ struct MTimer {
   std::uint64_t terminal_sched = 0;  // schedules counted when its slot could first have been freed
   bool settled = false;           // terminal and its slot certainly freed (a flush or drain since)
   std::uint64_t runs = 0;
-  // Periodic, simulation only: runs under drain() or shutdown(fire_pending) that were due by the clock (a
-  // clock moved with no pass; runs.hpp, check_run), not the drain's early run.
-  std::uint64_t due_runs_draining = 0;
-  bool early_in_drain = false;  // the current drain() or shutdown(fire_pending) made its early run
 };
 
 class RuntimeFuzz;
@@ -270,6 +266,7 @@ class RuntimeFuzz {
   void op_flush(const char* why);
   void op_drain();
   void op_shutdown(chime::ShutdownMode mode);
+  void simulation_catch_up(const char* what);  // the simulation: a flush before drain / shutdown(fire_pending)
   void after_shutdown_checks();
 
   // ---- state, forged ids and stats (runtime_fuzz/observe_ops.hpp)

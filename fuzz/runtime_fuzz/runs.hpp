@@ -158,19 +158,7 @@ inline void RuntimeFuzz::check_run(const Run& r) {
     return;
   }
   // Periodic. Never runnable outside a flush, so every run outside drain() and shutdown(fire_pending) is due.
-  // In the simulation the clock also moves with no pass (op_move_clock), so a timer can be due by the clock
-  // when drain() or shutdown(fire_pending) starts: their first pass runs it as a due run (coalesced by its
-  // Missed policy, checked below) as well as early. The threaded target's clock moves only under a flush,
-  // which runs it first. drain() makes the early run first; a catch_up due run looks the same (its own
-  // due, missed 0), so a run due by fired_at is the due one when the early one was made or when its form
-  // differs. shutdown(fire_pending) advances first: a run due by fired_at is a due run, and op_shutdown
-  // marks the timer fired once it ran at all.
-  const bool due_at_drain = r.draining && sim_ &&
-                            t.due <= (t.due_now ? static_cast<i128>(fired_at) : interval_start(fired_at) - 1) &&
-                            (fire_shutdown_ || t.early_in_drain || due != t.due || r.firing.missed != 0);
-  if (due_at_drain) ++t.due_runs_draining;
-  if (r.draining && !due_at_drain) {
-    t.early_in_drain = true;
+  if (r.draining) {
     // drain() / shutdown(fire_pending): the next run, early, with its own due; the schedule stays.
     FUZZ_CHECK(due == t.due && r.firing.missed == 0, who << ": a drained run, model next due " << t.due);
   } else {
@@ -206,8 +194,8 @@ inline void RuntimeFuzz::check_run(const Run& r) {
   }
   if (self_cancel) {
     mark_cancelled(t);
-  } else if (fire_shutdown_ && !sim_) {
-    t.st = MTimer::St::fired;  // shutdown(fire_pending): its last run (the simulation's: op_shutdown)
+  } else if (fire_shutdown_) {
+    t.st = MTimer::St::fired;  // shutdown(fire_pending): its last run
     t.terminal_sched = sched_count_;
   }
 }
