@@ -314,10 +314,10 @@ void RuntimeCore::apply(const Command& c) {
             return;
           case SlotState::writing:
             // A reschedule is two stores from done (R2, or R3 after a cancel):
-            // apply this ADD again next pass, which comes at once (wheel_main
-            // yields first; the pass does not count as having emptied the
-            // queue), rather than wait here for a thread that may be
-            // preempted.
+            // apply this ADD again next pass, which comes at once (run_pass
+            // yields or briefly sleeps first, backoff.hpp; the pass does not
+            // count as having emptied the queue), rather than wait here for a
+            // thread that may be preempted.
             wt().deferred_adds.push_back(c);
             return;
           case SlotState::cancelling:

@@ -217,8 +217,8 @@ class Lane {
   // was in this lane's ready queue and has been taken back, and it now has
   // the new due time; false once its run started, or for a run handed over
   // when called on another thread. Any thread. Lock-free, except that two
-  // threads rescheduling the same timer at once serialize on it (yield,
-  // never a lock). May allocate in steady state only to post a command (an
+  // threads rescheduling the same timer at once serialize on it (yields,
+  // then short sleeps; never a lock). May allocate in steady state only to post a command (an
   // earlier due, or a run taken back). Throws std::out_of_range for a due
   // beyond the wheel's range.
   bool reschedule_at(TimerId id, TimePoint due);

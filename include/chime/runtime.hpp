@@ -336,8 +336,8 @@ class Producer {
   CancelResult cancel_and_wait(TimerId id);
   // The owning thread; FIFO with this Producer's other commands. Lock-free,
   // except that two threads rescheduling the same timer at once serialize
-  // on it (yield, never a lock). A later due posts nothing; an earlier one
-  // posts a command (may allocate a queue block). Throws std::out_of_range
+  // on it (yields, then short sleeps; never a lock). A later due posts
+  // nothing; an earlier one posts a command (may allocate a queue block). Throws std::out_of_range
   // for a due beyond the wheel's range.
   bool reschedule_at(TimerId id, TimePoint due);
   bool reschedule_after(TimerId id, Duration delay);

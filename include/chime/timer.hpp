@@ -138,8 +138,9 @@ class Timer {
   // disarmed), or an arm waits for the run in progress to return. Any
   // thread. Never allocates. False for an empty Timer.
   bool armed() const;
-  // The pending run's due time, if armed(). Any thread (yields while a
-  // reschedule of its timer is two stores from done). Never allocates.
+  // The pending run's due time, if armed(). Any thread (waits, yielding then
+  // sleeping briefly, while a reschedule of its timer is two stores from
+  // done). Never allocates.
   std::optional<TimePoint> due() const;
   // The runtime timer the last arm scheduled ({} before the first arm, and
   // while an arm waits for a run in progress). Any thread. Never allocates.
