@@ -48,6 +48,8 @@ CONFIGS=(
   "8 lane"
   "9 lane_shutdown"
   "10 wakeup"
+  "11 lane_resched"
+  "12 lane_resched_shutdown"
 )
 # LTL runs: configuration, claim. Every safety run also checks both
 # properties as assertions (the Watch monitor; the B1 assertion); these
@@ -79,6 +81,12 @@ MUTATIONS=(
   "17 3 - the shutdown sweep leaves a zombie unfreed"
   "18 4 - cancel_and_wait sleeps without setting the waiter bit (no WB)"
   "19 6 - ~Timer: cancel, not cancel_and_wait, on the current timer"
+  "20 11 - run() ignores the version of a lane's record (holds_claim by generation only)"
+  "21 11 - close_lane's L3 ignores the version of a record (holds_claim by generation only)"
+  "22 11 - R4 does not bump the version (Handed -> Writing, same version)"
+  "23 11 - R4 a plain store, not a CAS"
+  "24 12 - LaneRunsHold::enter does not read stopped_ (R4 after shutdown began)"
+  "25 11 - no ADD after R4 (as after a later reschedule: left to the wheel)"
 )
 
 usage() {

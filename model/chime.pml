@@ -6,8 +6,10 @@
  * atomic operations: producers (schedule, cancel, try_cancel,
  * cancel_and_wait, reschedule), the wheel thread (filing, claiming, zombie
  * reclaim and sweep, closing a lane, shutdown's stop), workers and a lane's
- * thread (B1, F1-F4), chime::Timer's handle (runtime/timer.cpp) and the
- * wake-up handshake (P1/P2). docs/model-check.md maps every transition to
+ * thread (B1, F1-F4; a reschedule on the lane's thread that takes a run
+ * back from its ready queue, R4, and the stale records it leaves there),
+ * chime::Timer's handle (runtime/timer.cpp) and the wake-up handshake
+ * (P1/P2). docs/model-check.md maps every transition to
  * the code, and lists the properties, the configurations and the seeded
  * mutations; check.sh runs them.
  *
@@ -74,6 +76,17 @@
  *                   times while the wheel sleeps with a bound (its earliest
  *                   alarm's, or none); two may race for one sleep's
  *                   wake-up; workers = 0; shutdown after them. P1/P2.
+ * 11 lane_resched : a lane's thread schedules a one-shot lane timer,
+ *                   reschedules it on its thread (Lane::reschedule_at:
+ *                   R1/R2 while pending, R4 once its run is in the ready
+ *                   queue), runs its ready queue 0 to 2 times, destroys the
+ *                   lane; P1 cancels it, waits for it, or not; shutdown
+ *                   after them. R4 vs C4 and C2 (R3 frees), the stale
+ *                   record in run() and in close_lane's L3, the ADD vs the
+ *                   lane's close (L1).
+ * 12 lane_resched_shutdown: the same lane's thread; shutdown at any moment,
+ *                   either mode: R4's LaneRunsHold (the runs_active Dekker
+ *                   pair) vs the sweep (X1, X2) and the final runs.
  * ---------------------------------------------------------------------- */
 #if CONFIG == 1
 #define NSLOT 2
@@ -137,6 +150,25 @@
 #define SHUTDOWN_MODES 1
 #define SHUTDOWN_WHEN true
 #define MAXT 2
+#elif CONFIG == 11
+#define NSLOT 1
+#define NT 1
+#define NPROD 2
+#define NWORK 0
+#define NPROCS 4
+#define HAS_LANE 1
+#define SHUTDOWN_WHEN (nfin == 2)
+#define MAXT 2
+#elif CONFIG == 12
+#define NSLOT 1
+#define NT 1
+#define NPROD 1
+#define NWORK 0
+#define NPROCS 3
+#define HAS_LANE 1
+#define SHUTDOWN_MODES 1
+#define SHUTDOWN_WHEN true
+#define MAXT 2
 #elif CONFIG == 10
 #define NSLOT 3
 #define NT 3
@@ -189,6 +221,7 @@
 #define HASW(w) (((w) & WAITERB) != 0)
 #define ISPER(w) (((w) & PERB) != 0)
 #define GEN(w) (((w) >> 9) & 7)
+#define VER(w) (((w) >> 7) & 3)
 #define MAKE(g, s, p) (((g) << 9) | ((p) -> PERB : 0) | (s))
 /* StateWord::with_state: state s, the waiter bit cleared, the rest kept */
 #define WITH_STATE(w, s) (((w) & ~(SMASK | WAITERB)) | (s))
@@ -213,13 +246,18 @@
 #define CMD_SLOT(m) (((m) >> 8) & 3)
 #define CMD_GEN(m) (((m) >> 5) & 7)
 #define CMD_ID(m) ((m) & 31)
-/* Dispatch records (dispatch.hpp), packed: slot, generation, timer, flags */
+/* Dispatch records (dispatch.hpp), packed: slot, version (Dispatch::version,
+ * the word's at the claim), generation, timer, flags. A run holds the
+ * record's flags in rfl, and its version in rfl's bits 4-5 (RFL_V). */
 #define F_DRAINED 1
 #define F_KEEPDUE 2
 #define F_FINAL 4
 #define F_STOP 8
-#define REC(s, g, t, fl) (((s) << 10) | ((g) << 7) | ((t) << 4) | (fl))
-#define REC_SLOT(m) (((m) >> 10) & 3)
+#define F_GSTALE 64     /* ghost, in rfl only: the record's run was taken back (R4) */
+#define REC(s, g, v, t, fl) (((s) << 12) | ((v) << 10) | ((g) << 7) | ((t) << 4) | (fl))
+#define REC_SLOT(m) (((m) >> 12) & 3)
+#define REC_V(m) (((m) >> 10) & 3)
+#define RFL_V(f) (((f) >> 4) & 3)
 #define REC_GEN(m) (((m) >> 7) & 7)
 #define REC_T(m) (((m) >> 4) & 7)
 #define REC_FL(m) ((m) & 15)
@@ -299,6 +337,18 @@ local byte fil_t[NSLOT];        /* the timer the wheel filed in the slot */
 bool inuse[NSLOT];        /* allocated (not on the free list) */
 bool abandoned[NSLOT];    /* Pending at shutdown's sweep (X1): stays with the slab */
 byte held[NSLOT];         /* dispatch records of the slot in flight */
+/* the wheel is owed an ADD or REARM for the slot's timer: set at S1 (the
+ * ADD follows), at the post of a REARM and of R4's ADD; cleared when A1
+ * files it. A Pending word that is not filed always has one owed, so the
+ * wheel never forgets a timer: asserted at the shutdown sweep (X1). */
+bool owed[NSLOT];
+#ifdef HAS_LANE
+/* records of the slot in the lane's ready queue whose run was taken back
+ * (R4). The queue is FIFO and a slot's live record is queued after its
+ * stale ones, so a dequeued record is stale iff the count is not 0 */
+byte nstale[NSLOT];
+#define STALE_GHOST if :: nstale[rs] > 0 -> nstale[rs]--; rfl = rfl | F_GSTALE :: else fi
+#endif
 byte nfin;                /* processes finished */
 /* the wake-up: every command posted (its id: its poster's sub-queue and
  * how many that thread posted before, so an id does not depend on the
@@ -457,7 +507,7 @@ inline schedule(me, dd, per, lanef, t) {
 #ifdef HAS_LANE
        s_lgen[sl] = lane_gen;
 #endif
-       word[sl] = MAKE(gg, PENDING, per); undecided[t] = 1   /* (S1) store, release */
+       word[sl] = MAKE(gg, PENDING, per); undecided[t] = 1; owed[sl] = 1   /* (S1) store, release */
      };
 #if MUT == 6
      b = bound;                                  /* MUT 6: the bound read before the post */
@@ -610,11 +660,43 @@ inline cancel_and_wait(t, me) {
 
 /* RuntimeCore::reschedule: R1 owns `due`, R2 publishes it with a new
  * version; a cancel that won meanwhile (C2) leaves R3 to us. An earlier due
- * posts a RESCHEDULE. The result in ok. */
-inline reschedule(t, nd, me) {
+ * posts a RESCHEDULE. The result in ok.
+ * onlane: Lane::reschedule_* on the lane's thread (the model's one lane, L).
+ * There a run of the lane in its ready queue (Handed) is taken back (R4):
+ * under the lane's runs_active (LaneRunsHold), refused once shutdown began,
+ * Handed -> Writing with a new version, so the record left in the ready
+ * queue no longer holds the claim; then R2 (or C2, R3) as after R1, and an
+ * ADD re-files the timer (W1 unfiled it). r: 2 after R1, 4 after R4. */
+#ifdef HAS_LANE
+#if MUT == 24
+#define HOLD_SEES_STOPPED false                  /* MUT 24: LaneRunsHold::enter does not read stopped_ */
+#else
+#define HOLD_SEES_STOPPED stopped
+#endif
+#if MUT == 23
+#define R4_CAS_OK true                           /* MUT 23: R4 a store, not a CAS */
+#else
+#define R4_CAS_OK (word[sl] == w)
+#endif
+#if MUT == 22
+#define R4_NEXT(w) WITH_STATE(w, WRITING)        /* MUT 22: R4 does not bump the version */
+#else
+#define R4_NEXT(w) BUMPED(w, WRITING)
+#endif
+#if MUT == 25
+#define R4_READD false                           /* MUT 25: no ADD after R4 (as a later reschedule: lazily) */
+#else
+#define R4_READD (r == 4)
+#endif
+#define HOLD_RELEASE if :: r == 4 -> runs_active-- :: else fi   /* ~LaneRunsHold: fetch_sub, release */
+#else
+#define R4_READD false
+#define HOLD_RELEASE skip
+#endif
+inline reschedule(t, nd, me, onlane) {
   atomic { sl = t_slot[t]; gg = t_gen[t]; r = 0; w = word[sl] };   /* load, acquire */
   do
-  :: GEN(w) != gg || (ST(w) != PENDING && ST(w) != WRITING) -> break
+  :: GEN(w) != gg || (ST(w) != PENDING && ST(w) != WRITING && !(onlane && ST(w) == HANDED)) -> break
   :: GEN(w) == gg && ST(w) == WRITING ->         /* another reschedule: yield until it settles */
      atomic { (ST(word[sl]) != WRITING || GEN(word[sl]) != gg) -> w = word[sl] }
   :: GEN(w) == gg && ST(w) == PENDING ->
@@ -625,9 +707,35 @@ inline reschedule(t, nd, me) {
        fi
      };
      if :: r == 2 -> break :: else fi
+#ifdef HAS_LANE
+  :: onlane && GEN(w) == gg && ST(w) == HANDED ->
+     /* is_own_ready_run (LaneCore::owner is this thread; slot.lane, relaxed,
+      * folded in: written only before S1), then LaneRunsHold::enter */
+     atomic { if :: s_lane[sl] -> runs_active++ :: else -> r = 5 fi };   /* runs_active.fetch_add, seq_cst */
+     if
+     :: r == 5 -> r = 0; break                   /* not this lane's run: false */
+     :: r != 5 && HOLD_SEES_STOPPED -> runs_active--; break   /* stopped_.load, seq_cst: shutdown began: false */
+     :: else
+     fi;
+     do                                          /* take_back_ready_run */
+     :: GEN(w) != gg || ST(w) != HANDED -> break /* started, or cancelled: false */
+     :: else ->
+        atomic {                                 /* (R4) compare_exchange_weak Handed -> Writing, v+1 */
+          if
+          :: R4_CAS_OK ->
+             word[sl] = R4_NEXT(w); w = word[sl]; r = 4;
+             OWN(sl, t); held[sl]--; nstale[sl]++  /* the record left in the ready queue is stale */
+          :: else -> w = word[sl]
+          fi
+        };
+        if :: r == 4 -> break :: else fi
+     od;
+     if :: r != 4 -> runs_active-- :: else fi;   /* lost: ~LaneRunsHold, release */
+     break
+#endif
   od;
   if
-  :: r == 2 ->
+  :: r == 2 || r == 4 ->
      atomic { OWN(sl, t); k = due[sl]; due[sl] = nd; nxt = WITH_STATE(w, WRITING) };  /* old_due; due store */
      atomic {                                    /* (R2) compare_exchange_strong Writing -> Pending, v+1 */
        if
@@ -636,15 +744,25 @@ inline reschedule(t, nd, me) {
        fi
      };
      if
-     :: ok && nd < k ->                          /* earlier: post_and_wake(RESCHEDULE) */
+     :: ok && R4_READD ->                        /* taken back (R4): post_and_wake(ADD), re-filed by A1 */
+#if MUT == 6
+        b = bound;
+#endif
+        atomic { POST(me, ADD, sl, gg, nd); owed[sl] = 1 };
+        /* (P1) seq_cst fence */
+        atomic { BOUND_AFTER_POST(nd); w = 0; nxt = 0; k = 0 };
+        wake_after_fence();
+        atomic { HOLD_RELEASE; r = 0; sl = 0; gg = 0 }
+     :: ok && !R4_READD && nd < k ->             /* earlier: post_and_wake(RESCHEDULE) */
 #if MUT == 6
         b = bound;
 #endif
         atomic { POST(me, RESCHED, sl, gg, nd) };
         /* (P1) seq_cst fence */
-        atomic { BOUND_AFTER_POST(nd); r = 0; w = 0; nxt = 0; k = 0; sl = 0; gg = 0 };
+        atomic { assert(r == 2); BOUND_AFTER_POST(nd); r = 0; w = 0; nxt = 0; k = 0; sl = 0; gg = 0 };
         wake_after_fence()
-     :: ok && nd >= k -> atomic { r = 0; w = 0; nxt = 0; k = 0; sl = 0; gg = 0 }   /* later: lazily */
+     :: ok && !R4_READD && nd >= k ->            /* later: lazily */
+        atomic { HOLD_RELEASE; r = 0; w = 0; nxt = 0; k = 0; sl = 0; gg = 0 }
      :: !ok ->                                   /* (R3) C2 won: destroy the task, store Cancelled */
         assert(ST(nxt) == CANCELLING);
         atomic { OWN(sl, t); task[sl] = 0; word[sl] = WITH_STATE(nxt, CANCELLED) };
@@ -655,8 +773,14 @@ inline reschedule(t, nd, me) {
           :: else
           fi;
 #endif                                           /* MUT 11: R3 leaves the unfiled slot unfreed */
-          r = 0; w = 0; nxt = 0; k = 0; sl = 0; gg = 0
+          w = 0; nxt = 0; k = 0
+#ifndef HAS_LANE
+          ; r = 0; sl = 0; gg = 0
+#endif
         }
+#ifdef HAS_LANE
+        ; atomic { HOLD_RELEASE; r = 0; sl = 0; gg = 0 }  /* return: ~LaneRunsHold */
+#endif
      fi
   :: else -> atomic { ok = 0; r = 0; w = 0; sl = 0; gg = 0 }
   fi
@@ -717,7 +841,7 @@ inline tm_arm(a, me) {
      dn = 0;
      if
      :: tm_current != 0 && !tm_stopped && !tm_periodic && a == 1 ->
-        reschedule(tm_current, 2, me);           /* the fast path: a pending one-shot moved */
+        reschedule(tm_current, 2, me, 0);           /* the fast path: a pending one-shot moved */
         atomic { dn = ok; ok = 0 }
      :: else
      fi;
@@ -777,18 +901,31 @@ inline callback() {
 #endif
 }
 
-/* The dequeued record m, decoded; the word loaded (run(): load, acquire);
- * a cancel that won (C4, or X2) means the run is skipped and the holder
+/* The dequeued record m, decoded; the word loaded (run(): load, acquire).
+ * A word that no longer holds the record's claim (StateWord::holds_claim:
+ * its generation and version) means a reschedule on the lane's thread took
+ * the run back (R4): the record is skipped, the slot not touched (ran = 4;
+ * only a record the ghost marked taken back may be, and every one must be).
+ * A cancel that won (C4, or X2) means the run is skipped and the holder
  * frees the slot (task.reset(), retired.add): ran = 2. */
+#if MUT == 20
+#define RUN_HOLDS_CLAIM (GEN(rw) == rg)          /* MUT 20: run() ignores the version */
+#else
+#define RUN_HOLDS_CLAIM (GEN(rw) == rg && VER(rw) == RFL_V(rfl))
+#endif
 #define RUN_LOADED \
-  assert(GEN(rw) == rg); \
   if \
-  :: ST(rw) == CANCELLED -> OWN(rs, rt); task[rs] = 0; held[rs]--; FREE_SLOT(rs, rt); ran = 2 \
-  :: else -> assert(ST(rw) == HANDED) \
+  :: !RUN_HOLDS_CLAIM -> assert((rfl & F_GSTALE) != 0); ran = 4   /* R4 took it back: skip it */ \
+  :: else -> \
+     assert((rfl & F_GSTALE) == 0);              /* a taken-back run never starts nor frees */ \
+     if \
+     :: ST(rw) == CANCELLED -> OWN(rs, rt); task[rs] = 0; held[rs]--; FREE_SLOT(rs, rt); ran = 2 \
+     :: else -> assert(ST(rw) == HANDED) \
+     fi \
   fi
-#define RUN_LOAD \
-  rs = REC_SLOT(m); rg = REC_GEN(m); rt = REC_T(m); rfl = REC_FL(m); m = 0; \
-  rw = word[rs]; RUN_LOADED
+#define REC_DECODE \
+  rs = REC_SLOT(m); rg = REC_GEN(m); rt = REC_T(m); rfl = REC_FL(m) | (REC_V(m) << 4); m = 0
+#define RUN_LOAD REC_DECODE; rw = word[rs]; RUN_LOADED
 
 #if MUT == 13
 #define B1_CAS_OK true                           /* MUT 13: a store from the word loaded */
@@ -813,6 +950,7 @@ inline run_one(where, me) {
        if
        :: B1_CAS_OK ->
           word[rs] = WITH_STATE(rw, RUNNING); ran = 1;
+          assert((rfl & F_GSTALE) == 0);         /* a taken-back run never starts */
           DECIDE(rt); nstart[rt]++; in_cb[rt] = 1; assert(task[rs])
        :: else -> rw = word[rs]; RUN_LOADED
        fi
@@ -891,7 +1029,7 @@ inline run_one(where, me) {
 #if MUT == 6
               b = bound;
 #endif
-              atomic { POST(me, REARM, rs, rg, k); ok = 0; rw = 0 };
+              atomic { POST(me, REARM, rs, rg, k); owed[rs] = 1; ok = 0; rw = 0 };
               /* (P1) seq_cst fence */
               atomic { BOUND_AFTER_POST(k) };
               wake_after_fence()
@@ -1000,18 +1138,19 @@ inline cancel_for_closed_lane(s, t) {
 /* dispatch(): to the workers (or this pass's batch, with workers = 0), or
  * to the lane's ready queue unless the lane was closed (L2: r = 3, done by
  * the caller). Rides with the W1 that claimed the run (the record is only
- * seen by its receiver, after). */
+ * seen by its receiver, after). The record carries the claimed word cw's
+ * generation and version (consider: d.generation, d.version). */
 #ifdef HAS_LANE
-#define DISPATCH(s, g, t, fl) \
+#define DISPATCH(s, cw, t, fl) \
   if \
   :: s_lane[s] && s_lgen[s] != lane_gen -> r = 3 \
-  :: s_lane[s] && s_lgen[s] == lane_gen -> held[s]++; ready!REC(s, g, t, fl) \
-  :: else -> held[s]++; batch!REC(s, g, t, fl) \
+  :: s_lane[s] && s_lgen[s] == lane_gen -> held[s]++; ready!REC(s, GEN(cw), VER(cw), t, fl) \
+  :: else -> held[s]++; batch!REC(s, GEN(cw), VER(cw), t, fl) \
   fi
 #elif NWORK > 0
-#define DISPATCH(s, g, t, fl) held[s]++; handoff!REC(s, g, t, fl)
+#define DISPATCH(s, cw, t, fl) held[s]++; handoff!REC(s, GEN(cw), VER(cw), t, fl)
 #else
-#define DISPATCH(s, g, t, fl) held[s]++; batch!REC(s, g, t, fl)
+#define DISPATCH(s, cw, t, fl) held[s]++; batch!REC(s, GEN(cw), VER(cw), t, fl)
 #endif
 
 #if MUT == 10
@@ -1054,7 +1193,7 @@ inline apply_add() {
      atomic {                                    /* (A1) compare_exchange_weak w -> w | filed */
        if
        :: A1_CAS_OK ->
-          word[cs] = w | FILEDB; fil_t[cs] = arm_of[cs]; filed_gen[cs] = cg;
+          word[cs] = w | FILEDB; fil_t[cs] = arm_of[cs]; filed_gen[cs] = cg; owed[cs] = 0;
           r = 1; FILE_OR_L1(cs)                  /* file(), or its lane was closed (L1) */
        :: else -> w = word[cs]; A1_DECIDE
        fi
@@ -1086,7 +1225,7 @@ inline consider(s) {
           word[s] = CLAIMED(w); filed_gen[s] = 0;
           assert(due[s] <= now);                 /* never early */
           tt = fil_t[s]; fil_t[s] = 0; r = 1;
-          DISPATCH(s, GEN(w), tt, 0)
+          DISPATCH(s, w, tt, 0)
        :: else -> w = word[s]; CONSIDER_DECIDE(s)
        fi
      }
@@ -1116,7 +1255,7 @@ inline drain_all() {
           :: word[i] == w ->
              word[i] = CLAIMED(w); filed_gen[i] = 0;
              tt = fil_t[i]; fil_t[i] = 0; r = 1;
-             DISPATCH(i, GEN(w), tt, F_DRAINED | F_FINAL | (ISPER(w) -> F_KEEPDUE : 0))
+             DISPATCH(i, w, tt, F_DRAINED | F_FINAL | (ISPER(w) -> F_KEEPDUE : 0))
           :: else -> SETTLED(word[i]) -> w = word[i]; DRAIN_DECIDE(i)
           fi
         }
@@ -1382,7 +1521,7 @@ proctype Shutdown() {
   };
   wake_unconditional();                          /* seq_cst fence; wake_.wake() */
 #if NWORK > 0
-  atomic { wheel_exited -> handoff!REC(0, 0, 0, F_STOP) };   /* join; stop_workers: a stop record behind every run */
+  atomic { wheel_exited -> handoff!REC(0, 0, 0, 0, F_STOP) };   /* join; stop_workers: a stop record behind every run */
   (workers_exited == NWORK);                     /* join */
 #else
   (wheel_exited);                                /* wheel_thread_.join() */
@@ -1400,7 +1539,10 @@ proctype Shutdown() {
          if
          :: word[i] == w ->
             word[i] = WITH_STATE(w, CANCELLED); DECIDE(arm_of[i]); r = 1;
-            if :: ST(w) == PENDING -> task[i] = 0; abandoned[i] = 1 :: else fi   /* X1: task.reset(); the slot stays */
+            if                                   /* X1: task.reset(); the slot stays */
+            :: ST(w) == PENDING -> assert(ISFILED(w) || owed[i]); task[i] = 0; abandoned[i] = 1
+            :: else
+            fi
          :: else -> SETTLED(word[i]) -> w = word[i]; SWEEP_DECIDE
          fi
        }
@@ -1436,7 +1578,7 @@ inline run_lane() {
   :: atomic {                                    /* try_dequeue_bulk; run(): load */
        ready?m ->
        if :: after_stop -> m = m | F_FINAL :: else fi;   /* after shutdown: final runs */
-       RUN_LOAD
+       REC_DECODE; STALE_GHOST; rw = word[rs]; RUN_LOADED
      };
      run_one(AT_LANE, QL)
   :: empty(ready) -> break
@@ -1444,7 +1586,14 @@ inline run_lane() {
   atomic { if :: !after_stop -> runs_active-- :: else fi; after_stop = 0 }
 }
 
-/* RuntimeCore::close_lane (the Lane's destructor, on its thread) */
+/* RuntimeCore::close_lane (the Lane's destructor, on its thread); its
+ * check of a record against the word (StateWord::holds_claim), once, at the
+ * load: on the lane's thread nothing else takes a run back meanwhile */
+#if MUT == 21
+#define L3_HOLDS_CLAIM (GEN(rw) == rg)           /* MUT 21: close_lane ignores the version */
+#else
+#define L3_HOLDS_CLAIM (GEN(rw) == rg && VER(rw) == RFL_V(rfl))
+#endif
 inline close_lane() {
   lane_gen++;                                    /* generation.fetch_add, release */
   if
@@ -1456,19 +1605,29 @@ inline close_lane() {
   fi;
   (!stopped || wheel_exited);                    /* shutdown begun: until the wheel thread exited */
   do                                             /* the ready queue: (L3) */
-  :: atomic { ready?m -> rs = REC_SLOT(m); rg = REC_GEN(m); rt = REC_T(m); m = 0; rw = word[rs]; ok = (ST(rw) == CANCELLED) };
-     do
-     :: ok -> break                              /* a C4 or X2 won: we only free it */
+  :: atomic {                                    /* try_dequeue_bulk; load, acquire */
+       ready?m -> REC_DECODE; STALE_GHOST; rw = word[rs];
+       if
+       :: !L3_HOLDS_CLAIM -> assert((rfl & F_GSTALE) != 0); ran = 4   /* taken back (R4): skip, touch nothing */
+       :: else -> assert((rfl & F_GSTALE) == 0); ok = (ST(rw) == CANCELLED)
+       fi
+     };
+     if
+     :: ran == 4 -> atomic { ran = 0; rs = 0; rg = 0; rt = 0; rfl = 0; rw = 0 }
      :: else ->
-        assert(ST(rw) == HANDED);
-        atomic {                                 /* (L3) compare_exchange_weak Handed -> Cancelled */
-          if
-          :: word[rs] == rw -> word[rs] = WITH_STATE(rw, CANCELLED); ok = 1; DECIDE(rt)
-          :: else -> rw = word[rs]; ok = (ST(rw) == CANCELLED)
-          fi
-        }
-     od;
-     atomic { OWN(rs, rt); task[rs] = 0; held[rs]--; FREE_SLOT(rs, rt); rs = 0; rg = 0; rt = 0; rw = 0; ok = 0 }
+        do
+        :: ok -> break                           /* a C4 or X2 won: we only free it */
+        :: else ->
+           assert(ST(rw) == HANDED);
+           atomic {                              /* (L3) compare_exchange_weak Handed -> Cancelled */
+             if
+             :: word[rs] == rw -> word[rs] = WITH_STATE(rw, CANCELLED); ok = 1; DECIDE(rt)
+             :: else -> rw = word[rs]; ok = (ST(rw) == CANCELLED)
+             fi
+           }
+        od;
+        atomic { OWN(rs, rt); task[rs] = 0; held[rs]--; FREE_SLOT(rs, rt); rs = 0; rg = 0; rt = 0; rfl = 0; rw = 0; ok = 0 }
+     fi
   :: empty(ready) -> break
   od
 }
@@ -1529,8 +1688,8 @@ active proctype P2() {
   PRODUCER_VARS;
   (t_pub[1] != 0);
   if
-  :: reschedule(1, 3, 2)                         /* later: no command */
-  :: reschedule(1, 1, 2)                         /* earlier: a RESCHEDULE */
+  :: reschedule(1, 3, 2, 0)                       /* later: no command */
+  :: reschedule(1, 1, 2, 0)                       /* earlier: a RESCHEDULE */
   fi;
   nfin++
 }
@@ -1590,7 +1749,27 @@ active proctype L() {
   nfin++
 }
 #endif
-#if CONFIG == 8
+#if CONFIG == 11 || CONFIG == 12
+active proctype L() {
+  PRODUCER_VARS;
+  byte ran, rs, rg, rt, rfl, nrr;
+  short m, rw, rold;
+  schedule(QL, 1, 0, 1, ta);                     /* Lane::schedule_at, on its thread: a one-shot due 1 */
+  if                                             /* Lane::reschedule_at, on its thread: due 2 */
+  :: t_pub[ta] == 1 -> reschedule(ta, 2, QL, 1)
+  :: else
+  fi;
+  atomic { ok = 0; ta = 0 };
+  do
+  :: nrr < 2 -> nrr++; run_lane()                /* Lane::run_ready */
+  :: break
+  od;
+  nrr = 0;
+  close_lane();                                  /* ~Lane */
+  nfin++
+}
+#endif
+#if CONFIG == 8 || CONFIG == 11
 active proctype P1() {
   PRODUCER_VARS;
   (t_pub[1] != 0);
@@ -1649,6 +1828,9 @@ active proctype Final() {
   for (i : 0 .. NSLOT - 1) {
     assert(!task[i]);
     assert(held[i] == 0);
+#ifdef HAS_LANE
+    assert(nstale[i] == 0);                      /* every taken-back record was skipped */
+#endif
     assert(!inuse[i] || abandoned[i])
   }
 }
