@@ -331,8 +331,25 @@ void RuntimeCore::apply(const Command& c) {
         }
       }
     }
-    case CommandKind::reschedule: {  // due moved earlier (R2): re-file now
-      if (slot.filed_generation != c.generation || !wt().wheel.contains(slot.alarm)) return;
+    case CommandKind::reschedule: {  // due moved earlier, or due now by the call's clock (R2): re-file now
+      if (slot.filed_generation != c.generation) {
+        // Its ADD is not applied yet. Posted on another queue (the schedule
+        // through a Producer, the reschedule through the Runtime, or two
+        // threads), it may come after this command; dropped, the ADD would
+        // be judged by its own older clock reading, and a timer due now by
+        // the reschedule's would wait for its interval (a ManualClock run
+        // would depend on the queues' order). Apply this again next pass,
+        // as an ADD that met Writing: its ADD comes first by then or later.
+        // acquire: as the ADD's load.
+        const std::uint64_t w = slot.word.load(std::memory_order_acquire);
+        const SlotState s = StateWord::state(w);
+        if (StateWord::generation(w) == c.generation && !StateWord::filed(w) &&
+            (s == SlotState::pending || s == SlotState::writing)) {
+          wt().deferred_adds.push_back(c);
+        }
+        return;
+      }
+      if (!wt().wheel.contains(slot.alarm)) return;
       wt().wheel.remove(slot.alarm);
       file(c.slot, slot, true, c.called_at_ns);
       return;

@@ -86,7 +86,9 @@ struct WheelThreadState {
   std::uint64_t dispatched = 0;           // runs handed over so far (flush marks wait for their completion)
   std::vector<std::uint32_t> drain_buffer;
   std::vector<Command> command_buffer;
-  std::vector<Command> deferred_adds;  // ADDs/REARMs that met Writing: applied again next pass (apply)
+  // ADDs/REARMs that met Writing, and RESCHEDULEs that came before their
+  // timer's ADD: applied again next pass (apply).
+  std::vector<Command> deferred_adds;
   std::vector<Command> retry_adds;     // the same, being applied again
   std::vector<FlushRequest*> flushes;
   std::vector<DrainRequest*> drains;

@@ -171,3 +171,28 @@ TEST(RuntimeSimulation, refuses_workers) {
 }
 
 }  // namespace
+
+// A reschedule that makes a timer due now by its call's clock runs it at the
+// next flush even when its command is applied before the timer's ADD: the
+// ADD through a Producer and the reschedule through the Runtime travel on
+// two queues, whose order the wheel thread does not see. (Before: the
+// RESCHEDULE was dropped, the ADD judged by its own older clock reading, and
+// the timer waited for its interval: finding 13 of docs/fuzzing.md.)
+TEST(RuntimeSimulation, a_reschedule_to_due_now_applied_before_its_add_runs_at_the_flush) {
+  for (const bool via_producer : {true, false}) {
+    chime::ManualClock clock;
+    Simulation sim(sim_options(clock));
+    chime::Runtime& rt = sim.runtime();
+    chime::Producer producer = rt.producer();
+    int runs = 0;
+    const chime::TimePoint t = clock.now() + 1500us;
+    const chime::TimerId id =
+        via_producer ? producer.schedule_at(t, [&] { ++runs; }) : rt.schedule_at(t, [&] { ++runs; });
+    clock.set(t);
+    EXPECT_TRUE(rt.reschedule_at(id, t));  // due now by this call's clock reading
+    rt.flush();
+    EXPECT_EQ(runs, 1) << (via_producer ? "ADD through a Producer, RESCHEDULE through the Runtime"
+                                        : "both through the Runtime");
+    EXPECT_EQ(rt.state(id), chime::TimerState::fired);
+  }
+}
