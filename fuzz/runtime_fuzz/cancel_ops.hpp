@@ -171,10 +171,10 @@ inline void RuntimeFuzz::op_reschedule(bool after) {
   // clock (runtime/producer_ops.cpp, reschedule): due now. The threaded target never makes one (its pending
   // timers are due after the clock, or due now and then d <= c_ either way); the simulation, whose clock
   // moves with no pass, does: a timer filed by the interval rule, the clock moved past it, a touch to now.
-  // Guard (docs/fuzzing.md, finding 13, open): a touch to the same due, due now by the call's clock, posts
-  // the command too, but the wheel keeps the timer filed by the interval rule (it runs one interval later).
+  // A touch to the same due, due now by the call's clock, posts the command too (finding 13, fixed: the
+  // command could be applied before the timer's ADD, from another queue, and was dropped).
   const bool earlier = d < t.due;
-  const bool posted = earlier || (d > t.due && d <= c_);
+  const bool posted = earlier || (d >= t.due && d <= c_);
   t.due = d;
   if (posted) t.cmd_clock = c_;
   if (!t.periodic) {
