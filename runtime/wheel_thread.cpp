@@ -250,9 +250,16 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
       }
     }
   }
-  // An ADD to apply again is a command not applied yet: requests wait for it
-  // (a flush must see that timer filed).
-  if (!wt().deferred_adds.empty()) exhausted = false;
+  // RESCHEDULEs that came before their timer's ADD (apply): again, now that
+  // this pass's commands are applied (usually their ADD was among them).
+  if (!wt().reschedules_before_add.empty()) {
+    wt().retry_reschedules.swap(wt().reschedules_before_add);
+    for (const Command& c : wt().retry_reschedules) apply(c);
+    wt().retry_reschedules.clear();
+  }
+  // An ADD or RESCHEDULE to apply again is a command not applied yet:
+  // requests wait for it (a flush must see that timer filed, or due now).
+  if (!wt().deferred_adds.empty() || !wt().reschedules_before_add.empty()) exhausted = false;
   if (exhausted) {
     for (DrainRequest* d : wt().drains) {
       drain_all(Dispatch::drained, d->count);
@@ -338,14 +345,15 @@ void RuntimeCore::apply(const Command& c) {
         // threads), it may come after this command; dropped, the ADD would
         // be judged by its own older clock reading, and a timer due now by
         // the reschedule's would wait for its interval (a ManualClock run
-        // would depend on the queues' order). Apply this again next pass,
-        // as an ADD that met Writing: its ADD comes first by then or later.
-        // acquire: as the ADD's load.
+        // would depend on the queues' order). Apply it again once this
+        // batch is applied (apply_commands), and until its ADD is: the ADD
+        // is already queued, so no thread is waited for. acquire: as the
+        // ADD's load.
         const std::uint64_t w = slot.word.load(std::memory_order_acquire);
         const SlotState s = StateWord::state(w);
         if (StateWord::generation(w) == c.generation && !StateWord::filed(w) &&
             (s == SlotState::pending || s == SlotState::writing)) {
-          wt().deferred_adds.push_back(c);
+          wt().reschedules_before_add.push_back(c);
         }
         return;
       }

@@ -56,6 +56,8 @@ struct WheelThreadState {
     command_buffer.resize(256);
     deferred_adds.reserve(64);
     retry_adds.reserve(64);
+    reschedules_before_add.reserve(64);
+    retry_reschedules.reserve(64);
     dispatch_batch.reserve(kScratchCapacity);
     overdue_order.reserve(kScratchCapacity);
     overdue_scratch.reserve(kScratchCapacity);
@@ -86,9 +88,11 @@ struct WheelThreadState {
   std::uint64_t dispatched = 0;           // runs handed over so far (flush marks wait for their completion)
   std::vector<std::uint32_t> drain_buffer;
   std::vector<Command> command_buffer;
-  // ADDs/REARMs that met Writing, and RESCHEDULEs that came before their
-  // timer's ADD: applied again next pass (apply).
-  std::vector<Command> deferred_adds;
+  std::vector<Command> deferred_adds;  // ADDs/REARMs that met Writing: applied again next pass (apply)
+  // RESCHEDULEs applied before their timer's ADD (posted on another queue):
+  // applied again at the end of each batch until the ADD is (apply).
+  std::vector<Command> reschedules_before_add;
+  std::vector<Command> retry_reschedules;  // the same, being applied again
   std::vector<Command> retry_adds;     // the same, being applied again
   std::vector<FlushRequest*> flushes;
   std::vector<DrainRequest*> drains;
