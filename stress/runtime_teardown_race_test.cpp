@@ -39,7 +39,9 @@ struct Connection {
   std::atomic<int> runs{0};
   std::atomic<bool> closed{false};
   std::atomic<bool> started{false};
+  std::atomic<bool> cancel_requested{false};  // set just before cancel_and_wait is called
   std::chrono::microseconds busy{0};  // how long a run takes: a window for the cancel to land in
+  bool hold_until_cancel = false;     // the run waits for cancel_requested, then sleeps 2 ms
   std::uint64_t payload[8] = {};
 };
 
@@ -64,11 +66,22 @@ TEST(RuntimeTeardownRace, cancel_and_wait_racing_run_start_and_end_never_leaves_
     ++rounds;
     auto* conn = new Connection;
     conn->busy = std::chrono::microseconds(rng() % 2 == 0 ? 0 : rng() % 300);
+    // On a loaded machine a run of up to 300 us often ends inside the worker's
+    // time slice, before the test thread is scheduled again, and no cancel
+    // lands mid-run (CI: 7,024 rounds, none `running`, while SPIN held a
+    // core). Once the 2 s of natural races have passed without one, runs
+    // hold until the cancel is requested and then sleep, giving the CPU to
+    // the cancelling thread, so the mid-run case is exercised for certain.
+    conn->hold_until_cancel = results[1] == 0 && std::chrono::steady_clock::now() >= stop_at;
     const bool periodic = (rng() & 3) == 0;
     auto body = [conn, &used_after_close] {
       if (conn->closed.load(std::memory_order_relaxed)) used_after_close.fetch_add(1);
       conn->runs.fetch_add(1, std::memory_order_relaxed);
       conn->started.store(true, std::memory_order_relaxed);
+      if (conn->hold_until_cancel) {
+        while (!conn->cancel_requested.load()) std::this_thread::yield();
+        std::this_thread::sleep_for(2ms);
+      }
       const auto end = std::chrono::steady_clock::now() + conn->busy;
       while (std::chrono::steady_clock::now() < end) {
         for (auto& p : conn->payload) p += 1;  // ASan: a use-after-free if conn was deleted
@@ -81,11 +94,13 @@ TEST(RuntimeTeardownRace, cancel_and_wait_racing_run_start_and_end_never_leaves_
     // Cancel at once, after a random wait (it lands as the run starts, or
     // ends), or once the run has started (it lands while the run goes on).
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 2600);
-    const bool until_started = rng() % 3 == 0;
+    const bool until_started = conn->hold_until_cancel || rng() % 3 == 0;
     while (std::chrono::steady_clock::now() < until ||
-           (until_started && !conn->started.load() && std::chrono::steady_clock::now() < until + 5ms)) {
+           (until_started && !conn->started.load() &&
+            std::chrono::steady_clock::now() < until + (conn->hold_until_cancel ? 50ms : 5ms))) {
       std::this_thread::yield();
     }
+    conn->cancel_requested.store(true);
     const CancelResult r = rt.cancel_and_wait(id);
     ++results[static_cast<int>(r)];
     ASSERT_NE(r, CancelResult::unknown);
