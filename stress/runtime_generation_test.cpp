@@ -27,8 +27,9 @@
 // Bounded by an iteration count and a wall-time budget; the seed is printed
 // (replay with --seed=N).
 
-#include "stress_support.hpp"
 #include "stress_seed.hpp"
+#include "stress_support.hpp"
+#include "timer_log.hpp"
 
 #include <chime/runtime.hpp>
 
@@ -78,15 +79,9 @@ using stress_support::unpack;
 
 enum class Kind : int { cancel, fire };
 
-struct TimerLog {
-  std::atomic<std::uint64_t> id{0};  // packed TimerId; 0: not scheduled (budget ran out)
+// id 0: not scheduled (budget ran out); due: of the last successful schedule/reschedule.
+struct TimerLog : stress_support::TimerLog {
   std::atomic<int> kind{0};
-  std::atomic<std::int64_t> due{0};  // due of the last successful schedule/reschedule
-  std::atomic<int> cancel_won{0};
-  std::atomic<int> fires{0};
-  std::atomic<std::uint64_t> fired_id{0};
-  std::atomic<std::int64_t> fired_due{0};
-  std::atomic<std::int64_t> fired_now{0};
 };
 
 // Finished timers of every thread, as log index + 1: a ring overwritten in turn. Lock-free.
@@ -162,14 +157,12 @@ TEST(RuntimeGeneration, stale_ids_never_act_on_newer_timers_in_reused_slots) {
         log.kind.store(static_cast<int>(kind), std::memory_order_relaxed);
         log.due.store(ns(due), std::memory_order_relaxed);
         if (kind == Kind::fire) ++fire_issued;
-        const TimerId id = producer.schedule_at(due, [&rt, &log, &graveyard, &fired_by_thread, index, t](const Firing& f) {
-          log.fired_now.store(ns(rt.clock().now()), std::memory_order_relaxed);
-          log.fired_due.store(ns(f.due), std::memory_order_relaxed);
-          log.fired_id.store(pack(f.id), std::memory_order_relaxed);
-          log.fires.fetch_add(1, std::memory_order_relaxed);
-          graveyard.add(index);
-          fired_by_thread[t].fetch_add(1, std::memory_order_release);
-        });
+        const TimerId id =
+            producer.schedule_at(due, [&rt, &log, &graveyard, &fired_by_thread, index, t](const Firing& f) {
+              log.record_run(rt.clock().now(), f);
+              graveyard.add(index);
+              fired_by_thread[t].fetch_add(1, std::memory_order_release);
+            });
         log.id.store(pack(id), std::memory_order_release);
         if (!id || id.generation() == 0) counts.zero_generation.fetch_add(1);
 
@@ -212,7 +205,7 @@ TEST(RuntimeGeneration, stale_ids_never_act_on_newer_timers_in_reused_slots) {
         // fire-kind one is sometimes rescheduled within 1 ms (true unless it already started) and fires.
         if (kind == Kind::cancel) {
           if (producer.cancel(id)) {
-            log.cancel_won.fetch_add(1, std::memory_order_relaxed);
+            log.cancels_won.fetch_add(1, std::memory_order_relaxed);
             graveyard.add(index);
           } else {
             counts.newer_cancel_lost.fetch_add(1);
@@ -237,29 +230,23 @@ TEST(RuntimeGeneration, stale_ids_never_act_on_newer_timers_in_reused_slots) {
   rt.flush();
 
   // Per timer.
-  std::size_t issued = 0, cancelled = 0, fired = 0, bad_outcome = 0, fired_twice = 0, wrong_id = 0, wrong_due = 0,
-              early = 0;
+  stress_support::Outcomes o;  // of the issued timers
+  std::size_t bad_outcome = 0;
   std::map<std::uint32_t, std::vector<std::size_t>> by_slot;  // log indices per slot
   for (std::size_t i = 0; i < kTimers; ++i) {
     const TimerLog& log = logs[i];
     const std::uint64_t id = log.id.load();
     if (id == 0) continue;
-    ++issued;
+    o.add(log);
     by_slot[unpack(id).slot()].push_back(i);
-    const int fires = log.fires.load();
-    const bool won = log.cancel_won.load() > 0;
+    const int fires = log.runs.load();
+    const bool won = log.cancels_won.load() > 0;
     if (static_cast<Kind>(log.kind.load()) == Kind::cancel ? !(won && fires == 0) : !(fires >= 1 && !won)) {
       ++bad_outcome;
     }
-    if (won) ++cancelled;
-    if (fires > 0) ++fired;
-    if (fires > 1) ++fired_twice;
-    if (fires > 0) {
-      if (log.fired_id.load() != id) ++wrong_id;
-      if (log.fired_due.load() != log.due.load()) ++wrong_due;
-      if (log.fired_now.load() < log.fired_due.load()) ++early;
-    }
   }
+  const std::size_t issued = o.timers, cancelled = o.cancelled, fired = o.ran, fired_twice = o.ran_twice,
+                    wrong_id = o.wrong_id, wrong_due = o.wrong_due, early = o.fired_early;
 
   // Per slot: generations are the next ones after the initial generation, each once; every id but the last
   // is stale; the last reads its own outcome.

@@ -5,6 +5,7 @@
 // neither), and a lane destroyed with runs queued runs none of them later.
 #include "stress_seed.hpp"
 #include "stress_support.hpp"
+#include "timer_log.hpp"
 
 #include <chime/lane.hpp>
 #include <chime/runtime.hpp>
@@ -24,11 +25,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Record {
-  std::atomic<int> runs{0};
+struct Record : stress_support::TimerLog {
   std::atomic<int> wrong_thread{0};
-  std::atomic<bool> cancel_won{false};
-  std::atomic<std::uint64_t> id{0};  // packed; 0 until scheduled
 };
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -73,7 +71,7 @@ TEST(RuntimeLaneRace, every_lane_timer_runs_once_on_the_lane_thread_or_is_cancel
       Record& r = records[rng() % records.size()];
       const std::uint64_t packed = r.id.load(std::memory_order_acquire);
       if (packed != 0 && lane.cancel(stress_support::unpack(packed))) {
-        if (r.cancel_won.exchange(true)) ADD_FAILURE() << "a second cancel of one timer won";
+        if (r.cancels_won.fetch_add(1) != 0) ADD_FAILURE() << "a second cancel of one timer won";
       }
     }
   });
@@ -83,17 +81,10 @@ TEST(RuntimeLaneRace, every_lane_timer_runs_once_on_the_lane_thread_or_is_cancel
   stress_support::wait_until_idle(rt);  // waits for the lane thread to run what is ready
   stop.store(true, std::memory_order_release);
   lane_thread.join();
-  std::size_t ran = 0, cancelled = 0, neither = 0, both = 0, twice = 0, wrong = 0;
-  for (Record& r : records) {
-    const int runs = r.runs.load();
-    const bool c = r.cancel_won.load();
-    ran += runs > 0 ? 1 : 0;
-    cancelled += c ? 1 : 0;
-    neither += (runs == 0 && !c) ? 1 : 0;
-    both += (runs > 0 && c) ? 1 : 0;
-    twice += runs > 1 ? 1 : 0;
-    wrong += static_cast<std::size_t>(r.wrong_thread.load());
-  }
+  const stress_support::Outcomes o = stress_support::tally(records);
+  const std::size_t ran = o.ran, cancelled = o.cancelled, neither = o.neither, both = o.both, twice = o.ran_twice;
+  std::size_t wrong = 0;
+  for (Record& r : records) wrong += static_cast<std::size_t>(r.wrong_thread.load());
   std::printf("%zu lane timers: %zu ran, %zu cancelled\n", records.size(), ran, cancelled);
   EXPECT_EQ(neither, 0u) << "lost timers";
   EXPECT_EQ(both, 0u) << "a cancel that returned true did not stop the run";
@@ -171,13 +162,8 @@ TEST(RuntimeLaneRace, reschedules_on_the_lane_thread_of_queued_runs_race_cancels
 #else
   constexpr int kTimers = 30'000;
 #endif
-  struct Timed {
-    std::atomic<int> runs{0};
-    std::atomic<int> early{0};
-    std::atomic<bool> cancel_won{false};
-    std::atomic<std::int64_t> due_ns{0};  // the last due it was given (the lane's thread writes it after the schedule)
-    std::atomic<std::uint64_t> id{0};     // packed; 0 until scheduled
-  };
+  // due: the last due it was given (the lane's thread writes it after the schedule); early: runs before it.
+  using Timed = stress_support::TimerLog;
   std::vector<Timed> timers(kTimers);
   std::atomic<int> scheduled{0};
   std::atomic<bool> stop{false};
@@ -192,20 +178,20 @@ TEST(RuntimeLaneRace, reschedules_on_the_lane_thread_of_queued_runs_race_cancels
         const chime::TimePoint due = rt.clock().now() + std::chrono::microseconds(rng() % 1500);
         // The due is recorded before the reschedule: the run it allows
         // comes later on this thread. A reschedule that lost restores it.
-        const std::int64_t before = t.due_ns.exchange(due.time_since_epoch().count());
+        const std::int64_t before = t.due.exchange(due.time_since_epoch().count());
         if (lane.reschedule_at(stress_support::unpack(t.id.load(std::memory_order_acquire)), due)) {
           reschedules_won.fetch_add(1, std::memory_order_relaxed);
         } else {
-          t.due_ns.store(before);
+          t.due.store(before);
         }
       }
     };
     for (int i = 0; i < kTimers; ++i) {
       Timed& t = timers[static_cast<std::size_t>(i)];
       const chime::TimePoint due = rt.clock().now() + std::chrono::microseconds(rng() % 1500);
-      t.due_ns.store(due.time_since_epoch().count());
+      t.due.store(due.time_since_epoch().count());
       const chime::TimerId id = lane.schedule_at(due, [&t, &rt, &rng, &reschedule_some] {
-        if (rt.clock().now().time_since_epoch().count() < t.due_ns.load()) t.early.fetch_add(1);
+        if (rt.clock().now().time_since_epoch().count() < t.due.load()) t.early.fetch_add(1);
         t.runs.fetch_add(1);
         if (rng() % 4 == 0) reschedule_some(2);  // runs of this batch, often
       });
@@ -227,7 +213,7 @@ TEST(RuntimeLaneRace, reschedules_on_the_lane_thread_of_queued_runs_race_cancels
       if (known == 0) continue;
       Timed& t = timers[rng() % static_cast<std::size_t>(known)];
       const chime::TimerId id = stress_support::unpack(t.id.load(std::memory_order_acquire));
-      if (rt.cancel(id) && t.cancel_won.exchange(true)) ADD_FAILURE() << "a second cancel of one timer won";
+      if (rt.cancel(id) && t.cancels_won.fetch_add(1) != 0) ADD_FAILURE() << "a second cancel of one timer won";
       if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   });
@@ -237,17 +223,9 @@ TEST(RuntimeLaneRace, reschedules_on_the_lane_thread_of_queued_runs_race_cancels
   stress_support::wait_until_idle(rt);
   stop.store(true, std::memory_order_release);
   lane_thread.join();
-  std::size_t ran = 0, cancelled = 0, neither = 0, both = 0, twice = 0, early = 0;
-  for (Timed& t : timers) {
-    const int runs = t.runs.load();
-    const bool c = t.cancel_won.load();
-    ran += runs > 0 ? 1 : 0;
-    cancelled += c ? 1 : 0;
-    neither += (runs == 0 && !c) ? 1 : 0;
-    both += (runs > 0 && c) ? 1 : 0;
-    twice += runs > 1 ? 1 : 0;
-    early += static_cast<std::size_t>(t.early.load());
-  }
+  const stress_support::Outcomes o = stress_support::tally(timers);
+  const std::size_t ran = o.ran, cancelled = o.cancelled, neither = o.neither, both = o.both, twice = o.ran_twice,
+                    early = o.early_runs;
   std::printf("%d lane timers: %zu ran, %zu cancelled, %llu reschedules won\n", kTimers, ran, cancelled,
               static_cast<unsigned long long>(reschedules_won.load()));
   EXPECT_EQ(neither, 0u) << "lost timers";

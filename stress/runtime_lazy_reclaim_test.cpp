@@ -12,6 +12,7 @@
 // not a measurement), 2 workers, under ThreadSanitizer in CI.
 #include "stress_seed.hpp"
 #include "stress_support.hpp"
+#include "timer_log.hpp"
 
 #include <chime/runtime.hpp>
 
@@ -34,14 +35,7 @@ using chime::TimerId;
 using stress_support::ns;
 using stress_support::pack;
 using stress_support::unpack;
-
-struct Log {
-  std::atomic<std::uint64_t> id{0};
-  std::atomic<std::int64_t> first_due{0};
-  std::atomic<int> runs{0};
-  std::atomic<int> cancels_won{0};
-  std::atomic<int> early{0};  // runs that started before the due they were dispatched for
-};
+using Log = stress_support::TimerLog;  // due: the first one (the toucher's reschedules leave it)
 
 TEST(RuntimeLazyReclaim, cancels_touches_and_sweeps_race_fires_and_every_timer_has_one_outcome) {
   chime_stress::print_seed();
@@ -60,11 +54,9 @@ TEST(RuntimeLazyReclaim, cancels_touches_and_sweeps_race_fires_and_every_timer_h
       for (std::size_t k = 0; k < kPerProducer && std::chrono::steady_clock::now() < stop_at; ++k) {
         Log& log = logs[p * kPerProducer + k];
         const TimePoint due = rt.clock().now() + 30ms + Duration(static_cast<std::int64_t>(rng() % 270'000'000));
-        log.first_due.store(ns(due), std::memory_order_relaxed);
-        const TimerId id = producer.schedule_at(due, [&log, &rt](const chime::Firing& f) {
-          if (ns(rt.clock().now()) < ns(f.due)) log.early.fetch_add(1);
-          log.runs.fetch_add(1);
-        });
+        log.due.store(ns(due), std::memory_order_relaxed);
+        const TimerId id =
+            producer.schedule_at(due, [&log, &rt](const chime::Firing& f) { log.record_run(rt.clock().now(), f); });
         log.id.store(pack(id), std::memory_order_relaxed);
         published[p].store(k + 1, std::memory_order_release);
         if (k % 1024 == 1023) std::this_thread::sleep_for(1ms);
@@ -120,22 +112,17 @@ TEST(RuntimeLazyReclaim, cancels_touches_and_sweeps_race_fires_and_every_timer_h
   for (std::size_t t = kProducers; t < threads.size(); ++t) threads[t].join();
   stress_support::wait_until_idle(rt);
 
-  std::size_t issued = 0, runs = 0, won = 0, both = 0, neither = 0, twice = 0, early = 0;
+  stress_support::Outcomes o;
   std::vector<TimerId> ids;
   for (std::size_t p = 0; p < kProducers; ++p) {
     for (std::size_t k = 0; k < published[p].load(); ++k) {
       const Log& log = logs[p * kPerProducer + k];
-      const int r = log.runs.load(), c = log.cancels_won.load();
-      ++issued;
-      runs += static_cast<std::size_t>(r);
-      won += static_cast<std::size_t>(c);
-      if (r > 0 && c > 0) ++both;
-      if (r == 0 && c == 0) ++neither;
-      if (r > 1 || c > 1) ++twice;
-      early += static_cast<std::size_t>(log.early.load());
+      o.add(log);
       ids.push_back(unpack(log.id.load()));
     }
   }
+  const std::size_t issued = o.timers, runs = o.runs, won = o.cancels_won, both = o.both, neither = o.neither,
+                    twice = o.twice, early = o.early_runs;
   // Stale ids: every slot has been reused or freed by now; an old id acts on nothing.
   std::size_t stale_acted = 0;
   for (const TimerId id : ids) {

@@ -34,8 +34,9 @@
 // Bounded by iteration counts and a wall-time budget; the seed is printed
 // (replay with --seed=N).
 
-#include "stress_support.hpp"
 #include "stress_seed.hpp"
+#include "stress_support.hpp"
+#include "timer_log.hpp"
 
 #include <chime/runtime.hpp>
 
@@ -142,15 +143,10 @@ struct SharedHold {
   Gate& gate;
 };
 
-struct OneShotLog {
-  std::atomic<std::uint64_t> id{0};  // packed TimerId; 0: not scheduled
-  std::atomic<bool> far{false};      // due 10 s ahead: never fires on its own during the test
-  std::atomic<std::int64_t> due{0};  // the due of the last successful schedule/reschedule (owner thread only)
-  std::atomic<int> cancel_won{0};
-  std::atomic<int> fires{0};
-  std::atomic<int> early{0};         // runs whose callback read the clock before Firing::due: drained
-  std::atomic<std::uint64_t> fired_id{0};
-  std::atomic<std::int64_t> fired_due{0};
+// id 0: not scheduled; due: of the last successful schedule/reschedule (owner thread only); early: runs
+// whose callback read the clock before Firing::due: drained.
+struct OneShotLog : stress_support::TimerLog {
+  std::atomic<bool> far{false};  // due 10 s ahead: never fires on its own during the test
 };
 
 struct PeriodicLog {
@@ -284,12 +280,7 @@ Result run_race(const Config& cfg) {
           OneShotLog& log = logs[i];
           const bool far = rng() % 4 == 0;
           log.far.store(far, std::memory_order_relaxed);
-          chime::Task task = [&rt, &log](const Firing& f) {
-            if (rt.clock().now() < f.due) log.early.fetch_add(1, std::memory_order_relaxed);
-            log.fired_due.store(ns(f.due), std::memory_order_relaxed);
-            log.fired_id.store(pack(f.id), std::memory_order_relaxed);
-            log.fires.fetch_add(1, std::memory_order_relaxed);
-          };
+          chime::Task task = [&rt, &log](const Firing& f) { log.record_run(rt.clock().now(), f); };
           SharedHold hold(gate);
           const TimePoint due = due_from(rng, rt.clock().now(), far);
           log.due.store(ns(due), std::memory_order_relaxed);
@@ -300,7 +291,7 @@ Result run_race(const Config& cfg) {
           OneShotLog& log = logs[mine[mine.size() - 1 - rng() % window]];
           const TimerId id = unpack(log.id.load(std::memory_order_relaxed));
           if (op == 2) {
-            if (producer.cancel(id)) log.cancel_won.fetch_add(1, std::memory_order_relaxed);
+            if (producer.cancel(id)) log.cancels_won.fetch_add(1, std::memory_order_relaxed);
           } else {
             SharedHold hold(gate);
             const TimePoint due = due_from(rng, rt.clock().now(), log.far.load(std::memory_order_relaxed));
@@ -380,26 +371,26 @@ Result run_race(const Config& cfg) {
   r.monitor.observe(rt.stats());
   r.final_stats = rt.stats();
 
+  stress_support::Outcomes o;  // of the issued one-shot timers
   for (const OneShotLog& log : logs) {
-    const std::uint64_t id = log.id.load();
-    if (id == 0) continue;
-    ++r.issued;
-    const int fires = log.fires.load(), wins = log.cancel_won.load();
-    if (wins > 0) ++r.cancelled;
-    if (fires > 0) ++r.fired;
-    if (fires > 1) ++r.fired_twice;
-    if (fires > 0 && wins > 0) ++r.both;
-    if (fires == 0 && wins == 0) ++r.neither;
-    r.early += static_cast<std::size_t>(log.early.load());
-    if (fires > 0) {
-      if (log.fired_id.load() != id) ++r.wrong_id;
-      if (log.fired_due.load() != log.due.load()) ++r.wrong_due;
-      if (log.early.load() == 0) {
-        if (log.far.load()) ++r.far_fired_on_time;
-        else ++r.near_runs_not_early;
-      }
+    if (log.id.load() == 0) continue;
+    o.add(log);
+    if (log.runs.load() > 0 && log.early.load() == 0) {
+      if (log.far.load())
+        ++r.far_fired_on_time;
+      else
+        ++r.near_runs_not_early;
     }
   }
+  r.issued = o.timers;
+  r.cancelled = o.cancelled;
+  r.fired = o.ran;
+  r.fired_twice = o.ran_twice;
+  r.both = o.both;
+  r.neither = o.neither;
+  r.early = o.early_runs;
+  r.wrong_id = o.wrong_id;
+  r.wrong_due = o.wrong_due;
   for (const PeriodicLog& log : periodic) {
     r.periodic_runs += log.runs.load();
     r.periodic_early += log.early_runs.load();

@@ -18,8 +18,9 @@
 // Bounded by an iteration count and a wall-time budget each; the seed is
 // printed (replay with --seed=N).
 
-#include "stress_support.hpp"
 #include "stress_seed.hpp"
+#include "stress_support.hpp"
+#include "timer_log.hpp"
 
 #include <chime/runtime.hpp>
 
@@ -78,31 +79,20 @@ class Budget {
 enum class Op : int { cancel, reschedule_later, reschedule_earlier, reschedule_then_cancel };
 constexpr int kOps = 4;
 
-// What one timer saw; one entry per timer.
-struct TimerLog {
-  std::atomic<std::uint64_t> id{0};        // packed TimerId (0: never scheduled: the budget ran out first)
+// What one timer saw; one entry per timer. id 0: never scheduled (the budget ran out first); due: the due
+// time of the last successful schedule/reschedule.
+struct TimerLog : stress_support::TimerLog {
   std::atomic<int> op{0};                  // Op
   std::atomic<std::int64_t> old_due{0};    // due time given to schedule
-  std::atomic<std::int64_t> due{0};        // due time of the last successful schedule/reschedule
   std::atomic<int> resched_won{0};         // reschedule() returned true
   std::atomic<int> resched_lost{0};        // ... false while the clock was still at or before the old due
   std::atomic<int> resched_excused{0};     // ... false after the old due had passed (it may have fired)
-  std::atomic<int> cancel_won{0};
   std::atomic<int> cancel_lost{0};         // cancel() false while the clock was still at or before the due
   std::atomic<int> cancel_excused{0};      // cancel() false after the due had passed
-  std::atomic<int> fires{0};
-  std::atomic<std::int64_t> fired_due{0};  // Firing::due
-  std::atomic<std::int64_t> fired_now{0};  // rt.clock().now() read first thing in the callback
-  std::atomic<std::uint64_t> fired_id{0};  // Firing::id
 };
 
 chime::Task record_into(Runtime& rt, TimerLog& log) {
-  return [&rt, &log](const Firing& f) {
-    log.fired_now.store(ns(rt.clock().now()), std::memory_order_relaxed);
-    log.fired_due.store(ns(f.due), std::memory_order_relaxed);
-    log.fired_id.store(pack(f.id), std::memory_order_relaxed);
-    log.fires.fetch_add(1, std::memory_order_relaxed);
-  };
+  return [&rt, &log](const Firing& f) { log.record_run(rt.clock().now(), f); };
 }
 
 // 4 threads, each with its own Producer, schedule timers due 50-60 ms ahead and at once cancel, reschedule
@@ -151,7 +141,7 @@ TEST(RuntimeOrdering, per_producer_cancel_or_reschedule_right_after_schedule_win
         }
         if (op == Op::cancel || op == Op::reschedule_then_cancel) {
           if (producer.cancel(id)) {
-            log.cancel_won.fetch_add(1, std::memory_order_relaxed);
+            log.cancels_won.fetch_add(1, std::memory_order_relaxed);
           } else if (ns(rt.clock().now()) <= log.due.load(std::memory_order_relaxed)) {
             log.cancel_lost.fetch_add(1, std::memory_order_relaxed);
           } else {
@@ -167,20 +157,14 @@ TEST(RuntimeOrdering, per_producer_cancel_or_reschedule_right_after_schedule_win
 
   std::size_t issued = 0, cancels = 0, cancels_won = 0, cancels_lost = 0, excused = 0, fired_after_cancel = 0;
   std::size_t reschedules = 0, reschedules_won = 0, reschedules_lost = 0, resched_fired = 0, not_fired = 0;
-  std::size_t fired_twice = 0, wrong_due = 0, early = 0, wrong_id = 0, total_fires = 0;
+  stress_support::Outcomes o;  // of the issued timers
   for (const TimerLog& log : logs) {
     const std::uint64_t id = log.id.load();
     if (id == 0) continue;  // the budget ran out before this timer
     ++issued;
+    o.add(log);
     const Op op = static_cast<Op>(log.op.load());
-    const int fires = log.fires.load();
-    total_fires += static_cast<std::size_t>(fires);
-    if (fires > 1) ++fired_twice;
-    if (fires > 0) {
-      if (log.fired_id.load() != id) ++wrong_id;
-      if (log.fired_due.load() != log.due.load()) ++wrong_due;
-      if (log.fired_now.load() < log.fired_due.load()) ++early;
-    }
+    const int fires = log.runs.load();
     excused += static_cast<std::size_t>(log.cancel_excused.load() + log.resched_excused.load());
     if (op != Op::cancel) {
       ++reschedules;
@@ -189,15 +173,17 @@ TEST(RuntimeOrdering, per_producer_cancel_or_reschedule_right_after_schedule_win
     }
     if (op == Op::cancel || op == Op::reschedule_then_cancel) {
       ++cancels;
-      cancels_won += static_cast<std::size_t>(log.cancel_won.load());
+      cancels_won += static_cast<std::size_t>(log.cancels_won.load());
       cancels_lost += static_cast<std::size_t>(log.cancel_lost.load());
-      if (log.cancel_won.load() > 0 && fires > 0) ++fired_after_cancel;
-      if (log.cancel_won.load() == 0 && fires == 0) ++not_fired;
+      if (log.cancels_won.load() > 0 && fires > 0) ++fired_after_cancel;
+      if (log.cancels_won.load() == 0 && fires == 0) ++not_fired;
     } else {
       if (fires == 1) ++resched_fired;
       if (fires == 0) ++not_fired;
     }
   }
+  const std::size_t fired_twice = o.ran_twice, wrong_due = o.wrong_due, early = o.fired_early, wrong_id = o.wrong_id,
+                    total_fires = o.runs;
   const chime::Stats s = rt.stats();
   std::printf("[ stress   ] checked %zu timers from %zu producers%s: %zu cancels right after schedule (%zu won, %zu lost "
               "before the due), %zu reschedules right after schedule (%zu won, %zu lost before the due), %zu losses "
@@ -305,7 +291,7 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
             TimerLog& log = logs[p * kPerPair + next];
             const std::int64_t due = ch.dues[next].load(std::memory_order_relaxed);
             if (producer.cancel(unpack(ch.ids[next].load(std::memory_order_relaxed)))) {
-              log.cancel_won.fetch_add(1, std::memory_order_relaxed);
+              log.cancels_won.fetch_add(1, std::memory_order_relaxed);
             } else if (ns(rt.clock().now()) <= due) {
               log.cancel_lost.fetch_add(1, std::memory_order_relaxed);
             } else {
@@ -324,7 +310,8 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
     std::this_thread::sleep_until(TimePoint(Duration(max_due)) + 2 * rt.precision());
     wait_until_idle(rt);
 
-    std::size_t issued = 0, won = 0, lost = 0, excused = 0, fired_after_cancel = 0, neither = 0, fires = 0;
+    std::size_t issued = 0, lost = 0, excused = 0;
+    stress_support::Outcomes o;  // of the issued timers
     std::size_t pending_after = 0, state_bad_before = 0;
     std::set<std::uint32_t> old_slots;
     std::vector<TimerId> old_ids;
@@ -339,20 +326,18 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
       ++issued;
       old_ids.push_back(unpack(id));
       old_slots.insert(unpack(id).slot());
-      won += static_cast<std::size_t>(log.cancel_won.load());
+      o.add(log);
       lost += static_cast<std::size_t>(log.cancel_lost.load());
       excused += static_cast<std::size_t>(log.cancel_excused.load());
-      fires += static_cast<std::size_t>(log.fires.load());
-      if (log.cancel_won.load() > 0 && log.fires.load() > 0) ++fired_after_cancel;
-      if (log.cancel_won.load() == 0 && log.fires.load() == 0) ++neither;
       const TimerState st = rt.state(unpack(id));
       if (st == TimerState::pending) ++pending_after;
       // The last timer of its slot: cancelled (won) or fired (excused). An earlier one: unknown (slot reused).
       const TimerState expected = unpack(id).generation() != last_generation[unpack(id).slot()] ? TimerState::unknown
-                                  : log.cancel_won.load() > 0                                 ? TimerState::cancelled
-                                                                                               : TimerState::fired;
+                                  : log.cancels_won.load() > 0                                  ? TimerState::cancelled
+                                                                                                : TimerState::fired;
       if (st != expected) ++state_bad_before;
     }
+    const std::size_t won = o.cancels_won, fired_after_cancel = o.both, neither = o.neither, fires = o.runs;
     const chime::Stats s = rt.stats();
 
     // The burst: as many timers as there are freed slots (at most 4096), due 100-110 ms ahead. Each must
@@ -392,7 +377,7 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
     wait_until_idle(rt);
     std::size_t burst_fired_once = 0;
     for (const TimerLog& log : burst_logs) {
-      if (log.fires.load() == 1 && log.fired_id.load() == log.id.load()) ++burst_fired_once;
+      if (log.runs.load() == 1 && log.fired_id.load() == log.id.load()) ++burst_fired_once;
     }
     for (const TimerId id : old_ids) {
       const TimerState st = rt.state(id);

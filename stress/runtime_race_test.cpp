@@ -12,8 +12,9 @@
 //   shutdown, and nothing runs after shutdown returns.
 // Random choices come from the printed seed (replay with --seed=N).
 
-#include "stress_support.hpp"
 #include "stress_seed.hpp"
+#include "stress_support.hpp"
+#include "timer_log.hpp"
 
 #include <chime/runtime.hpp>
 
@@ -39,21 +40,12 @@ using chime::TimePoint;
 using chime::TimerId;
 
 using stress_support::ns;
+using stress_support::Outcomes;
 using stress_support::pack;
 using stress_support::steady_options;
+using stress_support::TimerLog;  // one per one-shot timer; due: its last successful schedule/reschedule
 using stress_support::unpack;
 using stress_support::wait_until_idle;
-
-// What every one-shot timer of a race records; one entry per timer, indexed by the test.
-struct TimerLog {
-  std::atomic<std::uint64_t> id{0};         // packed TimerId, published once scheduled (0: not yet)
-  std::atomic<std::int64_t> due{0};         // the due time of the last successful schedule/reschedule
-  std::atomic<int> fires{0};                // callback runs
-  std::atomic<int> cancels_won{0};          // cancel() calls that returned true
-  std::atomic<std::int64_t> fired_due{0};   // Firing::due seen by the callback
-  std::atomic<std::int64_t> fired_now{0};   // rt.clock().now() read first thing in the callback
-  std::atomic<std::uint64_t> fired_id{0};   // Firing::id seen by the callback
-};
 
 struct Race {
   explicit Race(std::size_t n, unsigned workers) : logs(n), rt(steady_options(workers)) {}
@@ -61,14 +53,7 @@ struct Race {
   Runtime rt;  // declared after logs: destroyed (joined) first
 
   chime::Task task(std::size_t i) {
-    return [this, i](const Firing& f) {
-      const std::int64_t now = ns(rt.clock().now());
-      TimerLog& log = logs[i];
-      log.fired_now.store(now, std::memory_order_relaxed);
-      log.fired_due.store(ns(f.due), std::memory_order_relaxed);
-      log.fired_id.store(pack(f.id), std::memory_order_relaxed);
-      log.fires.fetch_add(1, std::memory_order_relaxed);
-    };
+    return [this, i](const Firing& f) { logs[i].record_run(rt.clock().now(), f); };
   }
 };
 
@@ -89,39 +74,13 @@ bool pick(std::mt19937_64& rng, const std::vector<std::atomic<std::size_t>>& pro
   return true;
 }
 
-struct Verdict {
-  std::size_t fired = 0, cancelled = 0, both = 0, neither = 0, fired_twice = 0, unpublished = 0;
-  std::size_t early = 0, wrong_due = 0, wrong_id = 0;
-};
-
-Verdict check(const std::vector<TimerLog>& logs) {
-  Verdict v;
-  for (const TimerLog& log : logs) {
-    const std::uint64_t id = log.id.load();
-    const int fires = log.fires.load();
-    const int wins = log.cancels_won.load();
-    if (id == 0) ++v.unpublished;
-    if (fires > 1) ++v.fired_twice;
-    if (wins > 0 && fires > 0) ++v.both;
-    if (wins == 0 && fires == 0) ++v.neither;
-    if (wins > 0) ++v.cancelled;
-    if (fires > 0) {
-      ++v.fired;
-      if (log.fired_now.load() < log.fired_due.load()) ++v.early;
-      if (log.fired_due.load() != log.due.load()) ++v.wrong_due;
-      if (log.fired_id.load() != id) ++v.wrong_id;
-    }
-  }
-  return v;
-}
-
-void expect_clean(const Verdict& v, std::size_t n) {
+void expect_clean(const Outcomes& v, std::size_t n) {
   EXPECT_EQ(v.unpublished, 0u);
-  EXPECT_EQ(v.fired + v.cancelled, n + v.both) << "some timer neither fired nor was cancelled, or did both";
+  EXPECT_EQ(v.ran + v.cancelled, n + v.both) << "some timer neither fired nor was cancelled, or did both";
   EXPECT_EQ(v.both, 0u) << "timers that fired although a cancel returned true";
   EXPECT_EQ(v.neither, 0u) << "timers that never fired although no cancel returned true";
-  EXPECT_EQ(v.fired_twice, 0u) << "one-shot timers that fired more than once";
-  EXPECT_EQ(v.early, 0u) << "timers whose callback saw the runtime clock before their due time";
+  EXPECT_EQ(v.ran_twice, 0u) << "one-shot timers that fired more than once";
+  EXPECT_EQ(v.fired_early, 0u) << "timers whose callback saw the runtime clock before their due time";
   EXPECT_EQ(v.wrong_due, 0u) << "timers fired with a Firing::due other than their last successful due time";
   EXPECT_EQ(v.wrong_id, 0u) << "timers fired with a Firing::id other than the id schedule returned";
 }
@@ -181,21 +140,21 @@ TEST(RuntimeRace, schedule_cancel_fire_exactly_one_outcome_never_early) {
   for (auto& t : threads) t.join();
   wait_until_idle(race.rt);
 
-  const Verdict v = check(race.logs);
+  const Outcomes v = stress_support::tally(race.logs);
   const chime::Stats s = race.rt.stats();
-  std::printf("[ stress   ] checked %zu timers: %zu fired, %zu cancelled (%llu cancel calls, ~%llu lost to a fire), "
-              "%zu both, %zu neither, %zu fired twice, %zu early, %zu wrong due; "
-              "stats: scheduled %llu fired %llu cancelled %llu pending %llu\n",
-              kTimers, v.fired, v.cancelled, static_cast<unsigned long long>(cancel_calls.load()),
-              static_cast<unsigned long long>(cancels_lost_to_fire.load()), v.both, v.neither,
-              v.fired_twice, v.early, v.wrong_due, static_cast<unsigned long long>(s.scheduled),
-              static_cast<unsigned long long>(s.fired), static_cast<unsigned long long>(s.cancelled),
-              static_cast<unsigned long long>(s.pending));
+  std::printf(
+      "[ stress   ] checked %zu timers: %zu fired, %zu cancelled (%llu cancel calls, ~%llu lost to a fire), "
+      "%zu both, %zu neither, %zu fired twice, %zu early, %zu wrong due; "
+      "stats: scheduled %llu fired %llu cancelled %llu pending %llu\n",
+      kTimers, v.ran, v.cancelled, static_cast<unsigned long long>(cancel_calls.load()),
+      static_cast<unsigned long long>(cancels_lost_to_fire.load()), v.both, v.neither, v.ran_twice, v.fired_early,
+      v.wrong_due, static_cast<unsigned long long>(s.scheduled), static_cast<unsigned long long>(s.fired),
+      static_cast<unsigned long long>(s.cancelled), static_cast<unsigned long long>(s.pending));
   expect_clean(v, kTimers);
   EXPECT_GT(v.cancelled, 0u) << "the cancellers never won: the race was not exercised";
-  EXPECT_GT(v.fired, 0u);
+  EXPECT_GT(v.ran, 0u);
   EXPECT_EQ(s.scheduled, kTimers);
-  EXPECT_EQ(s.fired, v.fired);
+  EXPECT_EQ(s.fired, v.ran);
   EXPECT_EQ(s.cancelled, v.cancelled);
   EXPECT_EQ(s.pending, 0u);
 }
@@ -266,13 +225,14 @@ TEST(RuntimeRace, reschedule_cancel_fire_exactly_one_outcome_at_last_due) {
   for (auto& t : threads) t.join();
   wait_until_idle(race.rt);
 
-  const Verdict v = check(race.logs);
+  const Outcomes v = stress_support::tally(race.logs);
   const chime::Stats s = race.rt.stats();
-  std::printf("[ stress   ] checked %zu timers: %zu fired, %zu cancelled, %llu of %llu reschedules won, %zu both, "
-              "%zu neither, %zu fired twice, %zu early, %zu wrong due; stats: rescheduled %llu pending %llu\n",
-              kTimers, v.fired, v.cancelled, static_cast<unsigned long long>(reschedules_won.load()),
-              static_cast<unsigned long long>(reschedule_calls.load()), v.both, v.neither, v.fired_twice, v.early,
-              v.wrong_due, static_cast<unsigned long long>(s.rescheduled), static_cast<unsigned long long>(s.pending));
+  std::printf(
+      "[ stress   ] checked %zu timers: %zu fired, %zu cancelled, %llu of %llu reschedules won, %zu both, "
+      "%zu neither, %zu fired twice, %zu early, %zu wrong due; stats: rescheduled %llu pending %llu\n",
+      kTimers, v.ran, v.cancelled, static_cast<unsigned long long>(reschedules_won.load()),
+      static_cast<unsigned long long>(reschedule_calls.load()), v.both, v.neither, v.ran_twice, v.fired_early,
+      v.wrong_due, static_cast<unsigned long long>(s.rescheduled), static_cast<unsigned long long>(s.pending));
   expect_clean(v, kTimers);
   EXPECT_GT(reschedules_won.load(), 0u);
   EXPECT_EQ(s.rescheduled, reschedules_won.load());

@@ -20,6 +20,7 @@
 // ThreadSanitizer in CI.
 #include "stress_seed.hpp"
 #include "stress_support.hpp"
+#include "timer_log.hpp"
 
 #include <chime/runtime.hpp>
 
@@ -39,15 +40,10 @@ using namespace std::chrono_literals;
 using chime::Duration;
 using chime::TimePoint;
 using chime::TimerId;
-using stress_support::ns;
 using stress_support::pack;
 using stress_support::unpack;
 
-struct Log {
-  std::atomic<std::uint64_t> id{0};
-  std::atomic<int> runs{0};
-  std::atomic<int> cancels_won{0};
-  std::atomic<int> early{0};
+struct Log : stress_support::TimerLog {
   std::atomic<int> wrong_id{0};  // a run whose Firing named another timer
 };
 
@@ -69,11 +65,11 @@ TEST(RuntimeUnfiledCancel, cancels_before_filing_free_slots_for_reuse_and_every_
         Log& log = logs[p * kPerProducer + k];
         const Duration delay = Duration(static_cast<std::int64_t>(rng() % 3'000'000));
         const TimerId id = producer.schedule_after(delay, [&log, &rt](const chime::Firing& f) {
-          if (ns(rt.clock().now()) < ns(f.due)) log.early.fetch_add(1);
+          const TimePoint now = rt.clock().now();
           std::uint64_t mine;  // stored by the producer just after schedule returned
           while ((mine = log.id.load(std::memory_order_acquire)) == 0) std::this_thread::yield();
           if (pack(f.id) != mine) log.wrong_id.fetch_add(1);
-          log.runs.fetch_add(1);
+          log.record_run(now, f);
         });
         log.id.store(pack(id), std::memory_order_release);
         published[p].store(k + 1, std::memory_order_release);
@@ -111,21 +107,17 @@ TEST(RuntimeUnfiledCancel, cancels_before_filing_free_slots_for_reuse_and_every_
   threads.back().join();
   stress_support::wait_until_idle(rt);
 
-  std::size_t issued = 0, runs = 0, won = 0, both = 0, neither = 0, twice = 0, early = 0, wrong = 0;
+  stress_support::Outcomes o;
+  std::size_t wrong = 0;
   for (std::size_t p = 0; p < kProducers; ++p) {
     for (std::size_t k = 0; k < published[p].load(); ++k) {
       const Log& log = logs[p * kPerProducer + k];
-      const int r = log.runs.load(), c = log.cancels_won.load();
-      ++issued;
-      runs += static_cast<std::size_t>(r);
-      won += static_cast<std::size_t>(c);
-      if (r > 0 && c > 0) ++both;
-      if (r == 0 && c == 0) ++neither;
-      if (r > 1 || c > 1) ++twice;
-      early += static_cast<std::size_t>(log.early.load());
+      o.add(log);
       wrong += static_cast<std::size_t>(log.wrong_id.load());
     }
   }
+  const std::size_t issued = o.timers, runs = o.runs, won = o.cancels_won, both = o.both, neither = o.neither,
+                    twice = o.twice, early = o.early_runs;
   const chime::Stats s = rt.stats();
   std::printf("unfiled cancel: %zu timers, %zu runs, %zu cancels won\n", issued, runs, won);
   EXPECT_GT(won, issued / 8) << "the cancels must have been exercised";
