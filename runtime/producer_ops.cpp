@@ -194,6 +194,31 @@ void RuntimeCore::end_timer() {
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+// The deciding transition was a cancel (C1-C4, or a sweep's): the timer is
+// counted as cancelled and ends (end_timer): capacity is free now, not when
+// the slot is reclaimed. Called once, by whoever made that transition.
+void RuntimeCore::end_cancelled_timer() {
+  counters_.add(Counter::cancelled);
+  end_timer();
+}
+
+// (K1, R3) The end of a cancel that won against Pending (C1) or Writing
+// (C2, finished by the rescheduler), or of a withdrawal: the caller owns the
+// task (nobody runs or frees a Cancelling timer) and `w` is the word it won
+// against, or the Cancelling word. Destroys the task here, where its line is
+// warm, then publishes Cancelled. release: the destruction, and every write
+// of the caller's to the slot, happens-before the acquire load of Cancelled
+// by whoever frees the slot (the wheel thread, if filed), so it frees a slot
+// nobody writes any more. Not filed (yet, or since its claim, after R4): the
+// slot is the caller's to free, now (timer_state.hpp, "Who frees the slot");
+// its ADD will find it Cancelled or reused. A filed one is a zombie the
+// wheel thread (or the shutdown sweep) reclaims.
+void RuntimeCore::finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token) {
+  slot.task.reset();
+  slot.word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
+  if (!StateWord::filed(w)) free_unfiled(index, token);
+}
+
 // (X1) A schedule whose ADD could not be posted (out of memory) takes its
 // timer back: Pending -> Cancelled, then the task, the capacity and the slot
 // are given back (nothing else names the slot: no ADD is queued). False if another thread
@@ -228,13 +253,8 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
                                           std::memory_order_acquire)) {
     if ((w & ~StateWord::kFiledBit) != pending) return false;
   }
-  slot.task.reset();
-  slot.word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
-  if (StateWord::filed(w)) {
-    counters_.add(Counter::lazy_cancels);
-  } else {
-    free_unfiled(index, token);
-  }
+  finish_cancel(slot, w, index, token);
+  if (StateWord::filed(w)) counters_.add(Counter::lazy_cancels);
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -377,20 +397,9 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
         return CancelOutcome::done;  // fired, cancelling, cancelled
     }
     if (slot->word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      counters_.add(Counter::cancelled);
-      end_timer();  // capacity is free now, not when the slot is reclaimed
+      end_cancelled_timer();
       const SlotState from = StateWord::state(w);
-      if (from == SlotState::pending) {
-        // (K1) We own the task now (nobody runs or frees a Cancelling timer):
-        // destroy it here, where its line is warm, then publish Cancelled.
-        // release: the destruction happens-before the acquire load of
-        // Cancelled by whoever frees the slot (the wheel thread, if filed).
-        slot->task.reset();
-        slot->word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
-        // Not filed yet: the slot is ours to free, now (timer_state.hpp,
-        // "Who frees the slot"); its ADD will find it Cancelled or reused.
-        if (!StateWord::filed(w)) free_unfiled(id.slot(), token);
-      }
+      if (from == SlotState::pending) finish_cancel(*slot, w, id.slot(), token);  // (K1): we own the task now
       // A filed one is a zombie the wheel thread reclaims; counted for the
       // sweep's estimate. (C2 on an unfiled timer: the rescheduler frees it.)
       if ((from == SlotState::pending || from == SlotState::writing) && StateWord::filed(w)) {
@@ -483,6 +492,24 @@ void RuntimeCore::wait_for_run_end(TimerSlot& slot, TimerId id) {
   }
 }
 
+namespace {
+// The slot's word once timer `generation` is not in Writing: a reschedule of
+// it (R1) is two stores from done (R2, or R3 after a cancel won), so the
+// caller waits for them (backoff.hpp: the rescheduler may be preempted by
+// this very thread), reloading the word. A word of another generation, or in
+// any other state, is returned as it is. acquire: as the caller's own load,
+// pairs with the release of R2/R3 (and of S1, F2). `backoff` is the
+// caller's, so that its waits keep growing across the caller's retries.
+std::uint64_t past_writing(const TimerSlot& slot, std::uint64_t w, std::uint32_t generation,
+                           Backoff& backoff) noexcept {
+  while (StateWord::generation(w) == generation && StateWord::state(w) == SlotState::writing) {
+    backoff.wait();
+    w = slot.word.load(std::memory_order_acquire);
+  }
+  return w;
+}
+}  // namespace
+
 // A seqlock read: the version in the word is bumped by every transition
 // that publishes a new due (R2, F2), so an unchanged word around the read of
 // `due` means the due belongs to that word.
@@ -492,13 +519,9 @@ std::optional<TimePoint> RuntimeCore::pending_due(TimerId id) const noexcept {
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
   Backoff backoff;
   for (;;) {
+    w = past_writing(*slot, w, id.generation(), backoff);
     if (StateWord::generation(w) != id.generation()) return std::nullopt;
     const SlotState s = StateWord::state(w);
-    if (s == SlotState::writing) {  // a reschedule is two stores from done (backoff.hpp)
-      backoff.wait();
-      w = slot->word.load(std::memory_order_acquire);
-      continue;
-    }
     if (s != SlotState::pending && s != SlotState::handed) return std::nullopt;
     const std::int64_t due = slot->due_ns.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
@@ -589,13 +612,9 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
   Backoff backoff;
   for (;;) {
+    w = past_writing(*slot, w, id.generation(), backoff);  // another thread is rescheduling this timer
     if (StateWord::generation(w) != id.generation()) return false;
     const SlotState s = StateWord::state(w);
-    if (s == SlotState::writing) {  // another thread is rescheduling this timer: let it finish (backoff.hpp)
-      backoff.wait();
-      w = slot->word.load(std::memory_order_acquire);
-      continue;
-    }
     if (s == SlotState::handed && lane != nullptr) {
       // hold.enter fails once shutdown began: the run is then shutdown's
       // (X2) or goes ahead as a final run.
@@ -652,11 +671,7 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   // slot happen-before its acquire load of Cancelled, so it frees a slot
   // nobody writes any more); if not, we free it.
   CHIME_ASSERT(StateWord::state(expected) == SlotState::cancelling, "R2 failed other than to a cancel (C2)");
-  slot->task.reset();
-  slot->word.store(StateWord::with_state(expected, SlotState::cancelled), std::memory_order_release);
-  // Not filed (yet, or since its claim, after R4): the slot is ours to free
-  // (the cancel left it to us).
-  if (!StateWord::filed(expected)) free_unfiled(id.slot(), token);
+  finish_cancel(*slot, expected, id.slot(), token);  // unfiled: the cancel left the freeing to us
   return false;
 }
 

@@ -317,8 +317,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
           ++not_fired;
-          counters_.add(Counter::cancelled);
-          end_timer();
+          end_cancelled_timer();
           break;
         }
         continue;
@@ -327,8 +326,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
         ++not_fired;
-        counters_.add(Counter::cancelled);
-        end_timer();
+        end_cancelled_timer();
         slot.task.reset();  // release what the callback captured now, not at destruction
         break;
       }

@@ -252,9 +252,11 @@ class RuntimeCore {
   void wake_after_fence(ProducerQueueToken* token, std::int64_t due_ns);
   bool take_wake();
   void end_timer();
+  void end_cancelled_timer();  // Counter::cancelled, then end_timer
   bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
   bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
   void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
+  void finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token);  // K1, R3
   void throw_if_in_callback(const char* what) const;
 
   // wheel_thread.cpp
