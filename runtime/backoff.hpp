@@ -12,6 +12,9 @@
 // another core and is done within a few hundred nanoseconds), then sleeps,
 // doubling the sleep up to a bound. A sleep lets every thread run, whatever
 // its priority.
+//
+// Also here: retry_until_memory, how a thread waits for memory (out of
+// memory, what must not be lost is retried every millisecond).
 #pragma once
 
 #include <chrono>
@@ -58,5 +61,15 @@ class Backoff {
   std::chrono::microseconds sleep_ = kFirstSleep;
   int yields_ = 0;
 };
+
+// Out of memory, something that must not be lost (a command, a worker's
+// stop record, a batch of freed slots) waits for memory instead: calls
+// `try_once` until it returns true, sleeping 1 ms between tries (no
+// backoff: this waits for memory, not for another thread's stores). Blocks
+// the caller only while out of memory; throws only what `try_once` throws.
+template <class TryOnce>
+void retry_until_memory(TryOnce&& try_once) noexcept(noexcept(try_once())) {
+  while (!try_once()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 }  // namespace chime::detail

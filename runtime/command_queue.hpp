@@ -198,7 +198,7 @@ class CommandQueue {
   // For commands that must not be lost: retries every millisecond until
   // memory is available again. Blocks the caller only while out of memory.
   void push_retrying(const Command& c, ProducerQueueToken* token) noexcept {
-    while (!try_push(c, token)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    retry_until_memory([&]() noexcept { return try_push(c, token); });
   }
 
   // Wheel thread only. Pops up to `max` commands into out; returns how many.

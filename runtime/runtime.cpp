@@ -189,7 +189,7 @@ void RuntimeCore::stop_workers() {
   for (std::size_t i = 0; i < pool_.threads.size(); ++i) {
     Dispatch stop;
     stop.flags = Dispatch::stop;
-    while (!pool_.handoff.enqueue(*wt().handoff_token, stop)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    retry_until_memory([&] { return pool_.handoff.enqueue(*wt().handoff_token, stop); });
   }
   for (auto& t : pool_.threads) t.join();
 }

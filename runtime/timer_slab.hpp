@@ -265,14 +265,14 @@ class RetiredSlots {
   // millisecond: a slot is never lost.
   void flush() {
     if (count_ == 0) return;
-    for (;;) {
+    retry_until_memory([&] {
       try {
         slab_.release(index_, count_);
-        break;
+        return true;
       } catch (const std::bad_alloc&) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return false;
       }
-    }
+    });
     count_ = 0;
   }
 
