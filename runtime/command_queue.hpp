@@ -47,6 +47,7 @@ enum class CommandKind : std::uint8_t {
   drain,       // Runtime::drain: `request` is a DrainRequest*
   stop,        // Runtime::shutdown: `request` is a StopRequest*
   close_lane,  // a Lane is destroyed: `request` is a CloseLaneRequest*
+  check,       // Runtime::check_invariants: `request` is a CheckRequest*
 };
 
 struct Command {
@@ -59,7 +60,7 @@ struct Command {
   std::uint32_t slot;
   std::uint32_t generation;
   union {
-    void* request;              // flush, drain, stop, close_lane: the request
+    void* request;              // flush, drain, stop, close_lane, check: the request
     std::int64_t called_at_ns;  // add, reschedule: the runtime clock's time read in the call that posted it
   };
 

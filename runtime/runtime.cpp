@@ -234,15 +234,22 @@ std::size_t RuntimeCore::drain() {
   throw_if_in_callback("drain");
   if (stopped_.load(std::memory_order_acquire)) return 0;
   DrainRequest request;
-  commands_.push_retrying(Command::for_request(CommandKind::drain, &request), nullptr);
+  post_request_and_wait(CommandKind::drain, &request, request.completion);
+  return request.count;
+}
+
+// Posts a request the wheel thread serves in a pass and waits until it has
+// (or until the wheel thread has exited). Not on a lane's thread's behalf:
+// the wait runs no lane.
+void RuntimeCore::post_request_and_wait(CommandKind kind, void* request, Completion& completion) {
+  commands_.push_retrying(Command::for_request(kind, request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_.wake();
   if (simulated_) [[unlikely]] {
-    simulate_until(request.completion, ThreadLanes{});
+    simulate_until(completion, ThreadLanes{});
   } else {
-    request.completion.wait(wheel_exited_);
+    completion.wait(wheel_exited_);
   }
-  return request.count;
 }
 
 std::size_t RuntimeCore::shutdown(ShutdownMode mode) {

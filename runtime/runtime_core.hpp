@@ -134,6 +134,12 @@ struct CloseLaneRequest {
   LaneCore* lane = nullptr;
   Completion completion;
 };
+// Runtime::check_invariants: the wheel thread checks at its next pass
+// (runtime_invariants.cpp) and signals; `failure` is empty if all held.
+struct CheckRequest {
+  std::string failure;
+  Completion completion;
+};
 struct StopRequest {
   ShutdownMode mode = ShutdownMode::cancel_pending;
   Completion completion;
@@ -198,6 +204,10 @@ class RuntimeCore {
   std::size_t drain();
   std::size_t shutdown(ShutdownMode mode);
   Stats stats() const;
+  // runtime_invariants.cpp: posts a check the wheel thread runs
+  // (check_on_wheel) and throws std::logic_error with what it found.
+  void check_invariants();
+  void post_request_and_wait(CommandKind kind, void* request, Completion& completion);  // drain, check
   Duration wheel_busy() const noexcept;  // ShardStats::busy
   std::unique_ptr<ProducerQueueToken> make_token() { return commands_.make_token(); }
   // A Producer goes away: its cached free slots go back to the free list.
@@ -282,6 +292,7 @@ class RuntimeCore {
   void hand_over();
   void drain_all(std::uint8_t flags, std::size_t& count);
   void sweep_zombies_if_many();
+  std::string check_on_wheel();  // runtime_invariants.cpp: the first broken invariant, or empty
   void settle_flushes(std::uint64_t completed_snapshot);
   void sleep(bool busy);
   void record_final_busy() noexcept;  // runtime.cpp: the thread's CPU time as it returns

@@ -236,6 +236,12 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
         case CommandKind::stop:
           wt().stop = static_cast<StopRequest*>(c.request);
           break;
+        case CommandKind::check: {
+          auto* request = static_cast<CheckRequest*>(c.request);
+          request->failure = check_on_wheel();
+          request->completion.signal();
+          break;
+        }
         case CommandKind::close_lane: {
           // Every ADD the closing thread posted before is applied (FIFO);
           // one from another thread that comes later finds the lane closed.

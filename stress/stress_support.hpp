@@ -52,6 +52,7 @@ inline void wait_until_idle(chime::Runtime& rt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   rt.flush();
+  rt.check_invariants();  // every filed timer held once, none lost; throws (fails the test) if broken
 }
 
 }  // namespace stress_support

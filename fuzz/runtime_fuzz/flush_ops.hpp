@@ -30,6 +30,13 @@ inline void RuntimeFuzz::op_flush(const char* why) {
   if (!stopped_) wheel_now_ = static_cast<std::int64_t>(wheel_at(c_));
   process_runs();
   if (stopped_) return;
+  // The runtime's own structure (Runtime::check_invariants): every filed
+  // timer held once, by the wheel or the overdue list, none lost.
+  try {
+    rt_->check_invariants();
+  } catch (const std::logic_error& e) {
+    FUZZ_CHECK(false, e.what());
+  }
   // Everything ripe has run; every finished timer's slot is free.
   for (std::size_t i = 0; i < timers_.size(); ++i) {
     MTimer& t = timers_[i];

@@ -467,6 +467,23 @@ class Runtime {
   // Approximate snapshot of the counters. Any thread. May allocate.
   Stats stats() const;
 
+  // For tests and fuzzing: checks the runtime's internal invariants on its
+  // wheel thread, in a pass (it waits for one, as flush() does, but not for
+  // runs), and throws std::logic_error naming the first one broken:
+  // - every alarm in the wheel and every entry of the overdue list is a slot
+  //   the wheel thread filed (its filed bit set, the generation it filed,
+  //   Pending, Writing, or cancelled: a zombie), listed once, with the
+  //   wheel's handle for it;
+  // - every slot the wheel thread filed and that is not cancelled is in the
+  //   wheel or on the overdue list (none lost);
+  // - the zombie estimate never counts more reclaims than lazy cancels;
+  // - the wheel's own invariants (TimingWheel::check_invariants).
+  // Sound while other threads use the runtime: only the wheel thread sets a
+  // filed bit or frees a filed slot. O(slots + filed timers). Any thread but
+  // a callback (std::logic_error there); after shutdown it checks nothing.
+  // May allocate.
+  void check_invariants();
+
   // The runtime's clock and precision.
   const Clock& clock() const noexcept;
   Duration precision() const noexcept;
