@@ -292,6 +292,14 @@ class RuntimeCore {
   void hand_over();
   void drain_all(std::uint8_t flags, std::size_t& count);
   void sweep_zombies_if_many();
+  // A hint: the slot's first line (state word, due, wheel fields) will be
+  // read and written soon. Timer commands only: a request names no slot.
+  void prefetch_slot_line(std::uint32_t index) const noexcept { __builtin_prefetch(&slab_[index], 1, 3); }
+  void prefetch_slot(const Command& c) const noexcept {
+    if (c.kind == CommandKind::add || c.kind == CommandKind::rearm || c.kind == CommandKind::reschedule) {
+      prefetch_slot_line(c.slot);
+    }
+  }
   std::string check_on_wheel();  // runtime_invariants.cpp: the first broken invariant, or empty
   void settle_flushes(std::uint64_t completed_snapshot);
   void sleep(bool busy);

@@ -82,6 +82,9 @@ constexpr std::int64_t kLingerNs = 1'000'000;
 // about 50-100 us; one pass per interval moves 2M per block, more than the
 // timers due in one at 1M/s.
 constexpr std::size_t kCascadeAheadPerPass = 1024;
+// How far ahead the wheel thread asks for the slot lines it will act on
+// (apply_commands, advance_and_dispatch): a few misses in flight at once.
+constexpr std::size_t kPrefetchAhead = 8;
 // The runtime whose wheel thread this thread is (null on every other thread):
 // close_lane must not wait for a pass of the thread it runs on.
 thread_local const RuntimeCore* tls_wheel_thread_of = nullptr;
@@ -224,8 +227,14 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
     // the wheel's current interval, where it waits for the interval to end
     // and a flush() that follows does not wait for it.
     wt().application_now_ns = INT64_MIN;
+    // The slot lines this batch acts on were last written by the threads
+    // that posted (S1, R2): each first touch here is a cache miss. Asking
+    // for them kPrefetchAhead commands ahead overlaps those misses.
+    const Command* batch = wt().command_buffer.data();
+    for (std::size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) prefetch_slot(batch[i]);
     for (std::size_t i = 0; i < n; ++i) {
-      const Command& c = wt().command_buffer[i];
+      if (i + kPrefetchAhead < n) prefetch_slot(batch[i + kPrefetchAhead]);
+      const Command& c = batch[i];
       switch (c.kind) {
         case CommandKind::flush:
           wt().flushes.push_back(static_cast<FlushRequest*>(c.request));
@@ -500,7 +509,16 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
   // is at or before now_ns); a wheel alarm runs iff its due (which a touch
   // may have moved later) is before the boundary.
   std::size_t a = 0, b = 0;
+  // Ask for the slot lines ahead of consider(), as apply_commands does
+  // (both lists' next few: the merge takes from either).
+  const std::size_t n_overdue = wt().overdue_order.size(), n_fired = wt().wheel_fired.size();
+  for (std::size_t k = 0; k < kPrefetchAhead; ++k) {
+    if (k < n_overdue) prefetch_slot_line(wt().overdue_order[k].index);
+    if (k < n_fired) prefetch_slot_line(wt().wheel_fired[k].second);
+  }
   while (a < wt().overdue_order.size() || b < wt().wheel_fired.size()) {
+    if (a + kPrefetchAhead < n_overdue) prefetch_slot_line(wt().overdue_order[a + kPrefetchAhead].index);
+    if (b + kPrefetchAhead < n_fired) prefetch_slot_line(wt().wheel_fired[b + kPrefetchAhead].second);
     if (b == wt().wheel_fired.size() ||
         (a < wt().overdue_order.size() && wt().overdue_order[a].due <= wt().wheel_fired[b].first)) {
       const std::uint32_t index = wt().overdue_order[a++].index;
