@@ -419,6 +419,9 @@ class Runtime {
   CancelResult cancel_and_wait(TimerId id);
 
   // True iff the timer was still pending and now has the new due time. A
+  // run already handed to a worker or a lane, not started yet, is past
+  // rescheduling (false; state() still says pending): only a Lane's own
+  // reschedule_*, on the lane's thread, takes its handed run back. A
   // later due time is one CAS pair on the state word and never involves the
   // wheel thread; an earlier one also posts a command. Any thread. Lock-free,
   // except that two threads rescheduling the same timer at the same instant
