@@ -108,13 +108,9 @@ bool RuntimeCore::lane_closed(const TimerSlot& slot) const noexcept {
 // (Handed, L2): Cancelled, counted, task destroyed, slot freed. If a
 // producer's cancel won first, only the freeing is ours.
 void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
-  std::uint64_t w = settled_word(slot);
-  for (;;) {
+  // A reschedule or cancel in flight settles first, and again after a failed CAS.
+  for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
     const SlotState s = StateWord::state(w);
-    if (s == SlotState::writing || s == SlotState::cancelling) {  // a new reschedule after a failed CAS
-      w = settled_word(slot);
-      continue;
-    }
     if (s == SlotState::cancelled) {
       if (slot.task) {
         slot.task.reset();  // C4 while we held the claim: the holder frees it
@@ -131,8 +127,7 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     // Cancelled sees the timer settled.
     if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
-      counters_.add(Counter::cancelled);
-      end_timer();
+      end_cancelled_timer();
       slot.task.reset();
       slot.filed_generation = 0;
       slot.alarm = {};
@@ -221,8 +216,7 @@ void RuntimeCore::close_lane(LaneCore* lane) {
         // (L3) acq_rel, as C4.
         if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
-          counters_.add(Counter::cancelled);
-          end_timer();
+          end_cancelled_timer();
           break;
         }
       }

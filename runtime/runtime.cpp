@@ -299,13 +299,9 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   const std::uint32_t extent = slab_.extent();
   for (std::uint32_t i = 0; i < extent; ++i) {
     TimerSlot& slot = slab_[i];
-    std::uint64_t w = settled_word(slot);  // a reschedule or cancel racing shutdown settles first
-    for (;;) {
+    // A reschedule or cancel racing shutdown settles first, and again after a failed CAS.
+    for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::writing || s == SlotState::cancelling) {  // a new reschedule after a failed CAS
-        w = settled_word(slot);
-        continue;
-      }
       if (s == SlotState::cancelled && slot.filed_generation == StateWord::generation(w)) {
         // Cancelled while filed after the wheel thread's last pass (a cancel
         // racing shutdown): a zombie only the wheel thread would have

@@ -106,6 +106,16 @@ inline std::uint64_t settled_word(const TimerSlot& slot) noexcept {
   return w;
 }
 
+// The step of the settle-then-CAS loops (drain_all, cancel_for_closed_lane,
+// shutdown's sweep): `w`, the slot's word as a failed CAS found it, if no
+// reschedule or cancel owns the fields; else the word once one no longer
+// does (settled_word). Loop form:
+//   for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) { ... CAS(w, ...) ... }
+inline std::uint64_t settled(const TimerSlot& slot, std::uint64_t w) noexcept {
+  const SlotState s = StateWord::state(w);
+  return s == SlotState::writing || s == SlotState::cancelling ? settled_word(slot) : w;
+}
+
 // A producer's private stock of free slot indices (held by its
 // ProducerQueueToken): refilled from the free list in bulk, so one dequeue
 // from the shared list serves kSize schedules. Slots in a cache are free

@@ -640,7 +640,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
 
 void RuntimeCore::dispatch(const Dispatch& d) {
   wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, d.due_ns);
-  TimerSlot& slot = slab_[d.slot];  // line 0, which the claim just wrote
+  TimerSlot& slot = slab_[d.slot];                             // line 0, which the claim just wrote
   LaneCore* lane = slot.lane.load(std::memory_order_relaxed);  // timer_slab.hpp: written before S1
   if (lane == nullptr) {
     wt().dispatch_batch.push_back(d);
@@ -668,9 +668,9 @@ void RuntimeCore::hand_over() {
   // Lanes first: their runs wait for their threads, the workers' start now.
   // One bulk enqueue and at most one eventfd write per lane and pass.
   for (LaneCore* lane : wt().touched_lanes) {
-    while (!lane->ready.enqueue_bulk(*lane->wheel_token, lane->batch.data(), lane->batch.size())) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // out of memory: they are Handed, retry
-    }
+    // Out of memory, retry: they are Handed, and only their runs end that.
+    retry_until_memory(
+        [&] { return lane->ready.enqueue_bulk(*lane->wheel_token, lane->batch.data(), lane->batch.size()); });
     lane->batch.clear();
     lane->signal();
   }
@@ -681,9 +681,7 @@ void RuntimeCore::hand_over() {
     run_batch(wt().dispatch_batch.data(), n, *wt().retired, RunPlace::wheel_thread);
   } else {
     // Out of memory, retry: the timers are Handed, and only their runs end that.
-    while (!pool_.handoff.enqueue_bulk(*wt().handoff_token, wt().dispatch_batch.data(), n)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    retry_until_memory([&] { return pool_.handoff.enqueue_bulk(*wt().handoff_token, wt().dispatch_batch.data(), n); });
   }
   wt().dispatch_batch.clear();
 }
@@ -700,13 +698,9 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
   for (std::uint32_t index : all) {
     TimerSlot& slot = slab_[index];
     slot.alarm = {};
-    std::uint64_t w = settled_word(slot);  // a reschedule or cancel in flight settles first
-    for (;;) {
+    // A reschedule or cancel in flight settles first, and again after a failed CAS.
+    for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::writing || s == SlotState::cancelling) {  // a new reschedule after a failed CAS
-        w = settled_word(slot);
-        continue;
-      }
       if (s == SlotState::cancelled) {
         reclaim(slot, index);
         break;

@@ -70,7 +70,7 @@ void RuntimeCore::worker_main() {
     run_batch(batch, runs, retired, RunPlace::worker);
     if (runs != n) {
       for (std::size_t k = runs + 1; k < n; ++k) {
-        while (!pool_.handoff.enqueue(batch[k])) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        retry_until_memory([&] { return pool_.handoff.enqueue(batch[k]); });
       }
       return;
     }
