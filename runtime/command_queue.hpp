@@ -31,8 +31,8 @@
 #include <optional>
 #include <thread>
 
-#include <boost/lockfree/queue.hpp>
 #include <concurrentqueue/concurrentqueue.h>
+#include <boost/lockfree/queue.hpp>
 
 #include "chime/runtime.hpp"
 #include "timer_slab.hpp"
@@ -51,28 +51,36 @@ enum class CommandKind : std::uint8_t {
 };
 
 struct Command {
-  // "Not read": a timer command posted on the steady clock without a clock
-  // read (schedule_at); the wheel thread judges "due now" by its own read
-  // at application, which is later, so never earlier (design.md).
-  static constexpr std::int64_t kNotRead = INT64_MIN;
-
   CommandKind kind;
+  // add, reschedule: called_at_ns holds the runtime clock's time read in the
+  // call that posted it. Not set: a timer command posted on the steady clock
+  // without a clock read (schedule_at); the wheel thread judges "due now" by
+  // its own read at application, which is later, so never earlier
+  // (design.md). A flag, not a sentinel time: every int64 is a reading some
+  // clock can give (a ManualClock at TimePoint::min(): fuzz input
+  // regression-sim_clock_at_min).
+  bool clock_read;
   std::uint32_t slot;
   std::uint32_t generation;
   union {
     void* request;              // flush, drain, stop, close_lane, check: the request
-    std::int64_t called_at_ns;  // add, reschedule: the runtime clock's time read in the call that posted it
+    std::int64_t called_at_ns;  // add, reschedule, if clock_read: the clock's time in the call that posted it
   };
 
   static Command timer(CommandKind kind, std::uint32_t slot, std::uint32_t generation,
-                       std::int64_t called_at_ns = kNotRead) noexcept {
-    Command c{kind, slot, generation, {nullptr}};
-    c.called_at_ns = called_at_ns;
+                       std::optional<std::int64_t> called_at_ns = std::nullopt) noexcept {
+    Command c{kind, called_at_ns.has_value(), slot, generation, {nullptr}};
+    c.called_at_ns = called_at_ns.value_or(0);
     return c;
   }
-  static Command for_request(CommandKind kind, void* request) noexcept { return Command{kind, 0, 0, {request}}; }
+  static Command for_request(CommandKind kind, void* request) noexcept { return Command{kind, false, 0, 0, {request}}; }
+  // The clock reading the call carried, if any.
+  std::optional<std::int64_t> called_at() const noexcept {
+    return clock_read ? std::optional<std::int64_t>(called_at_ns) : std::nullopt;
+  }
 };
 static_assert(std::is_trivially_copyable_v<Command>);
+static_assert(sizeof(Command) == 24, "the flag fits in the padding after kind");
 
 // What a chime::Producer keeps per thread: its token for the queue
 // (moodycamel's ProducerToken; empty for the Boost backend) and its cache of
@@ -167,8 +175,7 @@ class CommandQueue {
   static constexpr std::size_t kInitialCapacity = CHIME_COMMAND_QUEUE_INITIAL_CAPACITY;
 
   explicit CommandQueue(CommandQueueBackend backend)
-      : backend_(backend),
-        moodycamel_(backend == CommandQueueBackend::moodycamel ? kInitialCapacity : 0) {
+      : backend_(backend), moodycamel_(backend == CommandQueueBackend::moodycamel ? kInitialCapacity : 0) {
     if (backend_ == CommandQueueBackend::boost_lockfree) boost_.emplace(1024);
   }
 

@@ -640,8 +640,8 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   // thread's acquire load of the word, then its load of due, then its claim
   // CAS (W1) from that exact word, sees either the old version (and the CAS
   // fails) or this due.
-  if (slot->word.compare_exchange_strong(expected, StateWord::bumped(w, SlotState::pending),
-                                         std::memory_order_release, std::memory_order_acquire)) {
+  if (slot->word.compare_exchange_strong(expected, StateWord::bumped(w, SlotState::pending), std::memory_order_release,
+                                         std::memory_order_acquire)) {
     counters_.add(Counter::rescheduled);
     // Taken back from a lane's ready queue (R4): not filed since its claim
     // (W1), so the wheel thread files it again as a new timer's ADD (A1),
@@ -655,9 +655,8 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     } else if (due_ns < old_due) {
       post_and_wake(Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()), token,
                     due_ns);
-    } else if (clock_kind_ != ClockKind::steady) {
-      const std::int64_t called_at = due_now_reading();
-      if (due_ns <= called_at) {
+    } else if (const std::optional<std::int64_t> called_at = due_now_reading()) {  // not the steady clock
+      if (due_ns <= *called_at) {
         post_and_wake(Command::timer(CommandKind::reschedule, id.slot(), id.generation(), called_at), token, due_ns);
       }
     }

@@ -99,9 +99,9 @@ struct Completion {
 };
 
 struct FlushRequest {
-  std::int64_t target_ns = 0;     // the clock's time at the call
-  std::uint64_t mark = 0;         // dispatch count it must see completed
-  bool seen = false;              // wheel thread: mark initialised
+  std::int64_t target_ns = 0;  // the clock's time at the call
+  std::uint64_t mark = 0;      // dispatch count it must see completed
+  bool seen = false;           // wheel thread: mark initialised
   Completion completion;
 };
 struct DrainRequest {
@@ -208,7 +208,7 @@ class RuntimeCore {
   // (check_on_wheel) and throws std::logic_error with what it found.
   void check_invariants();
   void post_request_and_wait(CommandKind kind, void* request, Completion& completion);  // drain, check
-  Duration wheel_busy() const noexcept;  // ShardStats::busy
+  Duration wheel_busy() const noexcept;                                                 // ShardStats::busy
   std::unique_ptr<ProducerQueueToken> make_token() { return commands_.make_token(); }
   // A Producer goes away: its cached free slots go back to the free list.
   void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
@@ -234,10 +234,11 @@ class RuntimeCore {
   // the steady one is read in the call, so on a ManualClock a timer's fate
   // depends only on the order of the user's calls, never on when the wheel
   // thread applies its command. On the steady clock the call does not read
-  // it (Command::kNotRead): the wheel thread's read at application is later,
-  // so its verdict is never earlier, and schedule_at keeps no clock read.
-  std::int64_t due_now_reading() const noexcept {
-    return clock_kind_ == ClockKind::steady ? Command::kNotRead : clock_->now().time_since_epoch().count();
+  // it (nullopt): the wheel thread's read at application is later, so its
+  // verdict is never earlier, and schedule_at keeps no clock read.
+  std::optional<std::int64_t> due_now_reading() const noexcept {
+    if (clock_kind_ == ClockKind::steady) return std::nullopt;
+    return clock_->now().time_since_epoch().count();
   }
 
   // producer_ops.cpp
@@ -280,8 +281,9 @@ class RuntimeCore {
   bool on_wheel_thread() const noexcept;  // this thread is this runtime's wheel thread
   bool apply_commands(bool& exhausted);
   void apply(const Command& c);
-  void file(std::uint32_t index, TimerSlot& slot, bool at_application, std::int64_t called_at_ns = Command::kNotRead);
-  bool due_now_at_application(std::int64_t due, std::int64_t called_at_ns);
+  void file(std::uint32_t index, TimerSlot& slot, bool at_application,
+            std::optional<std::int64_t> called_at_ns = std::nullopt);
+  bool due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns);
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void fire_past_due();
@@ -348,10 +350,10 @@ class RuntimeCore {
   bool exact() const noexcept { return slack_ns_ < precision_.count(); }
   std::int64_t start_ns_;
   std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
-  std::int64_t horizon_key_;          // the last interval the wheel advances into (runtime.cpp, horizon_key)
-  std::int64_t max_wheel_now_ns_;     // its start: the wheel's time never passes it
-  std::uint32_t tag_;                 // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
-  bool wake_on_post_count_ = true;    // wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
+  std::int64_t horizon_key_;           // the last interval the wheel advances into (runtime.cpp, horizon_key)
+  std::int64_t max_wheel_now_ns_;      // its start: the wheel's time never passes it
+  std::uint32_t tag_;                  // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
+  bool wake_on_post_count_ = true;     // wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
   // Test seam (simulation.hpp): no wheel thread, no workers; the passes run
   // on simulation_thread_, the thread that made the runtime, when it asks.
   bool simulated_ = false;
@@ -446,7 +448,7 @@ class RuntimeCore {
   // the wheel earlier. INT64_MIN while awake (or once a producer has taken
   // the wake: only one producer wakes it per sleep); INT64_MAX: no alarm.
   std::atomic<std::int64_t> wake_if_due_before_ns_{INT64_MIN};
-  std::atomic<std::int64_t> due_limit_ns_;                  // producers accept due < this; raised after each advance
+  std::atomic<std::int64_t> due_limit_ns_;  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};
   // shutdown(cancel_pending) was called: the wheel thread stops at once,
   // however many commands are queued (wheel_thread.cpp, wheel_main).
@@ -462,7 +464,7 @@ class RuntimeCore {
   std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> zombie_sweeps_{0};  // written by the wheel thread only
-  std::atomic<std::uint64_t> completed_{0};   // runs finished (worker or inline)
+  std::atomic<std::uint64_t> completed_{0};      // runs finished (worker or inline)
   std::atomic<bool> wheel_waits_for_workers_{false};
   LatenessHistogram lateness_;
   LatenessHistogram run_time_;

@@ -332,7 +332,7 @@ void RuntimeCore::apply(const Command& c) {
             // A schedule's due at or before the clock is due now; a periodic's
             // next run keeps the interval rule (its fixed rate is the user's
             // command, applied when it was scheduled).
-            file(c.slot, slot, c.kind == CommandKind::add, c.called_at_ns);
+            file(c.slot, slot, c.kind == CommandKind::add, c.called_at());
             return;
           case SlotState::writing:
             // A reschedule is two stores from done (R2, or R3 after a cancel):
@@ -374,7 +374,7 @@ void RuntimeCore::apply(const Command& c) {
       }
       if (!wt().wheel.contains(slot.alarm)) return;
       wt().wheel.remove(slot.alarm);
-      file(c.slot, slot, true, c.called_at_ns);
+      file(c.slot, slot, true, c.called_at());
       return;
     }
     default:
@@ -389,7 +389,8 @@ void RuntimeCore::apply(const Command& c) {
 // earlier due, an inline periodic re-arm) is being applied; a due at or
 // before the clock's time then is due now, and goes on the overdue list too,
 // however recent (design: "due now at application").
-void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application, std::int64_t called_at_ns) {
+void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application,
+                       std::optional<std::int64_t> called_at_ns) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
   if (at_application && due_now_at_application(due, called_at_ns)) {
     slot.alarm = {};
@@ -463,13 +464,13 @@ void RuntimeCore::sort_overdue() {
 // command that carries the clock's time read in its call (every clock but
 // the steady one: due_now_reading) is judged by that reading alone, so the
 // verdict does not depend on when we apply it: on a ManualClock the same
-// calls give the same runs. On the steady clock (kNotRead), by the clock at
+// calls give the same runs. On the steady clock (no reading), by the clock at
 // application: a due at or before the wheel's time needs no clock read (the
 // clock is never behind it); otherwise the clock is read at most once per
 // batch of dequeued commands, after the batch was dequeued. Both readings
 // are at or after the call's, so neither runs a timer early.
-bool RuntimeCore::due_now_at_application(std::int64_t due, std::int64_t called_at_ns) {
-  if (called_at_ns != Command::kNotRead) return due <= called_at_ns;
+bool RuntimeCore::due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns) {
+  if (called_at_ns) return due <= *called_at_ns;
   if (due <= wt().wheel.now().time_since_epoch().count()) return true;
   if (wt().application_now_ns == INT64_MIN) wt().application_now_ns = clock_->now().time_since_epoch().count();
   return due <= wt().application_now_ns;

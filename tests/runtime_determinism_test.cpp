@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "../runtime/simulation.hpp"
 #include "runtime_test_support.hpp"
 
 namespace {
@@ -161,6 +162,25 @@ TEST(RuntimeDeterminism, the_same_calls_give_the_same_runs_with_two_producers) {
                          << example << ": round " << first.at(example) << " in the first run, "
                          << (again.count(example) ? again.at(example) : -1) << " in this one)";
   }
+}
+
+// A reading is a flag on the command, not a sentinel time: a ManualClock at
+// TimePoint::min() reads INT64_MIN, which until session 14 meant "not read"
+// (simulation fuzz, fuzz/corpus/runtime_sim/regression-sim_clock_at_min). The
+// simulation applies the ADD only at the flush, after the clock moved: judged
+// by that later clock, the timer ran at once, 1 ms before its interval ends.
+TEST(RuntimeDeterminism, a_clock_reading_of_time_point_min_is_a_reading_like_any_other) {
+  ManualClock clock(TimePoint::min());
+  chime::detail::Simulation sim(manual_options(clock, 0));
+  Runtime& rt = sim.runtime();
+  int runs = 0;
+  rt.schedule_at(TimePoint::min() + 1ns, [&] { ++runs; });  // not due now by the call's reading: the interval rule
+  clock.set(TimePoint::min() + 4ns);                        // no pass between: the ADD is applied after the move
+  rt.flush();
+  EXPECT_EQ(runs, 0) << "judged by the clock at application instead of the call's reading";
+  clock.set(TimePoint::min() + kPrecision);
+  rt.flush();
+  EXPECT_EQ(runs, 1);
 }
 
 }  // namespace
