@@ -290,6 +290,7 @@ class RuntimeCore {
   std::int64_t exact_deadline(std::int64_t next_fires_at_ns);
   void sort_overdue();
   void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);
+  bool claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d);  // W1, then dispatch
   void dispatch(const Dispatch& d);
   void hand_over();
   void drain_all(std::uint8_t flags, std::size_t& count);

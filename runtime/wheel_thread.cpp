@@ -608,14 +608,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
           d.due_ns = static_cast<std::int64_t>(due + k * slot.period_ns);
           d.missed = static_cast<std::uint64_t>(k);
         }
-        // (W1) acq_rel: acquire so the task is visible to the run; release so
-        // a later reader of Handed sees our reads done.
-        if (slot.word.compare_exchange_weak(w, StateWord::claimed(w), std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
-          slot.filed_generation = 0;
-          dispatch(d);
-          return;
-        }
+        if (claim(slot, w, d)) return;
         break;  // lost to a cancel or a reschedule: look again
       }
       case SlotState::writing:
@@ -637,6 +630,22 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         return;
     }
   }
+}
+
+// (W1) Claims a filed timer for the run `d` from its word `w` (as last
+// read; on failure, the word the CAS found): Pending and filed -> Handed,
+// the filed bit cleared; then it is no longer ours to file, and the run
+// goes to its worker or lane (dispatch). acq_rel: acquire so the task is
+// visible to the run; release so a later reader of Handed sees our reads
+// (due, period) done. consider() and drain_all() claim through it.
+bool RuntimeCore::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
+  if (!slot.word.compare_exchange_weak(w, StateWord::claimed(w), std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+    return false;
+  }
+  slot.filed_generation = 0;
+  dispatch(d);
+  return true;
 }
 
 void RuntimeCore::dispatch(const Dispatch& d) {
@@ -714,10 +723,7 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
       d.due_ns = slot.due_ns.load(std::memory_order_relaxed);
       d.fired_at_ns = now;
       d.flags = static_cast<std::uint8_t>(flags | (StateWord::periodic(w) ? Dispatch::keep_due : 0));
-      if (slot.word.compare_exchange_weak(w, StateWord::claimed(w), std::memory_order_acq_rel,
-                                          std::memory_order_acquire)) {  // (W1)
-        slot.filed_generation = 0;
-        dispatch(d);
+      if (claim(slot, w, d)) {
         ++count;
         break;
       }
