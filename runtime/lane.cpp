@@ -114,8 +114,8 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     if (s == SlotState::cancelled) {
       if (slot.task) {
         slot.task.reset();  // C4 while we held the claim: the holder frees it
-        slot.filed_generation = 0;
-        slot.alarm = {};
+        slot.wheel.filed_generation = 0;
+        slot.wheel.alarm = {};
         wt().retired->add(index);
       } else {
         reclaim(slot, index);  // a zombie (C1/K1 or C2/R3)
@@ -129,8 +129,8 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
                                         std::memory_order_acquire)) {
       end_cancelled_timer();
       slot.task.reset();
-      slot.filed_generation = 0;
-      slot.alarm = {};
+      slot.wheel.filed_generation = 0;
+      slot.wheel.alarm = {};
       wt().retired->add(index);
       return;
     }
@@ -149,7 +149,7 @@ void RuntimeCore::close_lane_on_wheel(LaneCore* lane) {
   });
   for (std::uint32_t index : wt().sweep_buffer) {
     TimerSlot& slot = slab_[index];
-    wt().wheel.remove(slot.alarm);
+    wt().wheel.remove(slot.wheel.alarm);
     cancel_for_closed_lane(slot, index);
   }
   std::size_t kept = 0;

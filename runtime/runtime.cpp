@@ -302,11 +302,11 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     // A reschedule or cancel racing shutdown settles first, and again after a failed CAS.
     for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::cancelled && slot.filed_generation == StateWord::generation(w)) {
+      if (s == SlotState::cancelled && slot.wheel.filed_generation == StateWord::generation(w)) {
         // Cancelled while filed after the wheel thread's last pass (a cancel
         // racing shutdown): a zombie only the wheel thread would have
         // reclaimed. Free it here, so its task does not outlive shutdown.
-        slot.filed_generation = 0;
+        slot.wheel.filed_generation = 0;
         slot.task.reset();
         slab_.release(i);
         break;
@@ -326,8 +326,8 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         continue;
       }
       if (s != SlotState::pending) break;
-      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
-                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
         ++not_fired;
         end_cancelled_timer();
         slot.task.reset();  // release what the callback captured now, not at destruction
@@ -451,8 +451,8 @@ namespace detail {
 TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
                           ProducerQueueToken* token, LaneCore* lane) {
   if (period <= Duration::zero()) {
-    throw std::invalid_argument("chime: schedule_every needs a positive period, got " +
-                                std::to_string(period.count()) + " ns");
+    throw std::invalid_argument("chime: schedule_every needs a positive period, got " + std::to_string(period.count()) +
+                                " ns");
   }
   const TimePoint first = options.first_due ? *options.first_due : detail::saturating_after(core.now(), period);
   return core.schedule(first, period.count(), options.on_missed, std::move(task), token, lane);

@@ -89,10 +89,10 @@ std::string RuntimeCore::check_on_wheel() {
     if (!StateWord::filed(w)) {
       failure = std::string(place) + " holds slot " + std::to_string(index) + " whose filed bit is clear (" +
                 state_name(s) + ")";
-    } else if (StateWord::generation(w) != slot.filed_generation) {
+    } else if (StateWord::generation(w) != slot.wheel.filed_generation) {
       failure = std::string(place) + " holds slot " + std::to_string(index) + " at generation " +
                 std::to_string(StateWord::generation(w)) + ", filed at generation " +
-                std::to_string(slot.filed_generation);
+                std::to_string(slot.wheel.filed_generation);
     } else if (s != SlotState::pending && s != SlotState::writing && s != SlotState::cancelling &&
                s != SlotState::cancelled) {
       failure = std::string(place) + " holds slot " + std::to_string(index) + " in state " + state_name(s);
@@ -104,11 +104,11 @@ std::string RuntimeCore::check_on_wheel() {
   wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
     if (!failure.empty()) return;
     const std::uint32_t index = wt().wheel.value(a);
-    check_held(index, 1, index < extent && slab_[index].alarm == a);
+    check_held(index, 1, index < extent && slab_[index].wheel.alarm == a);
   });
   for (const std::uint32_t index : wt().overdue) {
     if (!failure.empty()) break;
-    check_held(index, 2, index < extent && slab_[index].alarm == TimingWheel<std::uint32_t>::Alarm{});
+    check_held(index, 2, index < extent && slab_[index].wheel.alarm == TimingWheel<std::uint32_t>::Alarm{});
   }
   if (!failure.empty()) return failure;
   // None lost: a slot the wheel thread filed and that is not cancelled

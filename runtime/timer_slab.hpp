@@ -26,15 +26,15 @@
 // happen-before the next owner's.
 #pragma once
 
-#include <atomic>
-#include <cstddef>
-#include <vector>
-#include <cstdint>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <thread>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "backoff.hpp"
 #include "chime/runtime.hpp"
@@ -65,9 +65,13 @@ struct alignas(64) TimerSlot {
   std::atomic<std::int64_t> due_ns{0};  // ownership: timer_state.hpp
   std::int64_t period_ns = 0;           // 0: one-shot
   Missed on_missed = Missed::skip;
-  // Wheel thread only:
-  std::uint32_t filed_generation = 0;  // generation whose ADD/REARM the wheel has applied; 0: none
-  TimingWheel<std::uint32_t>::Alarm alarm;
+  // The wheel thread's part: only the wheel thread reads or writes it (and
+  // shutdown's sweep, after the join; a periodic's inline re-arm, on the
+  // wheel thread with workers = 0).
+  struct WheelPart {
+    std::uint32_t filed_generation = 0;       // generation whose ADD/REARM the wheel has applied; 0: none
+    TimingWheel<std::uint32_t>::Alarm alarm;  // its alarm in the wheel; {} when not in the wheel
+  } wheel;
   // Debug builds (CHIME_ASSERT on): while this timer's callback blocks in
   // cancel_and_wait, the timer it waits for (pack_id); 0 otherwise. Used to
   // catch two callbacks waiting for each other (producer_ops.cpp). Written
@@ -87,7 +91,8 @@ struct alignas(64) TimerSlot {
   // Line 1:
   alignas(64) Task task;
 };
-static_assert(sizeof(TimerSlot) == 128, "a slot is two cache lines: state and due in the first, the task in the second");
+static_assert(sizeof(TimerSlot) == 128,
+              "a slot is two cache lines: state and due in the first, the task in the second");
 static_assert(offsetof(TimerSlot, task) == 64);
 static_assert(offsetof(TimerSlot, lane_generation) + sizeof(std::uint32_t) <= 64);
 
@@ -220,7 +225,6 @@ class TimerSlab {
     cache.count = n - 1;
     return i;
   }
-
 
  public:
   // Returns slots whose tasks have been reset, 1 <= n <= FreeSlotStack::kBatch,

@@ -298,8 +298,8 @@ void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
   // Only what is set is cleared: an ADD that found its timer cancelled
   // (the common case under schedule+cancel) leaves the state line clean, so
   // the producer that reuses the slot does not fetch it back dirty.
-  if (slot.filed_generation != 0) slot.filed_generation = 0;
-  if (slot.alarm != TimingWheel<std::uint32_t>::Alarm{}) slot.alarm = {};
+  if (slot.wheel.filed_generation != 0) slot.wheel.filed_generation = 0;
+  if (slot.wheel.alarm != TimingWheel<std::uint32_t>::Alarm{}) slot.wheel.alarm = {};
   wt().retired->add(index);
   ++wt().reclaimed;
 }
@@ -314,7 +314,8 @@ void RuntimeCore::apply(const Command& c) {
       std::uint64_t w = slot.word.load(std::memory_order_acquire);
       for (;;) {
         if (StateWord::generation(w) != c.generation) return;  // cancelled, freed by its canceller, and reused
-        CHIME_ASSERT(!StateWord::filed(w) && slot.filed_generation != c.generation, "an ADD for a timer already filed");
+        CHIME_ASSERT(!StateWord::filed(w) && slot.wheel.filed_generation != c.generation,
+                     "an ADD for a timer already filed");
         switch (StateWord::state(w)) {
           case SlotState::pending:
             // (A1) We file it, and from now on we free it if it is cancelled.
@@ -324,7 +325,7 @@ void RuntimeCore::apply(const Command& c) {
                                                  std::memory_order_acquire)) {
               continue;
             }
-            slot.filed_generation = c.generation;
+            slot.wheel.filed_generation = c.generation;
             if (slot.lane.load(std::memory_order_relaxed) != nullptr && lane_closed(slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
@@ -354,7 +355,7 @@ void RuntimeCore::apply(const Command& c) {
       }
     }
     case CommandKind::reschedule: {  // due moved earlier, or due now by the call's clock (R2): re-file now
-      if (slot.filed_generation != c.generation) {
+      if (slot.wheel.filed_generation != c.generation) {
         // Its ADD is not applied yet. Posted on another queue (the schedule
         // through a Producer, the reschedule through the Runtime, or two
         // threads), it may come after this command; dropped, the ADD would
@@ -372,8 +373,8 @@ void RuntimeCore::apply(const Command& c) {
         }
         return;
       }
-      if (!wt().wheel.contains(slot.alarm)) return;
-      wt().wheel.remove(slot.alarm);
+      if (!wt().wheel.contains(slot.wheel.alarm)) return;
+      wt().wheel.remove(slot.wheel.alarm);
       file(c.slot, slot, true, c.called_at());
       return;
     }
@@ -393,7 +394,7 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
                        std::optional<std::int64_t> called_at_ns) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
   if (at_application && due_now_at_application(due, called_at_ns)) {
-    slot.alarm = {};
+    slot.wheel.alarm = {};
     wt().overdue.push_back(index);
     return;
   }
@@ -406,16 +407,16 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
     // for any due pushed later; it never runs early. bound - 1 >= now: the
     // wheel never advances past the horizon interval, where the bound is
     // still the next interval's start (runtime.cpp, horizon_key).
-    slot.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
+    slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
   } else if (due > now.time_since_epoch().count() || (due == now.time_since_epoch().count() && !exact())) {
-    slot.alarm = wt().wheel.add(TimePoint(Duration(due)), index);
+    slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(due)), index);
   } else if (exact()) {
-    slot.alarm = {};
+    slot.wheel.alarm = {};
     wt().overdue.push_back(index);  // slack: its due has passed, it goes out next pass
   } else if (due >= wt().wheel.now_interval_num_start().time_since_epoch().count()) {
-    slot.alarm = wt().wheel.add(now, index);  // same interval as `due`: fires exactly when `due` would
+    slot.wheel.alarm = wt().wheel.add(now, index);  // same interval as `due`: fires exactly when `due` would
   } else {
-    slot.alarm = {};
+    slot.wheel.alarm = {};
     wt().overdue.push_back(index);
   }
 }
@@ -523,11 +524,11 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
     if (b == wt().wheel_fired.size() ||
         (a < wt().overdue_order.size() && wt().overdue_order[a].due <= wt().wheel_fired[b].first)) {
       const std::uint32_t index = wt().overdue_order[a++].index;
-      slab_[index].alarm = {};
+      slab_[index].wheel.alarm = {};
       consider(index, boundary, now_ns, now_ns);
     } else {
       const std::uint32_t index = wt().wheel_fired[b++].second;
-      slab_[index].alarm = {};
+      slab_[index].wheel.alarm = {};
       consider(index, boundary, now_ns, wheel_due_now);
     }
   }
@@ -578,7 +579,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
   // as the version we read; the claim CAS from exactly this word fails if a
   // reschedule published a newer one since.
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
-  CHIME_ASSERT(StateWord::generation(w) == slot.filed_generation, "a filed alarm names a timer not filed");
+  CHIME_ASSERT(StateWord::generation(w) == slot.wheel.filed_generation, "a filed alarm names a timer not filed");
   for (;;) {
     switch (StateWord::state(w)) {
       case SlotState::pending: {
@@ -617,7 +618,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         // will finish the cancel): look again in the next pass, which comes
         // at once (sleep() yields first). Not "at the next interval": its
         // new due may be passed already, and the clock may not move on.
-        slot.alarm = {};
+        slot.wheel.alarm = {};
         wt().overdue.push_back(index);
         wt().awaiting_writer = true;
         return;
@@ -626,7 +627,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         return;
       default:
         CHIME_ASSERT(false, "a filed timer is never handed, running, fired or free");
-        slot.filed_generation = 0;
+        slot.wheel.filed_generation = 0;
         return;
     }
   }
@@ -643,7 +644,7 @@ bool RuntimeCore::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
                                        std::memory_order_acquire)) {
     return false;
   }
-  slot.filed_generation = 0;
+  slot.wheel.filed_generation = 0;
   dispatch(d);
   return true;
 }
@@ -707,7 +708,7 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
   const std::int64_t now = wt().wheel.now().time_since_epoch().count();
   for (std::uint32_t index : all) {
     TimerSlot& slot = slab_[index];
-    slot.alarm = {};
+    slot.wheel.alarm = {};
     // A reschedule or cancel in flight settles first, and again after a failed CAS.
     for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
       const SlotState s = StateWord::state(w);
@@ -755,7 +756,7 @@ void RuntimeCore::sweep_zombies_if_many() {
   });
   for (std::uint32_t index : wt().sweep_buffer) {
     TimerSlot& slot = slab_[index];
-    wt().wheel.remove(slot.alarm);
+    wt().wheel.remove(slot.wheel.alarm);
     reclaim(slot, index);
   }
   zombie_sweeps_.fetch_add(1, std::memory_order_relaxed);

@@ -93,7 +93,7 @@ struct WheelThreadState {
   // applied again at the end of each batch until the ADD is (apply).
   std::vector<Command> reschedules_before_add;
   std::vector<Command> retry_reschedules;  // the same, being applied again
-  std::vector<Command> retry_adds;     // the same, being applied again
+  std::vector<Command> retry_adds;         // the same, being applied again
   std::vector<FlushRequest*> flushes;
   std::vector<DrainRequest*> drains;
   StopRequest* stop = nullptr;
@@ -102,8 +102,8 @@ struct WheelThreadState {
   // Passes in a row that waited for a reschedule's two stores (deferred_adds,
   // awaiting_writer): yields, then sleeps of at most 50 us (backoff.hpp).
   Backoff writer_backoff{std::chrono::microseconds{50}};
-  bool lingering = false;                    // sleep(): commands keep coming; wake within kLingerNs
-  bool last_sleep_short = false;             // the last sleep was cut short (a producer woke us early)
+  bool lingering = false;         // sleep(): commands keep coming; wake within kLingerNs
+  bool last_sleep_short = false;  // the last sleep was cut short (a producer woke us early)
   bool running = true;
   // The wheel thread's token on the hand-off queue (the worker pool's), so
   // its bulk enqueues stay FIFO. Made by RuntimeCore's constructor.

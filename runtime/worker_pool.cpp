@@ -275,7 +275,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
       // now (a re-arm already behind the wheel's interval runs next pass),
       // instead of a command that would keep the queue from ever emptying
       // under sustained periodic load.
-      slot.filed_generation = d.generation;
+      slot.wheel.filed_generation = d.generation;
       file(d.slot, slot, false);
     } else {
       post_and_wake(Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
