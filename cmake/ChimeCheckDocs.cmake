@@ -243,7 +243,7 @@ foreach(f IN LISTS scanned)
   string(REPLACE ";" " " body "${body}")
 
   # Words made of path characters; a citation is one that ends in a checked extension
-  # (`x.hpp`, `docs/a.md#anchor`) or starts with a top-level folder (`scripts/test`,
+  # (a header's `<name>.hpp`, `docs/<page>.md#anchor`) or starts with a top-level folder (`scripts/test`,
   # `bench/instructions/`). Globs and placeholders (`runtime_*_test.cpp`, `regression-<sha>`)
   # are not citations.
   string(REGEX MATCHALL "[A-Za-z0-9_./*<>{}#-]+" words "${body}")
@@ -280,7 +280,7 @@ foreach(f IN LISTS scanned)
     endif()
   endforeach()
 
-  # `file.md`, "Heading": a heading of that file contains the quoted text.
+  # `<page>.md`, "Heading": a heading of that file contains the quoted text.
   string(REGEX MATCHALL "[A-Za-z0-9_./-]+\\.md`?[,:]?[ \n]+(//[ ]*)?\"[^\"\n]+\"" quoted "${body}")
   foreach(q IN LISTS quoted)
     string(REGEX MATCH "^([A-Za-z0-9_./-]+\\.md)" _ "${q}")

@@ -6,7 +6,7 @@
 #   lib/cmake/chime/chimeConfig.cmake     entry point (configure_package_config_file)
 #   lib/cmake/chime/chimeConfigVersion.cmake
 #   lib/cmake/chime/chimeTargets*.cmake   the exported targets, namespace chime::
-#   share/chime/tsan.supp                 ThreadSanitizer suppressions for a user's TSan build
+#   share/chime/ (stress/tsan.supp)      ThreadSanitizer suppressions for a user's TSan build
 #                                         (README "Using chime under ThreadSanitizer")
 #   lib/pkgconfig/chime.pc                pkg-config: the headers and chime::runtime's library
 #                                         (with -pthread, and -latomic when TimerId needs it)

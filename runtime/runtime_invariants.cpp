@@ -14,6 +14,8 @@
 // Not checked: counts published after a transition (Counter::lazy_cancels
 // is added after K1's store, so the wheel thread may reclaim a zombie
 // before it is counted), which agree only once every call has returned.
+#include <cstddef>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -35,27 +37,11 @@ void RuntimeCore::check_invariants() {
 
 namespace {
 const char* state_name(SlotState s) {
-  switch (s) {
-    case SlotState::free:
-      return "Free";
-    case SlotState::pending:
-      return "Pending";
-    case SlotState::writing:
-      return "Writing";
-    case SlotState::cancelling:
-      return "Cancelling";
-    case SlotState::cancelled:
-      return "Cancelled";
-    case SlotState::handed:
-      return "Handed";
-    case SlotState::running:
-      return "Running";
-    case SlotState::running_cancelled:
-      return "RunningCancelled";
-    case SlotState::fired:
-      return "Fired";
-  }
-  return "?";
+  // In SlotState's order (timer_state.hpp).
+  static constexpr const char* kNames[] = {"Free",    "Pending", "Writing",   "Cancelling",      "Handed",
+                                           "Running", "Fired",   "Cancelled", "RunningCancelled"};
+  const auto i = static_cast<std::size_t>(s);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 }  // namespace
 
@@ -71,9 +57,9 @@ std::string RuntimeCore::check_on_wheel() {
   std::string failure;
   auto check_held = [&](std::uint32_t index, std::uint8_t where, bool alarm_matches) {
     const char* place = where == 1 ? "the wheel" : "the overdue list";
+    auto holds = [&] { return std::string(place) + " holds slot " + std::to_string(index); };  // on failure only
     if (index >= extent) {
-      failure = std::string(place) + " holds slot " + std::to_string(index) + ", beyond the slab's extent " +
-                std::to_string(extent);
+      failure = holds() + ", beyond the slab's extent " + std::to_string(extent);
       return;
     }
     if (held[index] != 0) {
@@ -87,18 +73,15 @@ std::string RuntimeCore::check_on_wheel() {
     const std::uint64_t w = slot.word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
     if (!StateWord::filed(w)) {
-      failure = std::string(place) + " holds slot " + std::to_string(index) + " whose filed bit is clear (" +
-                state_name(s) + ")";
+      failure = holds() + " whose filed bit is clear (" + state_name(s) + ")";
     } else if (StateWord::generation(w) != slot.wheel.filed_generation) {
-      failure = std::string(place) + " holds slot " + std::to_string(index) + " at generation " +
-                std::to_string(StateWord::generation(w)) + ", filed at generation " +
+      failure = holds() + " at generation " + std::to_string(StateWord::generation(w)) + ", filed at generation " +
                 std::to_string(slot.wheel.filed_generation);
     } else if (s != SlotState::pending && s != SlotState::writing && s != SlotState::cancelling &&
                s != SlotState::cancelled) {
-      failure = std::string(place) + " holds slot " + std::to_string(index) + " in state " + state_name(s);
+      failure = holds() + " in state " + state_name(s);
     } else if (!alarm_matches) {
-      failure = std::string(place) + " holds slot " + std::to_string(index) + " but the slot's alarm handle is " +
-                (where == 1 ? "another" : "set");
+      failure = holds() + " but the slot's alarm handle is " + (where == 1 ? "another" : "set");
     }
   };
   wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
