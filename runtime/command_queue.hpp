@@ -89,6 +89,7 @@ struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
   SlotCache slots;
   std::uint32_t posts_since_wake = 0;  // producer_ops.cpp, RuntimeCore::wake_after_fence
+  unsigned shard = 0;                  // the shard whose queue `token` is for (RuntimeCore::make_token)
 };
 
 // The queue's bound (design.md, "Overload"; RuntimeOptions::max_queue_depth)

@@ -88,7 +88,8 @@ LaneCore* RuntimeCore::open_lane() {
     }
   }
   lanes_.push_back(std::make_unique<LaneCore>());
-  lanes_.back()->token = commands_.make_token();
+  lanes_.back()->token = make_token();  // on the next shard, round-robin
+  lanes_.back()->shard = lanes_.back()->token->shard;
   lanes_.back()->in_use = true;
   // The creating thread is the lane's thread until another runs it: a flush
   // there runs the lane instead of waiting for a thread that never came.
@@ -107,7 +108,7 @@ bool RuntimeCore::lane_closed(const TimerSlot& slot) const noexcept {
 // (Pending, or a reschedule or cancel in flight) or just claimed by us
 // (Handed, L2): Cancelled, counted, task destroyed, slot freed. If a
 // producer's cancel won first, only the freeing is ours.
-void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
+void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
   // A reschedule or cancel in flight settles first, and again after a failed CAS.
   for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
     const SlotState s = StateWord::state(w);
@@ -127,7 +128,7 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     // Cancelled sees the timer settled.
     if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
-      end_cancelled_timer();
+      core_.end_cancelled_timer();
       slot.task.reset();
       slot.wheel.filed_generation = 0;
       slot.wheel.alarm = {};
@@ -139,23 +140,23 @@ void RuntimeCore::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
 
 // Wheel thread, serving a close_lane command: cancels every timer of the
 // closed lane that is filed (in the wheel or on the overdue list).
-void RuntimeCore::close_lane_on_wheel(LaneCore* lane) {
+void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   wt().sweep_buffer.clear();
   wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
     const std::uint32_t index = wt().wheel.value(a);
-    if (slab_[index].lane.load(std::memory_order_relaxed) == lane && lane_closed(slab_[index])) {
+    if (core_.slab_[index].lane.load(std::memory_order_relaxed) == lane && core_.lane_closed(core_.slab_[index])) {
       wt().sweep_buffer.push_back(index);
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
-    TimerSlot& slot = slab_[index];
+    TimerSlot& slot = core_.slab_[index];
     wt().wheel.remove(slot.wheel.alarm);
     cancel_for_closed_lane(slot, index);
   }
   std::size_t kept = 0;
   for (std::uint32_t index : wt().overdue) {
-    TimerSlot& slot = slab_[index];
-    if (slot.lane.load(std::memory_order_relaxed) == lane && lane_closed(slot)) {
+    TimerSlot& slot = core_.slab_[index];
+    if (slot.lane.load(std::memory_order_relaxed) == lane && core_.lane_closed(slot)) {
       cancel_for_closed_lane(slot, index);
     } else {
       wt().overdue[kept++] = index;
@@ -174,7 +175,8 @@ void RuntimeCore::close_lane(LaneCore* lane) {
 #endif
   // release: pairs with lane_closed's acquire (the wheel thread's).
   lane->generation.fetch_add(1, std::memory_order_release);
-  if (on_wheel_thread()) {
+  WheelThread& own = shard(lane->shard);
+  if (own.on_wheel_thread()) {
     // A callback on the wheel thread (workers = 0) closes a lane: the wheel
     // thread cannot serve a command it waits for, so it closes the lane
     // itself. Its callbacks run from hand_over, after the pass's advance,
@@ -183,19 +185,17 @@ void RuntimeCore::close_lane(LaneCore* lane) {
     // dispatch() cancels any later claim of the lane (L2). This holds during
     // shutdown(fire_pending)'s final runs too, which the wheel thread runs
     // before it exits: it must not wait for its own exit either.
-    close_lane_on_wheel(lane);
+    own.close_lane_on_wheel(lane);
   } else if (!stopped_.load(std::memory_order_acquire)) {
     CloseLaneRequest request;
     request.lane = lane;
-    commands_.push_retrying(Command::for_request(CommandKind::close_lane, &request), nullptr);
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-    wake_.wake();
-    request.completion.wait(wheel_exited_);  // served, or the wheel thread exited (shutdown)
+    post_request(own, CommandKind::close_lane, &request);
+    request.completion.wait(own.exited_);  // served, or the wheel thread exited (shutdown)
   }
   // Shutdown in progress: the wheel thread may still hand us runs of the old
   // generation (it may not have seen the bump); once it exited it hands none.
-  while (!on_wheel_thread() && stopped_.load(std::memory_order_acquire) &&
-         !wheel_exited_.load(std::memory_order_acquire)) {
+  while (!own.on_wheel_thread() && stopped_.load(std::memory_order_acquire) &&
+         !own.exited_.load(std::memory_order_acquire)) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   // No run of this lane is handed to it any more: cancel what is ready (L3).
@@ -226,7 +226,7 @@ void RuntimeCore::close_lane(LaneCore* lane) {
     drained += n;
   }
   retired.flush();
-  if (drained != 0) count_completed(drained);  // a flush may wait for them
+  if (drained != 0) count_completed(lane->shard, drained);  // a flush may wait for them
   // Every write the wheel owed the eventfd has landed (it signals in the
   // pass that handed the runs, before it served our request or exited).
   drain_eventfd(lane->efd);
@@ -342,7 +342,7 @@ ThreadLanes RuntimeCore::lanes_of_this_thread() {
 // flush() on a lane's thread: the flush waits for runs only this thread can
 // run, so it runs them while it waits, sleeping on its lanes' eventfds and
 // the flush's own.
-void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes) {
+void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard) {
   // Polls the flush's eventfd and up to kInline lanes' (more are run, and
   // looked at every 1 ms instead).
   pollfd fds[ThreadLanes::kInline + 1];
@@ -358,8 +358,8 @@ void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
       const LaneEntry entry(*lanes[i], nullptr);
       if (!entry.busy()) run_lane(*lanes[i], SIZE_MAX);
     }
-    if (request.completion.is_done() || wheel_exited_.load(std::memory_order_acquire)) break;
-    const timespec ts{0, wait_ns};  // also re-checks wheel_exited_ (Completion::wait's race)
+    if (request.completion.is_done() || shard.exited_.load(std::memory_order_acquire)) break;
+    const timespec ts{0, wait_ns};  // also re-checks exited_ (Completion::wait's race)
     ::ppoll(fds, nfds, &ts, nullptr);
   }
   drain_eventfd(request.completion.notify_fd);

@@ -115,7 +115,11 @@ struct LaneCore {
   // plain fields (the slot cache) pass cleanly from one holder to the next.
   std::unique_ptr<ProducerQueueToken> token;
   std::atomic<bool> token_busy{false};
-  // Wheel thread only: this pass's runs for the lane, handed over at its end.
+  // The shard its timers go to (design.md, "Shards"): set when the lane is
+  // first opened, before any thread can see the lane, and kept when the
+  // core is reused; only that shard's wheel thread hands it runs.
+  unsigned shard = 0;
+  // That wheel thread only: this pass's runs for the lane, handed over at its end.
   std::vector<Dispatch> batch;
   bool in_use = false;  // a Lane holds it (RuntimeCore::lanes_mutex_)
 };

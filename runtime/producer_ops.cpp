@@ -41,6 +41,46 @@ TimerSlot* RuntimeCore::slot_of(TimerId id) const noexcept {
   return slab_.find(id.slot());
 }
 
+namespace {
+// A thread's number, from a process-wide count, taken the first time the
+// thread needs a shard: threads spread over the shards round-robin, in the
+// order they first schedule. Relaxed: any spread will do.
+std::atomic<unsigned> next_thread_number{0};
+unsigned this_thread_number() noexcept {
+  thread_local const unsigned number = next_thread_number.fetch_add(1, std::memory_order_relaxed);
+  return number;
+}
+}  // namespace
+
+WheelThread& RuntimeCore::thread_shard() const noexcept {
+  if (shards_.size() == 1) return *shards_[0];
+  return *shards_[this_thread_number() % shards_.size()];
+}
+
+WheelThread& RuntimeCore::shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept {
+  if (lane != nullptr) return *shards_[lane->shard];
+  if (token != nullptr) return *shards_[token->shard];
+  return thread_shard();
+}
+
+ProducerQueueToken* RuntimeCore::token_for(const WheelThread& s, ProducerQueueToken* token) noexcept {
+  return token != nullptr && token->shard == s.index() ? token : nullptr;
+}
+
+std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token() {
+  const unsigned k = next_shard_.fetch_add(1, std::memory_order_relaxed) % shards_.size();
+  std::unique_ptr<ProducerQueueToken> token = shards_[k]->commands_.make_token();
+  token->shard = k;
+  return token;
+}
+
+bool RuntimeCore::on_any_wheel_thread() const noexcept {
+  for (const auto& s : shards_) {
+    if (s->on_wheel_thread()) return true;
+  }
+  return false;
+}
+
 void RuntimeCore::throw_if_in_callback(const char* what) const {
   if (tls_running_callback_of == this) {
     throw std::logic_error(std::string("chime::Runtime::") + what +
@@ -88,7 +128,7 @@ constexpr std::uint32_t kPostsPerWake = 1024;
 // The same count for calls without a Producer (per thread), and the runtime
 // it counts for (a thread that posts to another runtime starts over).
 thread_local std::uint32_t tls_posts_since_wake = 0;
-thread_local const RuntimeCore* tls_posts_for = nullptr;
+thread_local const WheelThread* tls_posts_for = nullptr;
 static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake falls on a look");
 }  // namespace
 
@@ -97,10 +137,10 @@ static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake fall
 // must then call wake_.wake(). Relaxed: the CAS only elects the waker; the
 // ordering of the command against the sleeper's look at the queue is the
 // (P1)/(P2) fence pair.
-bool RuntimeCore::take_wake() {
-  std::int64_t bound = wake_if_due_before_ns_.load(std::memory_order_relaxed);
+bool RuntimeCore::take_wake(WheelThread& shard) {
+  std::int64_t bound = shard.wake_if_due_before_ns_.load(std::memory_order_relaxed);
   while (bound != INT64_MIN) {
-    if (wake_if_due_before_ns_.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed)) return true;
+    if (shard.wake_if_due_before_ns_.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed)) return true;
   }
   return false;
 }
@@ -114,9 +154,9 @@ bool RuntimeCore::take_wake() {
 // no other producer took this sleep's wake-up first: a failed take means the
 // wheel is awake, or has published a newer bound after our fence, in which
 // case its look at the queue (after its (P2)) sees our command.
-void RuntimeCore::wake_after_post(ProducerQueueToken* token, std::int64_t due_ns) {
+void RuntimeCore::wake_after_post(WheelThread& shard, ProducerQueueToken* token, std::int64_t due_ns) {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  wake_after_fence(token, due_ns);
+  wake_after_fence(shard, token, due_ns);
 }
 
 // The rest of wake_after_post, for a caller that has just made the (P1)
@@ -127,37 +167,39 @@ void RuntimeCore::wake_after_post(ProducerQueueToken* token, std::int64_t due_ns
 // path keeps its one increment and one test. The reset for a due-based wake
 // keeps the count's residue, so looks stay exactly kPostsPerLook posts
 // apart (the next count-wake may then come up to 63 posts early).
-void RuntimeCore::wake_after_fence(ProducerQueueToken* token, std::int64_t due_ns) {
+void RuntimeCore::wake_after_fence(WheelThread& shard, ProducerQueueToken* token, std::int64_t due_ns) {
   std::uint32_t* posts_ptr = &tls_posts_since_wake;
   if (token != nullptr) {
     posts_ptr = &token->posts_since_wake;
-  } else if (tls_posts_for != this) [[unlikely]] {
-    // This thread's count was for another runtime: look at ours now.
-    tls_posts_for = this;
+  } else if (tls_posts_for != &shard) [[unlikely]] {
+    // This thread's count was for another shard or runtime: look at this one now.
+    tls_posts_for = &shard;
     tls_posts_since_wake = 0;
-    commands_.bound().look(commands_.size_approx());
+    shard.commands_.bound().look(shard.commands_.size_approx());
   }
   std::uint32_t& posts = *posts_ptr;
-  std::int64_t bound = wake_if_due_before_ns_.load(std::memory_order_relaxed);
+  std::int64_t bound = shard.wake_if_due_before_ns_.load(std::memory_order_relaxed);
   if (due_ns < bound) {
     posts &= QueueBound::kPostsPerLook - 1;
-    if (wake_if_due_before_ns_.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) wake_.wake();
+    if (shard.wake_if_due_before_ns_.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
+      shard.wake_.wake();
+    }
     return;
   }
   if ((++posts & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]] {
-    commands_.bound().look(commands_.size_approx());
+    shard.commands_.bound().look(shard.commands_.size_approx());
     if (posts >= kPostsPerWake && wake_on_post_count_) {
       posts = 0;
-      if (take_wake()) wake_.wake();
+      if (take_wake(shard)) shard.wake_.wake();
     }
   }
 }
 
 // For commands that must arrive (a re-arm, a reschedule to an earlier due):
 // out of memory, it retries until the queue can take it.
-void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
-  commands_.push_retrying(c, token);
-  wake_after_post(token, due_ns);
+void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
+  shard.commands_.push_retrying(c, token);
+  wake_after_post(shard, token, due_ns);
 }
 
 // A schedule that found the queue's over_bound flag set: a fresh look
@@ -171,14 +213,14 @@ void RuntimeCore::post_and_wake(const Command& c, ProducerQueueToken* token, std
 // has published its due (R2) before it posts, so refusing its command would
 // leave the timer firing at its old, later due while reporting success; a
 // periodic re-arm (F2) would silently end a timer that was accepted.
-void RuntimeCore::refuse_if_over_bound() {
-  QueueBound& q = commands_.bound();
-  const std::size_t depth = commands_.size_approx();
+void RuntimeCore::refuse_if_over_bound(WheelThread& shard) {
+  QueueBound& q = shard.commands_.bound();
+  const std::size_t depth = shard.commands_.size_approx();
   if (!q.look(depth)) return;
   q.count_refusal();
-  if (wake_on_post_count_ && take_wake()) wake_.wake();
-  throw CapacityError("chime::Runtime: schedule refused: the command queue holds " + std::to_string(depth) +
-                      " commands, max_queue_depth = " + std::to_string(q.bound()) +
+  if (wake_on_post_count_ && take_wake(shard)) shard.wake_.wake();
+  throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index()) +
+                      " holds " + std::to_string(depth) + " commands, max_queue_depth = " + std::to_string(q.bound()) +
                       " (the wheel thread is behind; nothing accepted is dropped)");
 }
 
@@ -254,7 +296,8 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
     if ((w & ~StateWord::kFiledBit) != pending) return false;
   }
   finish_cancel(slot, w, index, token);
-  if (StateWord::filed(w)) counters_.add(Counter::lazy_cancels);
+  // relaxed: ours (the scheduler's own store, before S1).
+  if (StateWord::filed(w)) shard(slot.shard.load(std::memory_order_relaxed)).lazy_cancels_.add();
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -286,8 +329,10 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   check_due_in_range("schedule", due);
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
-  if (commands_.bound().over_bound()) [[unlikely]]
-    refuse_if_over_bound();
+  WheelThread& shard = shard_for(token, lane);
+  ProducerQueueToken* const queue_token = token_for(shard, token);
+  if (shard.commands_.bound().over_bound()) [[unlikely]]
+    refuse_if_over_bound(shard);
   if (options_.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
     // anything else.
@@ -314,6 +359,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.period_ns = period_ns;
   slot.on_missed = on_missed;
+  slot.shard.store(static_cast<std::uint8_t>(shard.index()), std::memory_order_relaxed);  // published by S1
   slot.lane.store(lane, std::memory_order_relaxed);  // published by S1's release, as the fields above
   // relaxed: the Lane calling us is alive (its generation is stable while it
   // is). A Timer passes the generation it was made with: if its Lane is gone,
@@ -327,7 +373,8 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   // thread, whose acquire load of the word pairs with it, and to any thread
   // that acts on the id).
   slot.word.store(pending, std::memory_order_release);
-  if (!commands_.try_push(Command::timer(CommandKind::add, index, g, due_now_reading()), token)) [[unlikely]] {
+  if (!shard.commands_.try_push(Command::timer(CommandKind::add, index, g, due_now_reading()), queue_token))
+      [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
     // back (nothing names the slot but us) and report the failure.
     if (take_back(slot, index, pending)) throw std::bad_alloc();
@@ -347,7 +394,7 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
     counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
     return TimerId(index, g, tag_);
   }
-  wake_after_fence(token, due_ns);
+  wake_after_fence(shard, queue_token, due_ns);
   counters_.add(Counter::scheduled);
   return TimerId(index, g, tag_);
 }
@@ -396,6 +443,11 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
       default:
         return CancelOutcome::done;  // fired, cancelling, cancelled
     }
+    // The timer's shard, for a lazy cancel's count: read before the CAS,
+    // since after it the wheel thread may free and reuse the slot. Relaxed,
+    // after the acquire load of a word of this generation: the value is
+    // this generation's, or the CAS fails (timer_slab.hpp, `shard`).
+    const unsigned shard_index = slot->shard.load(std::memory_order_relaxed);
     if (slot->word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
       end_cancelled_timer();
       const SlotState from = StateWord::state(w);
@@ -403,7 +455,7 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
       // A filed one is a zombie the wheel thread reclaims; counted for the
       // sweep's estimate. (C2 on an unfiled timer: the rescheduler frees it.)
       if ((from == SlotState::pending || from == SlotState::writing) && StateWord::filed(w)) {
-        counters_.add(Counter::lazy_cancels);
+        shard(shard_index).lazy_cancels_.add();
       }
       return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }
@@ -650,14 +702,19 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     // needed. Earlier: the wheel must re-file it now; so must a later due
     // that is already due now by this call's clock read (read only where it
     // is not the steady clock: due_now_reading).
+    // To the timer's own shard (relaxed: we owned its fields since R1 or R4).
+    WheelThread& own = shard(slot->shard.load(std::memory_order_relaxed));
+    ProducerQueueToken* const queue_token = token_for(own, token);
     if (taken_back) {
-      post_and_wake(Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()), token, due_ns);
-    } else if (due_ns < old_due) {
-      post_and_wake(Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()), token,
+      post_and_wake(own, Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()), queue_token,
                     due_ns);
+    } else if (due_ns < old_due) {
+      post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()),
+                    queue_token, due_ns);
     } else if (const std::optional<std::int64_t> called_at = due_now_reading()) {  // not the steady clock
       if (due_ns <= *called_at) {
-        post_and_wake(Command::timer(CommandKind::reschedule, id.slot(), id.generation(), called_at), token, due_ns);
+        post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), called_at), queue_token,
+                      due_ns);
       }
     }
     return true;

@@ -94,6 +94,26 @@ std::uint32_t next_runtime_tag() noexcept {
   }
 }
 
+// RuntimeOptions::shards = 0: CHIME_SHARDS if set, else 1 (runtime.hpp).
+unsigned default_shards() {
+  const char* env = std::getenv("CHIME_SHARDS");
+  if (env == nullptr) return 1;
+  const std::string text(env);
+  unsigned long n = 0;
+  std::size_t used = 0;
+  try {
+    n = std::stoul(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || n < 1 || n > RuntimeOptions::max_shards) {
+    throw std::invalid_argument("chime::Runtime: the environment variable CHIME_SHARDS = \"" + text +
+                                "\" is not a number from 1 to " + std::to_string(RuntimeOptions::max_shards) +
+                                " (it sets RuntimeOptions::shards when that is 0)");
+  }
+  return static_cast<unsigned>(n);
+}
+
 RuntimeOptions validated(RuntimeOptions o) {
   if (o.precision <= Duration::zero()) {
     throw std::invalid_argument("chime::Runtime: precision must be positive, got " +
@@ -116,6 +136,11 @@ RuntimeOptions validated(RuntimeOptions o) {
         "mostly that slack; 0 means the default, " +
         std::to_string(RuntimeOptions::default_max_queue_depth) + ", and SIZE_MAX no bound");
   }
+  if (o.shards > RuntimeOptions::max_shards) {
+    throw std::invalid_argument("chime::Runtime: shards = " + std::to_string(o.shards) + " is more than " +
+                                std::to_string(RuntimeOptions::max_shards) + " (RuntimeOptions::max_shards)");
+  }
+  if (o.shards == 0) o.shards = default_shards();
   return o;
 }
 }  // namespace
@@ -135,16 +160,11 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
       max_wheel_now_ns_(
           static_cast<std::int64_t>(start_ns_ + static_cast<__int128>(horizon_key_) * precision_.count())),
       tag_(next_runtime_tag()),
-      commands_(options_.command_queue),
-      due_limit_ns_(due_limit_for(start_ns_)),
-      wt_(WheelConfig{options_.precision, options_.level_bits, options_.reserve}, TimePoint(Duration(start_ns_))) {
+      due_limit_ns_(due_limit_for(start_ns_)) {
   // A manual clock never wakes the wheel on its own (clock.hpp): commands
   // wait for a flush or for a schedule that needs the wheel earlier.
   wake_on_post_count_ = clock_kind_ != ClockKind::manual;
-  commands_.bound().set(options_.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
-                                                      : options_.max_queue_depth);
   slab_.reserve(options_.reserve);
-  wt().handoff_token = std::make_unique<moodycamel::ProducerToken>(pool_.handoff);
   if (tls_simulation_request != nullptr) [[unlikely]] {  // a test seam: no thread (simulation.hpp)
     if (options_.workers != 0) {
       throw std::invalid_argument("chime::detail::Simulation: workers must be 0 (callbacks run in the passes), got " +
@@ -154,42 +174,62 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
     tls_simulation_request = nullptr;
     simulated_ = true;
     simulation_thread_ = std::this_thread::get_id();
-    wt().retired = std::make_unique<RetiredSlots>(slab_);
-    return;
   }
+  shards_.reserve(options_.shards);
+  for (unsigned k = 0; k < options_.shards; ++k) shards_.push_back(std::make_unique<WheelThread>(*this, k));
+  if (simulated_) return;
   pool_.threads.reserve(options_.workers);
+  unsigned started = 0;  // wheel threads
   try {
     for (unsigned i = 0; i < options_.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
-    wheel_thread_ = std::thread([this] {
-      wheel_main();
-      record_final_busy();
-    });
-    clockid_t cpu_clock;
-    if (pthread_getcpuclockid(wheel_thread_.native_handle(), &cpu_clock) == 0) wheel_cpu_clock_ = cpu_clock;
+    for (auto& shard : shards_) {
+      shard->start();
+      ++started;
+    }
   } catch (const std::system_error& e) {
     // A thread could not start (out of threads, or of address space for its
-    // stack): stop and join the workers that started (the wheel thread is
-    // the last to start, so it did not), then report it. Destroying a
-    // joinable std::thread would call std::terminate.
-    stop_workers();
-    throw std::system_error(
-        e.code(), "chime::Runtime: could not start thread " + std::to_string(pool_.threads.size() + 1) + " of " +
-                      std::to_string(options_.workers + 1) + " (workers = " + std::to_string(options_.workers) +
-                      ", plus the wheel thread)");
+    // stack): stop the wheel threads and join the workers that started,
+    // then report it. Destroying a joinable std::thread would call
+    // std::terminate.
+    stop_started_threads(started);
+    throw std::system_error(e.code(), "chime::Runtime: could not start thread " +
+                                          std::to_string(pool_.threads.size() + started + 1) + " of " +
+                                          std::to_string(options_.workers + options_.shards) +
+                                          " (workers = " + std::to_string(options_.workers) + ", plus " +
+                                          std::to_string(options_.shards) + " wheel threads)");
   } catch (...) {
-    stop_workers();  // out of memory for a thread's state
+    stop_started_threads(started);  // out of memory for a thread's state
     throw;
   }
 }
 
-// Queues one stop record per worker behind every run (the wheel thread's
-// producer token: FIFO), then joins them. After the wheel thread stopped
-// dispatching (shutdown), or before it started (a failed construction).
+// A failed construction: stops the first `started` wheel threads (a stop
+// request each; nothing was scheduled), then the workers.
+void RuntimeCore::stop_started_threads(unsigned started) {
+  for (unsigned k = 0; k < started; ++k) {
+    StopRequest request;
+    post_request(*shards_[k], CommandKind::stop, &request);
+    shards_[k]->join();
+  }
+  stop_workers();
+}
+
+// Queues one stop record per worker behind every run, then joins them.
+// After every wheel thread stopped dispatching (shutdown), or before any
+// started (a failed construction). With one shard, the records go through
+// its wheel thread's producer token, behind its runs (FIFO). With several,
+// the hand-off queue's sub-queues have no order between them, so a worker
+// could take its stop record before another shard's runs: the runs are
+// first all taken (the queue is empty: nothing enqueues any more), then the
+// records are queued.
 void RuntimeCore::stop_workers() {
+  if (shards_.size() > 1) {
+    while (pool_.handoff.size_approx() != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   for (std::size_t i = 0; i < pool_.threads.size(); ++i) {
     Dispatch stop;
     stop.flags = Dispatch::stop;
-    retry_until_memory([&] { return pool_.handoff.enqueue(*wt().handoff_token, stop); });
+    retry_until_memory([&] { return pool_.handoff.enqueue(*shards_[0]->wt().handoff_token, stop); });
   }
   for (auto& t : pool_.threads) t.join();
 }
@@ -209,46 +249,59 @@ void throw_runtime_gone(const char* what) {
                          "outlive its Runtime)");
 }
 
+// Every shard in turn, each with the same target: every timer due at or
+// before the call's clock reading has run, whatever its shard.
 void RuntimeCore::flush() {
   throw_if_in_callback("flush");
   if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
-  FlushRequest request;
   // On a lane's thread the flush waits for runs only this thread runs: it
   // runs them while it waits (lane.cpp).
   const ThreadLanes lanes = lanes_of_this_thread();
-  if (!lanes.empty() && !simulated_) request.completion.notify_fd = lane_flush_notify_fd();
-  request.target_ns = clock_->now().time_since_epoch().count();
-  commands_.push_retrying(Command::for_request(CommandKind::flush, &request), nullptr);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  wake_.wake();
-  if (simulated_) [[unlikely]] {
-    simulate_until(request.completion, lanes);
-  } else if (lanes.empty()) {
-    request.completion.wait(wheel_exited_);
-  } else {
-    run_flush_on_lanes(request, lanes);
+  const std::int64_t target_ns = clock_->now().time_since_epoch().count();
+  for (auto& shard : shards_) {
+    FlushRequest request;
+    if (!lanes.empty() && !simulated_) request.completion.notify_fd = lane_flush_notify_fd();
+    request.target_ns = target_ns;
+    post_request(*shard, CommandKind::flush, &request);
+    if (simulated_) [[unlikely]] {
+      simulate_until(request.completion, lanes);
+    } else if (lanes.empty()) {
+      request.completion.wait(shard->exited_);
+    } else {
+      run_flush_on_lanes(request, lanes, *shard);
+    }
   }
 }
 
 std::size_t RuntimeCore::drain() {
   throw_if_in_callback("drain");
   if (stopped_.load(std::memory_order_acquire)) return 0;
-  DrainRequest request;
-  post_request_and_wait(CommandKind::drain, &request, request.completion);
-  return request.count;
+  std::size_t count = 0;
+  for (auto& shard : shards_) {
+    DrainRequest request;
+    post_request_and_wait(*shard, CommandKind::drain, &request, request.completion);
+    count += request.count;
+  }
+  return count;
 }
 
-// Posts a request the wheel thread serves in a pass and waits until it has
-// (or until the wheel thread has exited). Not on a lane's thread's behalf:
-// the wait runs no lane.
-void RuntimeCore::post_request_and_wait(CommandKind kind, void* request, Completion& completion) {
-  commands_.push_retrying(Command::for_request(kind, request), nullptr);
+// Queues a request for a shard's wheel thread and wakes it. (P1): the
+// request's push comes before the wake, against the sleeper's look.
+void RuntimeCore::post_request(WheelThread& shard, CommandKind kind, void* request) {
+  shard.commands_.push_retrying(Command::for_request(kind, request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  wake_.wake();
+  shard.wake_.wake();
+}
+
+// Posts a request the shard's wheel thread serves in a pass and waits until
+// it has (or until that thread has exited). Not on a lane's thread's
+// behalf: the wait runs no lane.
+void RuntimeCore::post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion) {
+  post_request(shard, kind, request);
   if (simulated_) [[unlikely]] {
     simulate_until(completion, ThreadLanes{});
   } else {
-    completion.wait(wheel_exited_);
+    completion.wait(shard.exited_);
   }
 }
 
@@ -261,17 +314,19 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   // stop command behind the backlog; the sweep below cancels the rest.
   if (mode == ShutdownMode::cancel_pending) cancel_requested_.store(true, std::memory_order_seq_cst);
   stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
-  StopRequest request;
-  request.mode = mode;
-  commands_.push_retrying(Command::for_request(CommandKind::stop, &request), nullptr);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  wake_.wake();
+  // One stop request per shard, all posted before any is waited for: the
+  // shards stop together (with fire_pending, each drains its own wheel).
+  std::vector<StopRequest> requests(shards_.size());
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    requests[k].mode = mode;
+    post_request(*shards_[k], CommandKind::stop, &requests[k]);
+  }
   if (simulated_) [[unlikely]] {
     simulate_until_stopped();
   } else {
-    wheel_thread_.join();
+    for (auto& shard : shards_) shard->join();
   }
-  // The wheel thread has stopped dispatching; queue one stop per worker
+  // The wheel threads have stopped dispatching; queue one stop per worker
   // behind every run, then join them.
   stop_workers();
   // A lane's batch in progress finishes first (lane.cpp, the Dekker pair on
@@ -340,33 +395,6 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   return not_fired;
 }
 
-// The wheel thread, as it returns: its CPU time, for stats() once it is
-// gone. relaxed then release: a stats() that acquires the flag reads the
-// value stored before it.
-void RuntimeCore::record_final_busy() noexcept {
-  timespec ts{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return;
-  wheel_busy_final_ns_.store(std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec, std::memory_order_relaxed);
-  wheel_busy_final_.store(true, std::memory_order_release);
-}
-
-// The wheel thread's CPU time so far: its final figure once it has returned,
-// else its thread CPU clock. A stats() that read the flag clear just before
-// the thread returned reads the clock of a thread that may be gone
-// (clock_gettime fails: then the final figure, or 0 if not yet visible).
-// With no wheel thread (none started): 0.
-Duration RuntimeCore::wheel_busy() const noexcept {
-  if (wheel_busy_final_.load(std::memory_order_acquire)) {
-    return Duration(wheel_busy_final_ns_.load(std::memory_order_relaxed));
-  }
-  if (!wheel_cpu_clock_) return Duration::zero();
-  timespec ts{};
-  if (clock_gettime(*wheel_cpu_clock_, &ts) != 0) {
-    return Duration(wheel_busy_final_ns_.load(std::memory_order_relaxed));
-  }
-  return Duration(std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec);
-}
-
 Stats RuntimeCore::stats() const {
   Stats s;
   s.scheduled = counters_.sum(Counter::scheduled);
@@ -376,11 +404,15 @@ Stats RuntimeCore::stats() const {
   const std::uint64_t ended = counters_.sum(Counter::ended);
   s.pending = s.scheduled > ended ? s.scheduled - ended : 0;
   s.callback_errors = counters_.sum(Counter::callback_errors);
-  s.queue_depth = commands_.size_approx();
-  s.wakeups = wakeups_.load(std::memory_order_relaxed);
-  s.refused_overload = commands_.bound().refused();
-  s.shards.push_back(ShardStats{s.queue_depth, s.wakeups, wheel_busy()});
-  s.zombie_sweeps = zombie_sweeps_.load(std::memory_order_relaxed);
+  s.shards.reserve(shards_.size());
+  for (const auto& shard : shards_) {
+    ShardStats k{shard->commands_.size_approx(), shard->wakeups_.load(std::memory_order_relaxed), shard->busy()};
+    s.queue_depth += k.queue_depth;
+    s.wakeups += k.wakeups;
+    s.refused_overload += shard->commands_.bound().refused();
+    s.zombie_sweeps += shard->zombie_sweeps_.load(std::memory_order_relaxed);
+    s.shards.push_back(k);
+  }
   s.slow_runs = counters_.sum(Counter::slow_runs);
   s.lateness = lateness_.summary();
   s.run_time = run_time_.summary();

@@ -6,11 +6,14 @@
 // - producer side (any thread): producer_ops.cpp: schedule, cancel,
 //   reschedule, state. They act on a slot's state word (timer_state.hpp) and
 //   post commands (command_queue.hpp).
-// - the wheel thread: wheel_thread.cpp: owns its WheelThreadState
-//   (wheel_thread_state.hpp: the wheel, the overdue list, the pass's scratch,
-//   the requests; reached through wt(), which checks the caller in debug
-//   builds) and the slots' wheel-only fields; drains commands, advances the wheel, claims due
-//   timers (W1) and hands them to the workers.
+// - the wheel threads, one per shard (wheel_thread.hpp, a WheelThread
+//   each: its wheel, command queue, wake signal and pass loop;
+//   wheel_thread.cpp): each owns its WheelThreadState (wheel_thread_state.hpp:
+//   the wheel, the overdue list, the pass's scratch, the requests; reached
+//   through WheelThread::wt(), which checks the caller in debug builds) and
+//   the wheel-only fields of the slots it filed; drains its commands,
+//   advances its wheel, claims due timers (W1) and hands them to the
+//   workers.
 // - workers: worker_pool.cpp: run a claimed timer's task, then finish it (F1,
 //   F2, F3) and count it.
 // - lifecycle (any thread but a callback): runtime.cpp: flush, drain,
@@ -18,7 +21,8 @@
 //
 // Read in this order: timer_state.hpp, timer_slab.hpp, command_queue.hpp,
 // wake_signal.hpp, wheel_thread_state.hpp, worker_pool.hpp, this file,
-// producer_ops.cpp, wheel_thread.cpp, worker_pool.cpp, runtime.cpp.
+// wheel_thread.hpp, producer_ops.cpp, wheel_thread.cpp, worker_pool.cpp,
+// runtime.cpp.
 #pragma once
 
 #include <atomic>
@@ -41,6 +45,7 @@
 #include "runtime_stats.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
+#include "wheel_thread.hpp"
 #include "wheel_thread_state.hpp"
 #include "worker_pool.hpp"
 
@@ -200,6 +205,7 @@ class RuntimeCore {
 
   // runtime.cpp
   void stop_workers();
+  void stop_started_threads(unsigned started);  // a failed construction
   void flush();
   std::size_t drain();
   std::size_t shutdown(ShutdownMode mode);
@@ -207,9 +213,10 @@ class RuntimeCore {
   // runtime_invariants.cpp: posts a check the wheel thread runs
   // (check_on_wheel) and throws std::logic_error with what it found.
   void check_invariants();
-  void post_request_and_wait(CommandKind kind, void* request, Completion& completion);  // drain, check
-  Duration wheel_busy() const noexcept;                                                 // ShardStats::busy
-  std::unique_ptr<ProducerQueueToken> make_token() { return commands_.make_token(); }
+  void post_request(WheelThread& shard, CommandKind kind, void* request);  // queues it and wakes the shard
+  void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
+  // A Producer's token: on the next shard, round-robin (design.md, "Shards").
+  std::unique_ptr<ProducerQueueToken> make_token();
   // A Producer goes away: its cached free slots go back to the free list.
   void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
   const Clock& clock() const noexcept { return *clock_; }
@@ -217,17 +224,6 @@ class RuntimeCore {
 
  private:
   enum class ClockKind { steady, manual, other };
-
-  // The wheel thread's own data. Precondition (CHIME_ASSERT): called on the
-  // wheel thread, or while it is not running (construction, after the join).
-  WheelThreadState& wt() noexcept {
-#ifndef NDEBUG
-    const std::thread::id owner = wheel_owner_.load(std::memory_order_relaxed);
-    CHIME_ASSERT(owner == std::thread::id{} || owner == std::this_thread::get_id(),
-                 "the wheel thread's state touched from another thread while the wheel thread runs");
-#endif
-    return wt_;
-  }
 
   // The runtime clock's time read in a call that schedules or reschedules,
   // by which the wheel thread judges "due now" (design.md): every clock but
@@ -257,11 +253,11 @@ class RuntimeCore {
   TimerSlot* slot_of(TimerId id) const noexcept;
   void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
-  void post_and_wake(const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
-  void refuse_if_over_bound();  // throws CapacityError while the queue is at its bound
-  void wake_after_post(ProducerQueueToken* token, std::int64_t due_ns);
-  void wake_after_fence(ProducerQueueToken* token, std::int64_t due_ns);
-  bool take_wake();
+  void post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
+  void refuse_if_over_bound(WheelThread& shard);  // throws CapacityError while its queue is at its bound
+  void wake_after_post(WheelThread& shard, ProducerQueueToken* token, std::int64_t due_ns);
+  void wake_after_fence(WheelThread& shard, ProducerQueueToken* token, std::int64_t due_ns);
+  bool take_wake(WheelThread& shard);
   void end_timer();
   void end_cancelled_timer();  // Counter::cancelled, then end_timer
   bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
@@ -270,43 +266,17 @@ class RuntimeCore {
   void finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token);  // K1, R3
   void throw_if_in_callback(const char* what) const;
 
-  // wheel_thread.cpp
-  // How a pass ended (run_pass): the queue was not emptied (pass again at
-  // once), the wheel thread must exit (shutdown), or it may sleep.
-  enum class PassEnd { more_commands, stopped, idle };
-  void wheel_main();
-  PassEnd run_pass(bool& busy);
-  std::int64_t pass_clock();
-  void stop_passes();
-  bool on_wheel_thread() const noexcept;  // this thread is this runtime's wheel thread
-  bool apply_commands(bool& exhausted);
-  void apply(const Command& c);
-  void file(std::uint32_t index, TimerSlot& slot, bool at_application,
-            std::optional<std::int64_t> called_at_ns = std::nullopt);
-  bool due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns);
-  void reclaim(TimerSlot& slot, std::uint32_t index);
-  void advance_and_dispatch(std::int64_t now_ns);
-  void fire_past_due();
-  std::int64_t exact_deadline(std::int64_t next_fires_at_ns);
-  void sort_overdue();
-  void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);
-  bool claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d);  // W1, then dispatch
-  void dispatch(const Dispatch& d);
-  void hand_over();
-  void drain_all(std::uint8_t flags, std::size_t& count);
-  void sweep_zombies_if_many();
-  // A hint: the slot's first line (state word, due, wheel fields) will be
-  // read and written soon. Timer commands only: a request names no slot.
-  void prefetch_slot_line(std::uint32_t index) const noexcept { __builtin_prefetch(&slab_[index], 1, 3); }
-  void prefetch_slot(const Command& c) const noexcept {
-    if (c.kind == CommandKind::add || c.kind == CommandKind::rearm || c.kind == CommandKind::reschedule) {
-      prefetch_slot_line(c.slot);
-    }
-  }
-  std::string check_on_wheel();  // runtime_invariants.cpp: the first broken invariant, or empty
-  void settle_flushes(std::uint64_t completed_snapshot);
-  void sleep(bool busy);
-  void record_final_busy() noexcept;  // runtime.cpp: the thread's CPU time as it returns
+  // Shards (wheel_thread.hpp; design.md, "Shards").
+  friend class WheelThread;
+  WheelThread& shard(unsigned k) const noexcept { return *shards_[k]; }
+  // The shard a post goes to: a lane's, else the token's (a Producer's), else
+  // the calling thread's (chosen once per thread, round-robin).
+  WheelThread& shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept;
+  WheelThread& thread_shard() const noexcept;
+  // The token to post through to `s`: a token bound to another shard's
+  // queue cannot be used (null: the calling thread's implicit sub-queue).
+  static ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) noexcept;
+  bool on_any_wheel_thread() const noexcept;  // this thread is one of this runtime's wheel threads
 
   // worker_pool.cpp. Where a batch runs: a periodic re-arm is filed
   // directly on the wheel thread, posted as a command elsewhere; a worker or
@@ -318,22 +288,22 @@ class RuntimeCore {
   bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
            RunPlace where);
   void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, RunPlace where);
-  void count_completed(std::uint64_t n);
+  void count_completed(unsigned shard, std::uint64_t n);
+  // Counts a batch's runs in their shards' completed_ (runs of one shard come in a row).
+  void count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread);
 
   // simulation.cpp (a test seam: simulation.hpp). With simulated_, no
   // thread is started: flush, drain and shutdown run the passes they wait
   // for on the calling thread (simulate_until), and the calling thread
   // counts as the wheel thread (on_wheel_thread).
   friend class Simulation;
-  bool simulate_pass();
+  bool simulate_passes();  // one pass of every shard, in shard order: true iff any did something
   void simulate_until(Completion& done, const ThreadLanes& lanes);
   void simulate_until_stopped();
 
   // lane.cpp
   bool lane_closed(const TimerSlot& slot) const noexcept;
-  void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
-  void close_lane_on_wheel(LaneCore* lane);
-  void run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes);
+  void run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard);
   ThreadLanes lanes_of_this_thread();
 
   // Configuration.
@@ -370,24 +340,21 @@ class RuntimeCore {
   //   transitions (timer_state.hpp); a slot's reuse by the free list's
   //   release / acquire (timer_slab.hpp); the sweep's access to the wheel
   //   thread's fields by the join.
-  // - commands_: producers push timer commands; workers and lanes push
-  //   periodic re-arms; flush, drain, shutdown and close_lane push
-  //   requests; the wheel thread pops (stats() reads size_approx). The
-  //   queue's release / acquire orders a command's fields before its
-  //   application. Its QueueBound (command_queue.hpp; max_queue_depth):
-  //   producers look at size_approx every 64 posts and set its over_bound
-  //   flag, every schedule reads the flag; all relaxed, argued there.
-  // - wake_if_due_before_ns_: the wheel thread stores its bound before it
-  //   sleeps and INT64_MIN after; whoever posts (producers, workers and
-  //   lanes re-arming) may CAS it to "awake". Relaxed, with the (P1)/(P2)
-  //   seq_cst fences: the CAS only elects one waker, the fences order a
-  //   post against the sleeper's look at the queue (producer_ops.cpp,
-  //   wake_after_post).
-  // - due_limit_ns_: the constructor sets it, the wheel thread raises it
-  //   after each advance; schedule, reschedule and Timer's arm read it for
-  //   the range check. Relaxed: it only grows, so a stale value is smaller
-  //   and the check conservative (near the limit it may refuse a due the
-  //   wheel would already take; never the reverse) (check_due_in_range).
+  // - shards_: the constructor fills it and starts their threads; it never
+  //   changes after. Each WheelThread's seam (its command queue, wake
+  //   signal and bound, completed_ and its flag, exited_, its counts) is
+  //   argued in wheel_thread.hpp.
+  // - a slot's shard (TimerSlot::shard): written by the scheduling producer
+  //   before S1 and read, relaxed, by whoever posts for the timer (a
+  //   reschedule, a re-arm) or counts its lazy cancel, as `lane` is
+  //   (timer_slab.hpp).
+  // - due_limit_ns_: the constructor sets it, each shard's wheel thread
+  //   raises it (a CAS to the max) after each advance; schedule,
+  //   reschedule and Timer's arm read it for the range check. Relaxed: it
+  //   only grows, so a stale value is smaller and the check conservative.
+  //   A shard whose wheel is behind the one that raised it files a due
+  //   beyond its own range at the last time it accepts, and again when that
+  //   comes (wheel_thread.cpp, file()), so no shard's range is exceeded.
   // - stopped_: shutdown stores it seq_cst, then fences before its sweep;
   //   a schedule fences (P1) after its ADD, then loads it: S1's Dekker pair
   //   (state-machine.md, "Shutdown vs producers still scheduling"); lanes
@@ -402,71 +369,37 @@ class RuntimeCore {
   // - shutdown_done_: shutdown stores it (release) after its sweep and
   //   reads it under its mutex; a lane waiting for the sweep acquires it,
   //   so the sweep's writes come first.
-  // - wheel_exited_: the wheel thread stores it (release) as it returns; a
-  //   blocked flush / drain / close acquires it and stops waiting for a
-  //   request that will never be served (Completion::wait); close_lane's
-  //   acquire also makes every ready-queue enqueue of the wheel thread
-  //   visible before it drains the lane.
-  // - completed_: workers and lanes add once per batch (release), and so
-  //   do the wheel thread's inline runs and close_lane's drain; the wheel
-  //   thread acquires it (so a run's effects and re-arm posts come before
-  //   the pass that counts it); a flusher learns of it through
-  //   Completion's mutex. The (F-W) fences pair it with
-  //   wheel_waits_for_workers_.
-  // - wheel_waits_for_workers_: the wheel thread stores it before sleeping,
-  //   workers and lanes read it (count_completed); relaxed, with the (F-W)
-  //   seq_cst fences (the wheel's is (P2)): the worker wakes the wheel, or
-  //   the wheel sees the count.
   // - live_: schedule adds (and subtracts on a refusal, a take-back or a
   //   withdrawal); whoever ends a timer subtracts (end_timer; a worker
   //   ending a one-shot does so before F1). Relaxed RMWs: max_pending needs
   //   an exact count; the order that matters (a timer seen Fired no longer
   //   counts) comes from F1's release (RuntimeCapacityRelease).
   // - counters_, lateness_, run_time_: each thread writes its own stripe
-  //   (threads beyond the 15th share the last one with RMWs), stats() and
-  //   the wheel thread's zombie estimate sum (runtime_stats.hpp); relaxed:
+  //   (threads beyond the 15th share the last one with RMWs), stats()
+  //   sums them (runtime_stats.hpp); relaxed:
   //   exact once the writers' work happens-before the read (a flush, a
   //   join), never torn.
-  // - wakeups_, zombie_sweeps_: the wheel thread only writes, stats()
-  //   reads; relaxed: one writer, no order needed with other data.
   // - alive_: the destructor clears it (release) after shutdown; Producer,
   //   Timer, Lane and KeyedTimers load it (acquire) before they touch the
   //   runtime. A use after the destruction is ordered after it by the
   //   user's own synchronization; a use racing it is not detected.
-  // - wake_ (the wheel thread's futex word): every poster, flush, drain,
-  //   close_lane, shutdown and count_completed wake it; the wheel thread
-  //   prepares and waits (wake_signal.hpp has its protocol).
   // - pool_.handoff: see worker_pool.hpp. lanes_ is under lanes_mutex_;
   //   each LaneCore's atomics are argued in lane_core.hpp.
   //
   // Configuration above is written by the constructor before any thread
   // starts (std::thread's start orders it for them) and never after.
   TimerSlab slab_;
-  CommandQueue commands_;
-  WakeSignal wake_;
-  // While the wheel thread sleeps: the start of the interval of its earliest
-  // alarm (its wake-up time minus one precision). A due time before it needs
-  // the wheel earlier. INT64_MIN while awake (or once a producer has taken
-  // the wake: only one producer wakes it per sleep); INT64_MAX: no alarm.
-  std::atomic<std::int64_t> wake_if_due_before_ns_{INT64_MIN};
   std::atomic<std::int64_t> due_limit_ns_;  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};
   // shutdown(cancel_pending) was called: the wheel thread stops at once,
-  // however many commands are queued (wheel_thread.cpp, wheel_main).
+  // however many commands are queued (wheel_thread.cpp, run_pass).
   std::atomic<bool> cancel_requested_{false};
   std::atomic<bool> shutdown_done_{false};
-  std::atomic<bool> wheel_exited_{false};  // set by the wheel thread as it returns
   std::mutex shutdown_mutex_;
 
-  // Counters (runtime_stats.hpp). Counter::lazy_cancels counts C1 and C2
-  // cancels of filed timers: zombies the wheel thread reclaims lazily;
-  // compared with WheelThreadState::reclaimed to decide a zombie sweep.
+  // Counters (runtime_stats.hpp).
   RuntimeCounters counters_;
   std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
-  std::atomic<std::uint64_t> wakeups_{0};
-  std::atomic<std::uint64_t> zombie_sweeps_{0};  // written by the wheel thread only
-  std::atomic<std::uint64_t> completed_{0};      // runs finished (worker or inline)
-  std::atomic<bool> wheel_waits_for_workers_{false};
   LatenessHistogram lateness_;
   LatenessHistogram run_time_;
   std::shared_ptr<RuntimeAlive> alive_ = std::make_shared<RuntimeAlive>();
@@ -477,29 +410,12 @@ class RuntimeCore {
   std::mutex lanes_mutex_;
   std::vector<std::unique_ptr<LaneCore>> lanes_;
 
-  // The wheel thread's own data (wheel_thread_state.hpp): reached only
-  // through wt(), which checks the caller in debug and sanitizer builds.
-  WheelThreadState wt_;
-#ifndef NDEBUG
-  // The wheel thread while it runs (set first thing in wheel_main, reset as
-  // it returns); the default id before it starts and after it exits. Only
-  // wt()'s check reads it, relaxed: a thread entitled to wt() (the wheel
-  // thread, or any thread before the start or after the join) is ordered
-  // with the stores by the thread's start and join.
-  std::atomic<std::thread::id> wheel_owner_{};
-#endif
   // The workers and their hand-off queue (worker_pool.hpp).
   WorkerPool pool_;
-  std::thread wheel_thread_;
-  // The wheel thread's CPU time, for ShardStats::busy (runtime.cpp,
-  // wheel_busy): with the thread, per shard. wheel_cpu_clock_ is set by the
-  // constructor once the thread started (before any stats() call can run);
-  // the thread itself stores its final CPU time as it returns, then
-  // wheel_busy_final_ (release), which stats() acquires before it trusts
-  // the value and stops reading a clock whose thread is gone.
-  std::optional<clockid_t> wheel_cpu_clock_;
-  std::atomic<std::int64_t> wheel_busy_final_ns_{0};
-  std::atomic<bool> wheel_busy_final_{false};
+  // The shards (wheel_thread.hpp), in index order: made after the pool
+  // (each holds a token on its hand-off queue), destroyed before it.
+  std::vector<std::unique_ptr<WheelThread>> shards_;
+  std::atomic<unsigned> next_shard_{0};  // round-robin for Producers and Lanes; relaxed: any spread will do
 };
 
 }  // namespace chime::detail

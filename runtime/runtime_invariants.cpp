@@ -1,7 +1,8 @@
 // runtime/runtime_invariants.cpp: Runtime::check_invariants, the runtime's
 // own structural check (for tests and fuzzing).
 //
-// The caller posts a CHECK request; the wheel thread runs check_on_wheel
+// The caller posts a CHECK request to each shard in turn; its wheel thread
+// runs check_on_wheel
 // between two commands of a batch (wheel_thread.cpp, apply_commands), where
 // its own structures are whole: no alarm is between the wheel and a list.
 // What it checks holds however other threads race it, because the facts it
@@ -11,7 +12,9 @@
 //   cannot reuse a slot that the wheel or the overdue list holds;
 // - producers move a filed timer only among Pending, Writing, Cancelling
 //   and Cancelled (R1, R2, C1, C2, K1, R3), all of which keep the bit.
-// Not checked: counts published after a transition (Counter::lazy_cancels
+// - a slot's shard is written only while no wheel thread holds it (by its
+//   scheduler, before S1), so a shard's own timers read as its own.
+// Not checked: counts published after a transition (a shard's lazy_cancels_
 // is added after K1's store, so the wheel thread may reclaim a zombie
 // before it is counted), which agree only once every call has returned.
 #include <cstddef>
@@ -26,13 +29,18 @@ namespace chime::detail {
 void RuntimeCore::check_invariants() {
   throw_if_in_callback("check_invariants");
   if (stopped_.load(std::memory_order_acquire)) return;  // the wheel thread is gone, or going
-  CheckRequest request;
-  post_request_and_wait(CommandKind::check, &request, request.completion);
-  // A check posted as shutdown stopped the wheel thread is never run; one
-  // that ran signalled under the completion's mutex, so `failure` is read
-  // after it was written.
-  if (!request.completion.is_done()) return;
-  if (!request.failure.empty()) throw std::logic_error("chime::Runtime invariant: " + request.failure);
+  for (auto& shard : shards_) {
+    CheckRequest request;
+    post_request_and_wait(*shard, CommandKind::check, &request, request.completion);
+    // A check posted as shutdown stopped the wheel thread is never run; one
+    // that ran signalled under the completion's mutex, so `failure` is read
+    // after it was written.
+    if (!request.completion.is_done()) return;
+    if (!request.failure.empty()) {
+      throw std::logic_error("chime::Runtime invariant (shard " + std::to_string(shard->index()) +
+                             "): " + request.failure);
+    }
+  }
 }
 
 namespace {
@@ -45,13 +53,13 @@ const char* state_name(SlotState s) {
 }
 }  // namespace
 
-std::string RuntimeCore::check_on_wheel() {
+std::string WheelThread::check_on_wheel() {
   try {
     wt().wheel.check_invariants();
   } catch (const std::logic_error& e) {
     return e.what();
   }
-  const std::uint32_t extent = slab_.extent();
+  const std::uint32_t extent = core_.slab_.extent();
   // Where the wheel thread holds each slot: 0 nowhere, 1 the wheel, 2 the overdue list.
   std::vector<std::uint8_t> held(extent, 0);
   std::string failure;
@@ -68,11 +76,14 @@ std::string RuntimeCore::check_on_wheel() {
       return;
     }
     held[index] = where;
-    const TimerSlot& slot = slab_[index];
+    const TimerSlot& slot = core_.slab_[index];
     // acquire: as the wheel thread's other loads of a word it acts on.
     const std::uint64_t w = slot.word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
-    if (!StateWord::filed(w)) {
+    const unsigned shard = slot.shard.load(std::memory_order_relaxed);
+    if (shard != index_) {
+      failure = holds() + " of shard " + std::to_string(shard);
+    } else if (!StateWord::filed(w)) {
       failure = holds() + " whose filed bit is clear (" + state_name(s) + ")";
     } else if (StateWord::generation(w) != slot.wheel.filed_generation) {
       failure = holds() + " at generation " + std::to_string(StateWord::generation(w)) + ", filed at generation " +
@@ -87,21 +98,22 @@ std::string RuntimeCore::check_on_wheel() {
   wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
     if (!failure.empty()) return;
     const std::uint32_t index = wt().wheel.value(a);
-    check_held(index, 1, index < extent && slab_[index].wheel.alarm == a);
+    check_held(index, 1, index < extent && core_.slab_[index].wheel.alarm == a);
   });
   for (const std::uint32_t index : wt().overdue) {
     if (!failure.empty()) break;
-    check_held(index, 2, index < extent && slab_[index].wheel.alarm == TimingWheel<std::uint32_t>::Alarm{});
+    check_held(index, 2, index < extent && core_.slab_[index].wheel.alarm == TimingWheel<std::uint32_t>::Alarm{});
   }
   if (!failure.empty()) return failure;
   // None lost: a slot the wheel thread filed and that is not cancelled
   // (Pending or Writing, with the filed bit) is held by the wheel or the
   // overdue list. A slot beyond `extent` read here was made after the
-  // load: not filed by this pass.
+  // load: not filed by this pass. Other shards' slots are theirs to hold.
   for (std::uint32_t index = 0; index < extent; ++index) {
-    const std::uint64_t w = slab_[index].word.load(std::memory_order_acquire);
+    const std::uint64_t w = core_.slab_[index].word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
-    if (StateWord::filed(w) && (s == SlotState::pending || s == SlotState::writing) && held[index] == 0) {
+    if (StateWord::filed(w) && (s == SlotState::pending || s == SlotState::writing) && held[index] == 0 &&
+        core_.slab_[index].shard.load(std::memory_order_relaxed) == index_) {
       return "slot " + std::to_string(index) + " (generation " + std::to_string(StateWord::generation(w)) + ", " +
              state_name(s) + ") is filed but neither in the wheel nor on the overdue list: its timer is lost";
     }

@@ -104,10 +104,9 @@ enum class Counter : unsigned {
   rescheduled,
   ended,  // timers whose outcome is decided (stats().pending = scheduled - ended)
   callback_errors,
-  lazy_cancels,  // C1/C2 cancels of filed timers: zombies the wheel thread reclaims later
   slow_runs,
 };
-inline constexpr std::size_t kCounters = 8;
+inline constexpr std::size_t kCounters = 7;
 
 // Every counter of one runtime, striped: a thread's counters share one
 // cache line (a cancel adds three, on the same line), and no two threads'
@@ -129,6 +128,29 @@ class RuntimeCounters {
     std::array<std::atomic<std::uint64_t>, kCounters> value{};
   };
   static_assert(sizeof(Stripe) == 64, "one thread's counters are one cache line");
+  std::array<Stripe, kStripes> stripes_{};
+};
+
+// One counter, striped as RuntimeCounters' are (a stripe per thread, a
+// cache line per stripe): for a count kept per shard (WheelThread::
+// lazy_cancels_), which RuntimeCounters' one line per thread cannot hold
+// for any number of shards.
+class StripedCount {
+ public:
+  void add(std::uint64_t n = 1) noexcept {
+    const ThreadStripe& t = this_thread_stripe();
+    stripe_add(stripes_[t.index].value, n, t);
+  }
+  std::uint64_t sum() const noexcept {
+    std::uint64_t s = 0;
+    for (const auto& st : stripes_) s += st.value.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  struct alignas(64) Stripe {
+    std::atomic<std::uint64_t> value{0};
+  };
   std::array<Stripe, kStripes> stripes_{};
 };
 

@@ -15,10 +15,10 @@ namespace chime::detail {
 
 thread_local RuntimeCore** tls_simulation_request = nullptr;
 
-// One pass on the calling thread. Returns true iff it did something (see
-// Simulation::run_one_pass). After the pass that stops the runtime, does
-// what the wheel thread does as it exits.
-bool RuntimeCore::simulate_pass() {
+// One pass of this shard on the calling thread. Returns true iff it did
+// something (see Simulation::run_one_pass). After the pass that stops the
+// shard, does what the wheel thread does as it exits.
+bool WheelThread::simulate_pass() {
   if (!wt().running) return false;
   const bool queued = commands_.size_approx() != 0;  // exact: nothing runs concurrently
   const std::uint64_t dispatched = wt().dispatched;
@@ -26,14 +26,22 @@ bool RuntimeCore::simulate_pass() {
   const PassEnd end = run_pass(busy);
   if (end == PassEnd::stopped) {
     wt().retired->flush();
-    wheel_exited_.store(true, std::memory_order_release);
+    exited_.store(true, std::memory_order_release);
     return true;
   }
   return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched || !wt().overdue.empty();
 }
 
+// One pass of every shard still running, in shard order (a fixed order: a
+// run replays exactly). True iff any did something.
+bool RuntimeCore::simulate_passes() {
+  bool any = false;
+  for (auto& shard : shards_) any = shard->simulate_pass() || any;
+  return any;
+}
+
 // flush() and drain() on a simulated runtime: passes (and the runs of this
-// thread's lanes between them) until `done` is signalled. Three passes in a
+// thread's lanes between them) until `done` is signalled. Three rounds in a
 // row with nothing to do and no lane run means it never will be (a run
 // waits on a lane no one runs here): std::logic_error, not a hang.
 void RuntimeCore::simulate_until(Completion& done, const ThreadLanes& lanes) {
@@ -41,8 +49,11 @@ void RuntimeCore::simulate_until(Completion& done, const ThreadLanes& lanes) {
   for (;;) {
     std::size_t ran = 0;
     for (std::size_t i = 0; i < lanes.size(); ++i) ran += run_lane(*lanes[i], SIZE_MAX);
-    if (done.is_done() || !wt().running) return;
-    if (simulate_pass() || ran != 0) {
+    if (done.is_done()) return;
+    bool running = false;
+    for (auto& shard : shards_) running = running || shard->wt().running;
+    if (!running) return;
+    if (simulate_passes() || ran != 0) {
       idle = 0;
     } else if (++idle == 3) {
       throw std::logic_error(
@@ -51,10 +62,13 @@ void RuntimeCore::simulate_until(Completion& done, const ThreadLanes& lanes) {
   }
 }
 
-// shutdown() on a simulated runtime: passes until the stop request (queued
-// by shutdown) is served, or at once after shutdown(cancel_pending).
+// shutdown() on a simulated runtime: passes until every shard's stop
+// request (queued by shutdown) is served, or at once after
+// shutdown(cancel_pending).
 void RuntimeCore::simulate_until_stopped() {
-  while (wt().running) simulate_pass();
+  for (auto& shard : shards_) {
+    while (shard->wt().running) shard->simulate_pass();
+  }
 }
 
 Simulation::Simulation(RuntimeOptions options) {
@@ -74,7 +88,7 @@ bool Simulation::run_one_pass() {
   if (core_->in_callback()) {
     throw std::logic_error("chime::detail::Simulation::run_one_pass called from inside a timer callback");
   }
-  return core_->simulate_pass();
+  return core_->simulate_passes();
 }
 
 std::size_t Simulation::run_until_idle() {

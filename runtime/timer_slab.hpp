@@ -88,6 +88,12 @@ struct alignas(64) TimerSlot {
   // loaded then fails.
   std::atomic<LaneCore*> lane{nullptr};
   std::uint32_t lane_generation = 0;
+  // The shard the timer belongs to (wheel_thread.hpp): the one whose queue
+  // its ADD went to, and whose wheel thread files it. Written by the
+  // scheduling producer before S1; read, relaxed, by whoever posts a
+  // reschedule or re-arm for it or counts its lazy cancel, after loading a
+  // word of its generation: atomic for the reason `lane` is (above).
+  std::atomic<std::uint8_t> shard{0};
   // Line 1:
   alignas(64) Task task;
 };
@@ -95,6 +101,7 @@ static_assert(sizeof(TimerSlot) == 128,
               "a slot is two cache lines: state and due in the first, the task in the second");
 static_assert(offsetof(TimerSlot, task) == 64);
 static_assert(offsetof(TimerSlot, lane_generation) + sizeof(std::uint32_t) <= 64);
+static_assert(offsetof(TimerSlot, shard) + 1 <= 64, "the shard is read with the state word: line 0");
 
 // The slot's word once no reschedule or cancel owns its fields: Writing and
 // Cancelling are two stores from done (R2, or R3/K1 after a cancel won), so

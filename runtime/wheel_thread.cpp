@@ -43,7 +43,11 @@
 // next_alarm_fires_at, or at most kLingerNs from now while commands keep
 // coming): a timer due before B needs the wheel earlier; one due at or after
 // it is filed at W soon enough, so it does not wake it (producer_ops.cpp).
+#include "wheel_thread.hpp"
+
+#include <pthread.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -85,35 +89,66 @@ constexpr std::size_t kCascadeAheadPerPass = 1024;
 // How far ahead the wheel thread asks for the slot lines it will act on
 // (apply_commands, advance_and_dispatch): a few misses in flight at once.
 constexpr std::size_t kPrefetchAhead = 8;
-// The runtime whose wheel thread this thread is (null on every other thread):
+// The shard whose wheel thread this thread is (null on every other thread):
 // close_lane must not wait for a pass of the thread it runs on.
-thread_local const RuntimeCore* tls_wheel_thread_of = nullptr;
+thread_local const WheelThread* tls_wheel_thread_of = nullptr;
 }  // namespace
+
+WheelThread::WheelThread(RuntimeCore& core, unsigned index)
+    : commands_(core.options_.command_queue),
+      core_(core),
+      index_(index),
+      wt_(WheelConfig{core.options_.precision, core.options_.level_bits, core.options_.reserve},
+          TimePoint(Duration(core.start_ns_))) {
+  commands_.bound().set(core.options_.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
+                                                           : core.options_.max_queue_depth);
+  wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(core.pool_.handoff);
+  // A simulated runtime has no thread: its passes (on the caller's thread)
+  // use this from the start.
+  if (core.simulated_) wt_.retired = std::make_unique<RetiredSlots>(core.slab_);
+}
+
+void WheelThread::start() {
+  thread_ = std::thread([this] {
+    main();
+    record_final_busy();
+  });
+  clockid_t cpu_clock;
+  if (pthread_getcpuclockid(thread_.native_handle(), &cpu_clock) == 0) cpu_clock_ = cpu_clock;
+}
+
+void WheelThread::join() {
+  if (thread_.joinable()) thread_.join();
+}
 
 // A simulated runtime (simulation.hpp) has no wheel thread: the thread that
 // runs its passes, the one that made it, counts as its wheel thread.
-bool RuntimeCore::on_wheel_thread() const noexcept {
-  return tls_wheel_thread_of == this || (simulated_ && simulation_thread_ == std::this_thread::get_id());
+bool WheelThread::on_wheel_thread() const noexcept {
+  return tls_wheel_thread_of == this || (core_.simulated_ && core_.simulation_thread_ == std::this_thread::get_id());
 }
 
-void RuntimeCore::wheel_main() {
+void WheelThread::prefetch_slot_line(std::uint32_t index) const noexcept {
+  __builtin_prefetch(&core_.slab_[index], 1, 3);
+}
+
+void WheelThread::main() {
 #ifndef NDEBUG
-  wheel_owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);  // wt()'s check
+  owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);  // wt()'s check
 #endif
   tls_wheel_thread_of = this;
   struct ExitFlag {
     ~ExitFlag() {
       tls_wheel_thread_of = nullptr;
 #ifndef NDEBUG
-      core.wheel_owner_.store(std::thread::id{}, std::memory_order_relaxed);
+      shard.owner_.store(std::thread::id{}, std::memory_order_relaxed);
 #endif
-      core.wheel_exited_.store(true, std::memory_order_release);
+      shard.exited_.store(true, std::memory_order_release);
     }
-    RuntimeCore& core;
+    WheelThread& shard;
   } exit_flag{*this};
   // Timer slack: let futex timeouts expire on time (default slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  wt().retired = std::make_unique<RetiredSlots>(slab_);
+  wt().retired = std::make_unique<RetiredSlots>(core_.slab_);
   bool busy = false;
   for (;;) {
     const PassEnd end = run_pass(busy);
@@ -123,13 +158,36 @@ void RuntimeCore::wheel_main() {
   wt().retired->flush();
 }
 
+// The wheel thread, as it returns: its CPU time, for stats() once it is
+// gone. relaxed then release: a stats() that acquires the flag reads the
+// value stored before it.
+void WheelThread::record_final_busy() noexcept {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return;
+  busy_final_ns_.store(std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec, std::memory_order_relaxed);
+  busy_final_.store(true, std::memory_order_release);
+}
+
+// The wheel thread's CPU time so far: its final figure once it has returned,
+// else its thread CPU clock. A stats() that read the flag clear just before
+// the thread returned reads the clock of a thread that may be gone
+// (clock_gettime fails: then the final figure, or 0 if not yet visible).
+// With no wheel thread (none started): 0.
+Duration WheelThread::busy() const noexcept {
+  if (busy_final_.load(std::memory_order_acquire)) return Duration(busy_final_ns_.load(std::memory_order_relaxed));
+  if (!cpu_clock_) return Duration::zero();
+  timespec ts{};
+  if (clock_gettime(*cpu_clock_, &ts) != 0) return Duration(busy_final_ns_.load(std::memory_order_relaxed));
+  return Duration(std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec);
+}
+
 // One pass (steps 1-4 above; step 5, the sleep, is the caller's). `busy`:
 // the pass applied timer commands (sleep's linger policy). Returns
 // more_commands when the queue was not emptied (start the next pass at
 // once), stopped when the wheel thread must exit (shutdown), idle otherwise.
 // wheel_main calls it in its loop; the deterministic simulation
 // (simulation.cpp, a test seam) calls it on the test's thread instead.
-RuntimeCore::PassEnd RuntimeCore::run_pass(bool& busy) {
+WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
   // The clock at application: read by file() the first time a command needs
   // it, again after each batch of commands is dequeued (apply_commands).
@@ -139,10 +197,10 @@ RuntimeCore::PassEnd RuntimeCore::run_pass(bool& busy) {
   const std::int64_t now = pass_clock();
   // shutdown(cancel_pending): dispatch nothing more. Checked after the
   // clock read, so a pass that goes on read the clock before the call
-  // began (runtime_core.hpp, cancel_requested_); what it files or leaves
+  // began (runtime_core.hpp, core_.cancel_requested_); what it files or leaves
   // on the overdue list stays Pending for shutdown's sweep.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
+  if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
     stop_passes();
     return PassEnd::stopped;
   }
@@ -177,16 +235,16 @@ RuntimeCore::PassEnd RuntimeCore::run_pass(bool& busy) {
 // The pass's clock read: the runtime clock, never behind the wheel (a clock
 // must not go backwards; the wheel never moves back) and never past the
 // horizon (runtime.cpp, horizon_key).
-std::int64_t RuntimeCore::pass_clock() {
-  std::int64_t now = clock_->now().time_since_epoch().count();
+std::int64_t WheelThread::pass_clock() {
+  std::int64_t now = core_.clock_->now().time_since_epoch().count();
   const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
   if (now < wheel_now) now = wheel_now;
-  if (now > max_wheel_now_ns_) now = max_wheel_now_ns_;
+  if (now > core_.max_wheel_now_ns_) now = core_.max_wheel_now_ns_;
   return now;
 }
 
 // No pass after this one: release the flushes that wait (shutdown answers them).
-void RuntimeCore::stop_passes() {
+void WheelThread::stop_passes() {
   wt().running = false;
   for (FlushRequest* f : wt().flushes) f->completion.signal();
   wt().flushes.clear();
@@ -197,7 +255,7 @@ void RuntimeCore::stop_passes() {
 // queue. Requests (drain, stop, and settling flushes) act only in a pass
 // that emptied the queue: then every command posted before them, by any
 // thread, has been applied.
-bool RuntimeCore::apply_commands(bool& exhausted) {
+bool WheelThread::apply_commands(bool& exhausted) {
   bool any = false;
   exhausted = false;
   std::size_t applied = 0;
@@ -212,7 +270,7 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
   while (applied < kMaxCommandsPerPass) {
     // A backlog is not applied once shutdown(cancel_pending) was called: its
     // ADDs stay Pending, and the sweep cancels them (wheel_main stops).
-    if (cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
+    if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
       break;
     const std::size_t n = commands_.pop_bulk(wt().command_buffer.data(), wt().command_buffer.size());
     if (n == 0) {
@@ -289,7 +347,7 @@ bool RuntimeCore::apply_commands(bool& exhausted) {
 // (it was filed: the filed bit): free it. Its task was destroyed by the canceller (or rescheduler) before
 // it published Cancelled, so the task's line is not touched here. Counts it
 // against Counter::lazy_cancels for the zombie estimate.
-void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
+void WheelThread::reclaim(TimerSlot& slot, std::uint32_t index) {
   CHIME_ASSERT(StateWord::state(slot.word.load(std::memory_order_relaxed)) == SlotState::cancelled,
                "only a cancelled timer is reclaimed");
   CHIME_ASSERT(!slot.task, "a lazily cancelled timer's task is destroyed before Cancelled is published");
@@ -304,8 +362,8 @@ void RuntimeCore::reclaim(TimerSlot& slot, std::uint32_t index) {
   ++wt().reclaimed;
 }
 
-void RuntimeCore::apply(const Command& c) {
-  TimerSlot& slot = slab_[c.slot];
+void WheelThread::apply(const Command& c) {
+  TimerSlot& slot = core_.slab_[c.slot];
   switch (c.kind) {
     case CommandKind::add:      // a new timer
     case CommandKind::rearm: {  // a periodic's next run (F2)
@@ -326,7 +384,7 @@ void RuntimeCore::apply(const Command& c) {
               continue;
             }
             slot.wheel.filed_generation = c.generation;
-            if (slot.lane.load(std::memory_order_relaxed) != nullptr && lane_closed(slot)) [[unlikely]] {
+            if (slot.lane.load(std::memory_order_relaxed) != nullptr && core_.lane_closed(slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
             }
@@ -390,7 +448,7 @@ void RuntimeCore::apply(const Command& c) {
 // earlier due, an inline periodic re-arm) is being applied; a due at or
 // before the clock's time then is due now, and goes on the overdue list too,
 // however recent (design: "due now at application").
-void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application,
+void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application,
                        std::optional<std::int64_t> called_at_ns) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
   if (at_application && due_now_at_application(due, called_at_ns)) {
@@ -408,9 +466,9 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
     // wheel never advances past the horizon interval, where the bound is
     // still the next interval's start (runtime.cpp, horizon_key).
     slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
-  } else if (due > now.time_since_epoch().count() || (due == now.time_since_epoch().count() && !exact())) {
+  } else if (due > now.time_since_epoch().count() || (due == now.time_since_epoch().count() && !core_.exact())) {
     slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(due)), index);
-  } else if (exact()) {
+  } else if (core_.exact()) {
     slot.wheel.alarm = {};
     wt().overdue.push_back(index);  // slack: its due has passed, it goes out next pass
   } else if (due >= wt().wheel.now_interval_num_start().time_since_epoch().count()) {
@@ -429,7 +487,7 @@ void RuntimeCore::file(std::uint32_t index, TimerSlot& slot, bool at_application
 // Otherwise std::sort on (due, seq), which never allocates. Never allocates
 // beyond the scratch reserved at construction (kScratchCapacity) unless the
 // list is longer.
-void RuntimeCore::sort_overdue() {
+void WheelThread::sort_overdue() {
   const std::size_t n = wt().overdue_order.size();
   std::int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (const Overdue& o : wt().overdue_order) {
@@ -470,14 +528,14 @@ void RuntimeCore::sort_overdue() {
 // clock is never behind it); otherwise the clock is read at most once per
 // batch of dequeued commands, after the batch was dequeued. Both readings
 // are at or after the call's, so neither runs a timer early.
-bool RuntimeCore::due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns) {
+bool WheelThread::due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns) {
   if (called_at_ns) return due <= *called_at_ns;
   if (due <= wt().wheel.now().time_since_epoch().count()) return true;
-  if (wt().application_now_ns == INT64_MIN) wt().application_now_ns = clock_->now().time_since_epoch().count();
+  if (wt().application_now_ns == INT64_MIN) wt().application_now_ns = core_.clock_->now().time_since_epoch().count();
   return due <= wt().application_now_ns;
 }
 
-void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
+void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   // Overdue timers (due before the wheel's interval, or due now at their
   // application) go in nondecreasing due order, ties in the order they were
   // filed (posting order for one producer), as Go's runtime does. Copied,
@@ -486,7 +544,7 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
   wt().overdue_order.clear();
   bool sorted = true;
   for (std::uint32_t index : wt().overdue) {
-    const std::int64_t due = slab_[index].due_ns.load(std::memory_order_relaxed);
+    const std::int64_t due = core_.slab_[index].due_ns.load(std::memory_order_relaxed);
     if (!wt().overdue_order.empty() && due < wt().overdue_order.back().due) sorted = false;
     wt().overdue_order.push_back({due, static_cast<std::uint32_t>(wt().overdue_order.size()), index});
   }
@@ -498,12 +556,19 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
     wt().wheel.advance_clock(TimePoint(Duration(now_ns)), [&](TimingWheel<std::uint32_t>::Alarm a) {
       wt().wheel_fired.emplace_back(wt().wheel.at(a).time_since_epoch().count(), wt().wheel.value(a));
     });
-    due_limit_ns_.store(due_limit_for(now_ns), std::memory_order_relaxed);  // only ever grows
+    // Only ever grows: each shard raises it to its own wheel's limit, and
+    // one behind the others files a due beyond its range at the last time
+    // it accepts (file()). Relaxed: runtime_core.hpp, due_limit_ns_.
+    const std::int64_t limit = core_.due_limit_for(now_ns);
+    std::int64_t published = core_.due_limit_ns_.load(std::memory_order_relaxed);
+    while (published < limit &&
+           !core_.due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
+    }
   }
-  if (exact()) fire_past_due();
+  if (core_.exact()) fire_past_due();
   // The interval rule: a wheel alarm runs iff its due is before the
   // boundary. With slack, also iff it is at or before the clock's time.
-  const std::int64_t wheel_due_now = exact() ? now_ns : INT64_MIN;
+  const std::int64_t wheel_due_now = core_.exact() ? now_ns : INT64_MIN;
   const std::int64_t boundary = wt().wheel.now_interval_num_start().time_since_epoch().count();
   // Merge the two, each in nondecreasing interval order (the wheel's alarms
   // by the time they were filed at, overdue ones by due), so the runs go out
@@ -524,11 +589,11 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
     if (b == wt().wheel_fired.size() ||
         (a < wt().overdue_order.size() && wt().overdue_order[a].due <= wt().wheel_fired[b].first)) {
       const std::uint32_t index = wt().overdue_order[a++].index;
-      slab_[index].wheel.alarm = {};
+      core_.slab_[index].wheel.alarm = {};
       consider(index, boundary, now_ns, now_ns);
     } else {
       const std::uint32_t index = wt().wheel_fired[b++].second;
-      slab_[index].wheel.alarm = {};
+      core_.slab_[index].wheel.alarm = {};
       consider(index, boundary, now_ns, wheel_due_now);
     }
   }
@@ -540,7 +605,7 @@ void RuntimeCore::advance_and_dispatch(std::int64_t now_ns) {
 // the order the wheel gives). Only when the earliest alarm is in the current
 // interval and due (ties by slot index): its time is cached by the wheel until it changes,
 // and finding it scans only the current interval's slot.
-void RuntimeCore::fire_past_due() {
+void WheelThread::fire_past_due() {
   TimingWheel<std::uint32_t>& wheel = wt().wheel;
   const auto min_interval = wheel.min_alarm_interval_num();
   if (!min_interval || *min_interval != wheel.interval_num(wheel.now())) return;
@@ -558,23 +623,23 @@ void RuntimeCore::fire_past_due() {
 // `next_fires_at_ns`: its time plus the slack, if that is sooner. The time
 // is looked up (a scan of one slot, cached) only when that interval is the
 // current or the next one; further out, wake at its start and look then.
-std::int64_t RuntimeCore::exact_deadline(std::int64_t next_fires_at_ns) {
+std::int64_t WheelThread::exact_deadline(std::int64_t next_fires_at_ns) {
   TimingWheel<std::uint32_t>& wheel = wt().wheel;
-  const std::int64_t p = precision_.count();
+  const std::int64_t p = core_.precision_.count();
   const std::int64_t min_start = next_fires_at_ns - p;
   if (min_start > wheel.now_interval_num_start().time_since_epoch().count() + p) return min_start;
   const auto min_time = wheel.min_alarm_time();
   if (!min_time) return next_fires_at_ns;
   const std::int64_t t = min_time->time_since_epoch().count();
-  return t > next_fires_at_ns - slack_ns_ ? next_fires_at_ns : t + slack_ns_;
+  return t > next_fires_at_ns - core_.slack_ns_ ? next_fires_at_ns : t + core_.slack_ns_;
 }
 
 // A filed timer whose alarm fired (or that was overdue): a timer may run iff
 // its current due is before `boundary` (the start of the wheel's interval),
 // or at or before `due_now_ns` (overdue timers: the clock's time; INT64_MIN
 // for the wheel's alarms, which keep the interval rule).
-void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int64_t fired_at, std::int64_t due_now_ns) {
-  TimerSlot& slot = slab_[index];
+void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int64_t fired_at, std::int64_t due_now_ns) {
+  TimerSlot& slot = core_.slab_[index];
   // acquire: pairs with R2/F2's release, so `due` below is at least as new
   // as the version we read; the claim CAS from exactly this word fails if a
   // reschedule published a newer one since.
@@ -590,6 +655,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
         }
         Dispatch d;
         d.slot = index;
+        d.shard = static_cast<std::uint8_t>(index_);
         d.generation = StateWord::generation(w);
         d.version = StateWord::version(w);  // W1 keeps it; a take-back (R4) bumps it
         d.due_ns = due;
@@ -639,7 +705,7 @@ void RuntimeCore::consider(std::uint32_t index, std::int64_t boundary, std::int6
 // goes to its worker or lane (dispatch). acq_rel: acquire so the task is
 // visible to the run; release so a later reader of Handed sees our reads
 // (due, period) done. consider() and drain_all() claim through it.
-bool RuntimeCore::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
+bool WheelThread::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
   if (!slot.word.compare_exchange_weak(w, StateWord::claimed(w), std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
     return false;
@@ -649,9 +715,9 @@ bool RuntimeCore::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
   return true;
 }
 
-void RuntimeCore::dispatch(const Dispatch& d) {
+void WheelThread::dispatch(const Dispatch& d) {
   wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, d.due_ns);
-  TimerSlot& slot = slab_[d.slot];                             // line 0, which the claim just wrote
+  TimerSlot& slot = core_.slab_[d.slot];                       // line 0, which the claim just wrote
   LaneCore* lane = slot.lane.load(std::memory_order_relaxed);  // timer_slab.hpp: written before S1
   if (lane == nullptr) {
     wt().dispatch_batch.push_back(d);
@@ -671,7 +737,7 @@ void RuntimeCore::dispatch(const Dispatch& d) {
 // semaphore signal for the workers (or, with workers = 0, runs them here,
 // in order, outside any wheel iteration). The dispatch count goes up once
 // per batch (flush marks compare against it, on this thread).
-void RuntimeCore::hand_over() {
+void WheelThread::hand_over() {
   std::size_t n = wt().dispatch_batch.size();
   for (LaneCore* lane : wt().touched_lanes) n += lane->batch.size();
   if (n == 0) return;
@@ -688,18 +754,19 @@ void RuntimeCore::hand_over() {
   wt().touched_lanes.clear();
   n = wt().dispatch_batch.size();
   if (n == 0) return;
-  if (pool_.threads.empty()) {
-    run_batch(wt().dispatch_batch.data(), n, *wt().retired, RunPlace::wheel_thread);
+  if (core_.pool_.threads.empty()) {
+    core_.run_batch(wt().dispatch_batch.data(), n, *wt().retired, RuntimeCore::RunPlace::wheel_thread);
   } else {
     // Out of memory, retry: the timers are Handed, and only their runs end that.
-    retry_until_memory([&] { return pool_.handoff.enqueue_bulk(*wt().handoff_token, wt().dispatch_batch.data(), n); });
+    retry_until_memory(
+        [&] { return core_.pool_.handoff.enqueue_bulk(*wt().handoff_token, wt().dispatch_batch.data(), n); });
   }
   wt().dispatch_batch.clear();
 }
 
 // Claims every filed timer for a run now, before its due time (drain(),
 // shutdown(fire_pending)), and hands them over. Counts the runs.
-void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
+void WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
   std::vector<std::uint32_t>& all = wt().drain_buffer;
   all.assign(wt().overdue.begin(), wt().overdue.end());
   wt().overdue.clear();
@@ -707,7 +774,7 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
   wt().wheel.clear();
   const std::int64_t now = wt().wheel.now().time_since_epoch().count();
   for (std::uint32_t index : all) {
-    TimerSlot& slot = slab_[index];
+    TimerSlot& slot = core_.slab_[index];
     slot.wheel.alarm = {};
     // A reschedule or cancel in flight settles first, and again after a failed CAS.
     for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
@@ -719,6 +786,7 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
       CHIME_ASSERT(s == SlotState::pending, "a filed timer is pending, being rescheduled or cancelled");
       Dispatch d;
       d.slot = index;
+      d.shard = static_cast<std::uint8_t>(index_);
       d.generation = StateWord::generation(w);
       d.version = StateWord::version(w);
       d.due_ns = slot.due_ns.load(std::memory_order_relaxed);
@@ -740,8 +808,8 @@ void RuntimeCore::drain_all(std::uint8_t flags, std::size_t& count) {
 // every zombie reclaimed, so a sweep brings it back to at most the cancels
 // that raced it. Amortized O(1) per cancel: a sweep over n filed timers
 // reclaims more than max(n/4, kMinZombiesForSweep) - (cancels in flight).
-void RuntimeCore::sweep_zombies_if_many() {
-  const std::uint64_t cancels = counters_.sum(Counter::lazy_cancels);
+void WheelThread::sweep_zombies_if_many() {
+  const std::uint64_t cancels = lazy_cancels_.sum();
   const std::uint64_t zombies = cancels > wt().reclaimed ? cancels - wt().reclaimed : 0;
   const std::uint64_t filed = wt().wheel.size() + wt().overdue.size();
   if (zombies < kMinZombiesForSweep || zombies * 4 < filed) return;
@@ -750,19 +818,19 @@ void RuntimeCore::sweep_zombies_if_many() {
     const std::uint32_t index = wt().wheel.value(a);
     // acquire: pairs with C1's acq_rel / R3's release: the canceller's
     // writes to the slot happen-before we free it.
-    if (StateWord::state(slab_[index].word.load(std::memory_order_acquire)) == SlotState::cancelled) {
+    if (StateWord::state(core_.slab_[index].word.load(std::memory_order_acquire)) == SlotState::cancelled) {
       wt().sweep_buffer.push_back(index);
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
-    TimerSlot& slot = slab_[index];
+    TimerSlot& slot = core_.slab_[index];
     wt().wheel.remove(slot.wheel.alarm);
     reclaim(slot, index);
   }
   zombie_sweeps_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
+void WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
   if (wt().flushes.empty()) return;
   const std::uint64_t dispatched = wt().dispatched;
   std::size_t kept = 0;
@@ -779,7 +847,7 @@ void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
     }
     bool overdue_by_target = false;
     for (std::uint32_t index : wt().overdue) {
-      if (slab_[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
+      if (core_.slab_[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
     }
     if (completed_snapshot >= f->mark && !overdue_by_target) {
       f->completion.signal();
@@ -790,7 +858,7 @@ void RuntimeCore::settle_flushes(std::uint64_t completed_snapshot) {
   wt().flushes.resize(kept);
 }
 
-void RuntimeCore::sleep(bool busy) {
+void WheelThread::sleep(bool busy) {
   if (!wt().overdue.empty()) {  // due now: next pass
     // Only a reschedule's two stores to wait for: let its thread run first
     // (yields, then short sleeps: backoff.hpp).
@@ -800,13 +868,13 @@ void RuntimeCore::sleep(bool busy) {
   const bool waiting_for_runs = !wt().flushes.empty();
   // (F-W) Workers bump completed_, fence, then read this flag to decide
   // whether to wake us; we set it, fence, then re-read completed_.
-  wheel_waits_for_workers_.store(waiting_for_runs, std::memory_order_relaxed);
+  waits_for_workers_.store(waiting_for_runs, std::memory_order_relaxed);
   std::int64_t deadline = INT64_MAX;  // in the runtime clock's domain
   // At the horizon nothing in the wheel ever fires (it never advances on).
   if (const auto next = wt().wheel.next_alarm_fires_at();
-      next && wt().wheel.now().time_since_epoch().count() < max_wheel_now_ns_) {
+      next && wt().wheel.now().time_since_epoch().count() < core_.max_wheel_now_ns_) {
     deadline = next->time_since_epoch().count();
-    if (exact()) deadline = exact_deadline(deadline);
+    if (core_.exact()) deadline = exact_deadline(deadline);
   }
   // Lingering (commands keep coming): wake up at most kLingerNs from now even
   // if no alarm is due, so that a stream of commands (new timers due before
@@ -814,10 +882,11 @@ void RuntimeCore::sleep(bool busy) {
   // command. Only while passes apply commands and the previous sleep was cut
   // short by a producer, or lingered: the first pass without commands
   // sleeps until the next alarm (or forever). Never with a ManualClock.
-  wt().lingering = busy && clock_kind_ != ClockKind::manual && (wt().lingering || wt().last_sleep_short);
+  wt().lingering =
+      busy && core_.clock_kind_ != RuntimeCore::ClockKind::manual && (wt().lingering || wt().last_sleep_short);
   std::int64_t wake_at_ns = deadline;  // in the runtime clock's domain: when we will wake up
   if (wt().lingering) {
-    const std::int64_t now = clock_->now().time_since_epoch().count();
+    const std::int64_t now = core_.clock_->now().time_since_epoch().count();
     if (now < deadline - kLingerNs) wake_at_ns = now + kLingerNs;
   }
   // A timer needs an earlier wake-up iff its interval ends before wake_at_ns,
@@ -825,12 +894,12 @@ void RuntimeCore::sleep(bool busy) {
   // wake_at_ns (for wake_at_ns = deadline, the start of the earliest alarm's
   // interval, since next_alarm_fires_at is that interval's end).
   std::int64_t bound = INT64_MAX;
-  if (wake_at_ns != INT64_MAX && exact()) {
-    bound = wake_at_ns - slack_ns_;  // slack: a due d needs us by d + slack
+  if (wake_at_ns != INT64_MAX && core_.exact()) {
+    bound = wake_at_ns - core_.slack_ns_;  // slack: a due d needs us by d + slack
   } else if (wake_at_ns != INT64_MAX) {
-    const std::int64_t p = precision_.count();
-    const __int128 k = (static_cast<__int128>(wake_at_ns) - 1 - start_ns_) / p;
-    bound = static_cast<std::int64_t>(start_ns_ + k * p);
+    const std::int64_t p = core_.precision_.count();
+    const __int128 k = (static_cast<__int128>(wake_at_ns) - 1 - core_.start_ns_) / p;
+    bound = static_cast<std::int64_t>(core_.start_ns_ + k * p);
   }
 
   const std::uint32_t seen = wake_.prepare();
@@ -843,18 +912,18 @@ void RuntimeCore::sleep(bool busy) {
     if (completed_.load(std::memory_order_acquire) >= need) skip = true;
   }
   if (!skip) {
-    const TimePoint steady_before = steady_clock_.now();
+    const TimePoint steady_before = core_.steady_clock_.now();
     std::int64_t wake_at = INT64_MAX;  // on the steady clock
     if (wake_at_ns != INT64_MAX) {
-      switch (clock_kind_) {
-        case ClockKind::steady:
+      switch (core_.clock_kind_) {
+        case RuntimeCore::ClockKind::steady:
           wake_at = wake_at_ns;
           break;
-        case ClockKind::manual:  // manual time moves only when told; flush() wakes us
+        case RuntimeCore::ClockKind::manual:  // manual time moves only when told; flush() wakes us
           break;
-        case ClockKind::other: {
+        case RuntimeCore::ClockKind::other: {
           // In 128 bits, saturating: the two clocks' times may be at opposite ends of int64.
-          const __int128 remaining = static_cast<__int128>(wake_at_ns) - clock_->now().time_since_epoch().count();
+          const __int128 remaining = static_cast<__int128>(wake_at_ns) - core_.clock_->now().time_since_epoch().count();
           const __int128 at = steady_before.time_since_epoch().count() + std::max<__int128>(remaining, 0);
           wake_at = at >= INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(at);
           break;
@@ -864,7 +933,7 @@ void RuntimeCore::sleep(bool busy) {
     const TimePoint until{Duration(wake_at)};
     wake_.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
     wakeups_.fetch_add(1, std::memory_order_relaxed);
-    wt().last_sleep_short = (steady_clock_.now() - steady_before).count() < kLingerNs;
+    wt().last_sleep_short = (core_.steady_clock_.now() - steady_before).count() < kLingerNs;
   }
   wake_if_due_before_ns_.store(INT64_MIN, std::memory_order_relaxed);
 }

@@ -1,22 +1,23 @@
 // runtime/wheel_thread_state.hpp: everything only the wheel thread touches.
 //
-// What this is: the wheel thread's own data (runtime_core.hpp holds one, and
-// reaches it only through RuntimeCore::wt(), which in debug and sanitizer
-// builds checks that the caller is the wheel thread, or that the wheel
-// thread is not running: before it starts and after shutdown joined it).
+// What this is: a wheel thread's own data (each shard, a WheelThread in
+// wheel_thread.hpp, holds one, and reaches it only through
+// WheelThread::wt(), which in debug and sanitizer builds checks that the
+// caller is that wheel thread, or that it is not running: before it starts
+// and after shutdown joined it).
 // Nothing here is atomic and nothing here needs to be: no other thread reads
 // or writes it while the wheel thread runs. What other threads see of the
-// wheel thread's work crosses at the seams RuntimeCore declares (the slots'
-// state words, the command and hand-off queues, the published counters),
-// each with its memory order argued there.
+// wheel thread's work crosses at the seams WheelThread and RuntimeCore
+// declare (the slots' state words, the command and hand-off queues, the
+// published counters), each with its memory order argued there.
 //
 // Contents: the timing wheel of filed timers (values: slot indices), the
 // overdue list (timers due before the wheel's current interval), the pass's
 // scratch lists (commands, due-now ordering, claimed runs, retired slots),
 // the pending flush / drain / stop requests, and the pass-to-pass flags of
 // the sleep policy. wheel_thread.cpp uses them; lane.cpp (close_lane_on_wheel,
-// on the wheel thread) and runtime.cpp (construction, and shutdown after the
-// join) also do.
+// on the wheel thread), runtime_invariants.cpp (check_on_wheel, on it too)
+// and runtime.cpp (shutdown, after the join) also do.
 #pragma once
 
 #include <chrono>

@@ -93,12 +93,26 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
   }
   if (ran != 0) counters_.add(Counter::fired, ran);
   retired.flush();
-  if (where == RunPlace::wheel_thread) {
-    completed_.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
-  } else {
-    count_completed(n);
-  }
+  count_completed(d, n, where == RunPlace::wheel_thread);
   return ran;
+}
+
+// A batch's runs, counted in their shards: runs of one shard come in a row
+// (a worker's bulk dequeue takes them from one wheel thread's sub-queue; a
+// lane and an inline batch have one shard), so this is one count per batch.
+void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread) {
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned k = d[i].shard;
+    std::size_t j = i + 1;
+    while (j < n && d[j].shard == k) ++j;
+    if (on_wheel_thread) {
+      shard(k).completed_.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
+    } else {
+      count_completed(k, j - i);
+    }
+    i = j;
+  }
 }
 
 // (F-W) A worker or a lane counts runs it finished (or skipped), then looks
@@ -106,10 +120,11 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
 // reads completed_): one of us sees the other. release: the runs' effects
 // (and on_error calls, counters) happen-before a flush that acquires this
 // count.
-void RuntimeCore::count_completed(std::uint64_t n) {
-  completed_.fetch_add(n, std::memory_order_release);
+void RuntimeCore::count_completed(unsigned k, std::uint64_t n) {
+  WheelThread& s = shard(k);
+  s.completed_.fetch_add(n, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (wheel_waits_for_workers_.load(std::memory_order_relaxed)) wake_.wake();
+  if (s.waits_for_workers_.load(std::memory_order_relaxed)) s.wake_.wake();
 }
 
 // Runs one handed-over timer. Returns true iff its callback ran (false: a
@@ -276,9 +291,10 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
       // instead of a command that would keep the queue from ever emptying
       // under sustained periodic load.
       slot.wheel.filed_generation = d.generation;
-      file(d.slot, slot, false);
+      shard(d.shard).file(d.slot, slot, false);
     } else {
-      post_and_wake(Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
+      // To the shard that ran it, the timer's own (d.shard is its slot's shard).
+      post_and_wake(shard(d.shard), Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
     }
     return;
   }

@@ -227,6 +227,9 @@ TEST(RuntimeAllocation, schedule_out_of_memory_throws_bad_alloc_and_schedules_no
   ManualClock clock{kStart};
   chime::RuntimeOptions options = manual_options(clock, 0);
   options.command_queue = chime::CommandQueueBackend::boost_lockfree;
+  // One shard, the one held: another shard's wheel thread would file these
+  // timers while allocation fails, and die of it.
+  options.shards = 1;
   Runtime rt{options};
   std::atomic<bool> entered{false}, release_wheel{false};
   rt.schedule_at(kStart - 1ms, [&](const Firing&) {  // overdue: runs on the wheel thread at once
@@ -258,9 +261,10 @@ TEST(RuntimeAllocation, schedule_out_of_memory_throws_bad_alloc_and_schedules_no
   EXPECT_EQ(runs.load(), static_cast<int>(accepted)) << "a timer accepted before the failure did not fire once";
   EXPECT_EQ(rt.stats().pending, 0u);
   EXPECT_EQ(capture.use_count(), 1);
-  std::printf("[ alloc    ] %zu timers accepted before the queue ran out of nodes; the next schedule threw "
-              "std::bad_alloc and all %zu fired\n",
-              accepted, accepted);
+  std::printf(
+      "[ alloc    ] %zu timers accepted before the queue ran out of nodes; the next schedule threw "
+      "std::bad_alloc and all %zu fired\n",
+      accepted, accepted);
 }
 
 // Producers that come and go give back the free slots they cached (a

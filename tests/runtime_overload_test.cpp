@@ -41,6 +41,7 @@ constexpr std::size_t kPostsPerLook = 64;  // command_queue.hpp, QueueDepth::kPo
 RuntimeOptions bounded_options(ManualClock& clock) {
   RuntimeOptions o = manual_options(clock, 0);  // callbacks on the wheel thread: the gate holds it
   o.max_queue_depth = kBound;
+  o.shards = 1;  // the one wheel thread the gate holds (RuntimeShards covers several)
   return o;
 }
 
@@ -221,6 +222,7 @@ TEST(RuntimeOverload, size_max_means_no_bound) {
 // grows while the wheel thread works, and stays after shutdown.
 TEST(RuntimeOverload, shard_stats_report_the_wheel_threads_cpu_time) {
   RuntimeOptions o = steady_options(1);
+  o.shards = 1;  // RuntimeShards.stats_cover_every_shard has several
   Runtime rt(o);
   std::atomic<int> ran{0};
   for (int i = 0; i < 20000; ++i) rt.schedule_after(chime::Duration::zero(), [&ran] { ran.fetch_add(1); });

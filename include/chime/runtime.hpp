@@ -194,8 +194,8 @@ struct DurationStats {
 };
 using LatenessStats = DurationStats;
 
-// One shard's load (design.md, "Shards"). Today a runtime has one shard: its
-// wheel thread and that thread's command queue.
+// One shard's load (design.md, "Shards"): a shard is one wheel thread and
+// its command queue (RuntimeOptions::shards).
 struct ShardStats {
   // Commands posted to the shard's queue, not yet taken by its wheel thread (approximate).
   std::uint64_t queue_depth = 0;
@@ -211,7 +211,7 @@ struct Stats {
   std::uint64_t pending = 0;          // timers not yet finished (periodic ones until cancelled)
   std::uint64_t callback_errors = 0;  // callbacks that threw
   std::uint64_t queue_depth = 0;      // commands posted but not yet applied (approximate; the shards' sum)
-  std::uint64_t wakeups = 0;          // times the wheel thread woke up
+  std::uint64_t wakeups = 0;          // times a wheel thread woke up (the shards' sum)
   std::uint64_t zombie_sweeps = 0;    // passes over the wheel that reclaimed cancelled timers in one go
   std::uint64_t slow_runs = 0;        // callback runs longer than RuntimeOptions::slow_run
   // Schedules refused with CapacityError because their shard's queue was at
@@ -219,7 +219,7 @@ struct Stats {
   std::uint64_t refused_overload = 0;
   LatenessStats lateness;          // callback start minus due, drained runs excluded
   DurationStats run_time;          // how long callbacks ran (steady clock), every run
-  std::vector<ShardStats> shards;  // one per shard, in shard order (today: one)
+  std::vector<ShardStats> shards;  // one per shard, in shard order
 };
 
 struct RuntimeOptions {
@@ -270,6 +270,17 @@ struct RuntimeOptions {
   // Producers look at the depth every 64 posts, so a smaller bound would be
   // mostly that slack.
   static constexpr std::size_t min_max_queue_depth = 1024;
+  // Shards (design.md, "Shards"): this many wheel threads, each with its own
+  // wheel and command queue, over one slot slab and one worker pool. A
+  // Producer or a Lane binds to a shard when made (round-robin); the
+  // Runtime's own schedule calls use the calling thread's shard (chosen once
+  // per thread). 0 means the default: the environment variable CHIME_SHARDS
+  // if it is set (a number from 1 to max_shards), else 1, because one
+  // shard is fastest until one wheel thread is the bottleneck
+  // (docs/benchmarks.md, "Shards"). Above max_shards, or a CHIME_SHARDS
+  // that is not such a number, throws std::invalid_argument.
+  unsigned shards = 0;
+  static constexpr unsigned max_shards = 64;
 };
 
 namespace detail {

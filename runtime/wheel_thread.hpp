@@ -1,0 +1,177 @@
+// runtime/wheel_thread.hpp: one shard: a wheel thread, its wheel and its
+// command queue (design.md, "Shards").
+//
+// What this is: the unit RuntimeOptions::shards multiplies. A WheelThread
+// owns a timing wheel, the command queue producers post to, the overdue
+// list, the wake-up signal and the pass loop (wheel_thread.cpp); every shard
+// works over its runtime's one slab and hands runs to its one worker pool.
+// A timer belongs to one shard for its whole life (TimerSlot::shard, set by
+// the schedule): only that shard's thread files, claims and reclaims it.
+// Cancel, try_cancel, cancel_and_wait, a reschedule to a later due and state
+// need no shard at all: they act on the slot's state word.
+//
+// Who touches what:
+// - the fields under "The shard's seam" are read or written by other
+//   threads; each says who, and in what order;
+// - everything else is the shard's wheel thread's alone: WheelThreadState
+//   (reached through wt(), which checks the caller in debug builds), and the
+//   wheel-only part of the slots this shard filed (TimerSlot::WheelPart).
+//   Before the thread starts and after it is joined (shutdown), any thread
+//   may touch them.
+//
+// Read after runtime_core.hpp; wheel_thread.cpp has the pass.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "chime/detail/assert.hpp"
+#include "command_queue.hpp"
+#include "dispatch.hpp"
+#include "runtime_stats.hpp"
+#include "timer_slab.hpp"
+#include "wake_signal.hpp"
+#include "wheel_thread_state.hpp"
+
+namespace chime::detail {
+
+class RuntimeCore;
+struct LaneCore;
+struct Completion;
+struct ThreadLanes;
+
+class WheelThread {
+ public:
+  // Makes the shard; starts no thread (start()).
+  WheelThread(RuntimeCore& core, unsigned index);
+  WheelThread(const WheelThread&) = delete;
+  WheelThread& operator=(const WheelThread&) = delete;
+
+  unsigned index() const noexcept { return index_; }
+  // Starts the thread (the constructor of RuntimeCore, after the workers).
+  void start();
+  // Joins it (shutdown, after it posted the stop request). No-op if it never started.
+  void join();
+  // This thread is this shard's wheel thread (or, simulated, the thread that
+  // runs the passes).
+  bool on_wheel_thread() const noexcept;
+  // The wheel thread's CPU time so far (ShardStats::busy); 0 if none started.
+  Duration busy() const noexcept;
+
+  // ---- The shard's seam. ----
+  // Producers (and workers and lanes re-arming, and flush / drain /
+  // shutdown / close_lane / check_invariants) push; only this shard's wheel
+  // thread pops. Release / acquire through the queue (command_queue.hpp).
+  CommandQueue commands_;
+  // Every poster wakes it; the wheel thread prepares and waits (wake_signal.hpp).
+  WakeSignal wake_;
+  // While the wheel thread sleeps: the start of the interval of its earliest
+  // alarm (its wake-up time minus one precision). A due time before it needs
+  // the wheel earlier. INT64_MIN while awake (or once a producer has taken
+  // the wake: only one producer wakes it per sleep); INT64_MAX: no alarm.
+  // Relaxed, with the (P1)/(P2) seq_cst fences (producer_ops.cpp,
+  // wake_after_post).
+  std::atomic<std::int64_t> wake_if_due_before_ns_{INT64_MIN};
+  // Runs of this shard finished (or skipped): workers and lanes add once per
+  // batch and shard (release), so do the wheel thread's inline runs and
+  // close_lane's drain; the wheel thread acquires it (flush marks). The
+  // (F-W) fences pair it with waits_for_workers_.
+  std::atomic<std::uint64_t> completed_{0};
+  // The wheel thread stores it before it sleeps; workers and lanes read it
+  // (RuntimeCore::count_completed). Relaxed, with the (F-W) fences.
+  std::atomic<bool> waits_for_workers_{false};
+  // The wheel thread stores it (release) as it returns; a blocked flush /
+  // drain / close acquires it and stops waiting (Completion::wait).
+  std::atomic<bool> exited_{false};
+  // Written by the wheel thread only, read by stats(); relaxed.
+  std::atomic<std::uint64_t> wakeups_{0};
+  std::atomic<std::uint64_t> zombie_sweeps_{0};
+  // C1/C2 cancels of this shard's filed timers (producer_ops.cpp): the
+  // zombies its wheel thread reclaims lazily, against WheelThreadState::
+  // reclaimed (sweep_zombies_if_many). Striped per thread, relaxed.
+  StripedCount lazy_cancels_;
+
+  // ---- The wheel thread's own. ----
+  // Precondition (CHIME_ASSERT): called on the wheel thread, or while it is
+  // not running (construction, after the join).
+  WheelThreadState& wt() noexcept {
+#ifndef NDEBUG
+    const std::thread::id owner = owner_.load(std::memory_order_relaxed);
+    CHIME_ASSERT(owner == std::thread::id{} || owner == std::this_thread::get_id(),
+                 "the wheel thread's data touched from another thread while it runs");
+#endif
+    return wt_;
+  }
+
+  // How a pass ended (run_pass): the queue was not emptied (pass again at
+  // once), the wheel thread must exit (shutdown), or it may sleep.
+  enum class PassEnd { more_commands, stopped, idle };
+  PassEnd run_pass(bool& busy);
+  // The deterministic simulation's pass (simulation.cpp): true iff it did something.
+  bool simulate_pass();
+  // close_lane on this shard's wheel thread (lane.cpp): cancels the lane's filed timers.
+  void close_lane_on_wheel(LaneCore* lane);
+  // (L1, L2) lane.cpp: a timer of a closed lane that this shard holds.
+  void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
+  // runtime_invariants.cpp: the first broken invariant of this shard, or empty.
+  std::string check_on_wheel();
+
+ private:
+  void main();
+  std::int64_t pass_clock();
+  void stop_passes();
+  bool apply_commands(bool& exhausted);
+  void apply(const Command& c);
+  void file(std::uint32_t index, TimerSlot& slot, bool at_application,
+            std::optional<std::int64_t> called_at_ns = std::nullopt);
+  bool due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns);
+  void reclaim(TimerSlot& slot, std::uint32_t index);
+  void advance_and_dispatch(std::int64_t now_ns);
+  void fire_past_due();
+  std::int64_t exact_deadline(std::int64_t next_fires_at_ns);
+  void sort_overdue();
+  void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);
+  bool claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d);  // W1, then dispatch
+  void dispatch(const Dispatch& d);
+  void hand_over();
+  void drain_all(std::uint8_t flags, std::size_t& count);
+  void sweep_zombies_if_many();
+  // A hint: the slot's first line (state word, due, wheel fields) will be
+  // read and written soon. Timer commands only: a request names no slot.
+  void prefetch_slot_line(std::uint32_t index) const noexcept;
+  void prefetch_slot(const Command& c) const noexcept {
+    if (c.kind == CommandKind::add || c.kind == CommandKind::rearm || c.kind == CommandKind::reschedule) {
+      prefetch_slot_line(c.slot);
+    }
+  }
+  void settle_flushes(std::uint64_t completed_snapshot);
+  void sleep(bool busy);
+  void record_final_busy() noexcept;  // the thread's CPU time as it returns
+
+  friend class RuntimeCore;
+  RuntimeCore& core_;
+  const unsigned index_;
+  WheelThreadState wt_;
+#ifndef NDEBUG
+  // The wheel thread while it runs (set first thing in main, reset as it
+  // returns); the default id before it starts and after it exits. Only
+  // wt()'s check reads it, relaxed: a thread entitled to wt() is ordered
+  // with the stores by the thread's start and join.
+  std::atomic<std::thread::id> owner_{};
+#endif
+  std::thread thread_;
+  // The thread's CPU time, for ShardStats::busy: cpu_clock_ is set by
+  // start() once the thread started (before any stats() call can run); the
+  // thread stores its final CPU time as it returns, then busy_final_
+  // (release), which busy() acquires before it trusts the value and stops
+  // reading a clock whose thread is gone.
+  std::optional<clockid_t> cpu_clock_;
+  std::atomic<std::int64_t> busy_final_ns_{0};
+  std::atomic<bool> busy_final_{false};
+};
+
+}  // namespace chime::detail
