@@ -118,30 +118,30 @@ using namespace std::chrono_literals;
 // ---------------------------------------------------------------------------
 // Parameters. Every benchmark name is built from these.
 
-constexpr unsigned kWorkers = 2;                         // callback threads of every service
-constexpr unsigned kMaxProducers = 4;                    // producers are 1, 2 or 4
-constexpr unsigned kBackgroundProducer = kMaxProducers;  // Asio: the background timers' strand
-constexpr std::chrono::nanoseconds kPrecision = 1ms;     // chime
-constexpr std::chrono::nanoseconds kBackgroundDue = 1h;  // background timers: 1 h ..
+constexpr unsigned kWorkers = 2;                               // callback threads of every service
+constexpr unsigned kMaxProducers = 4;                          // producers are 1, 2 or 4
+constexpr unsigned kBackgroundProducer = kMaxProducers;        // Asio: the background timers' strand
+constexpr std::chrono::nanoseconds kPrecision = 1ms;           // chime
+constexpr std::chrono::nanoseconds kBackgroundDue = 1h;        // background timers: 1 h ..
 constexpr std::chrono::nanoseconds kBackgroundSpread = 10min;  // .. 1 h 10 min out
 constexpr std::chrono::nanoseconds kCancelDelay = 10s;         // schedule+cancel timers
-constexpr std::chrono::nanoseconds kFireSpread = 2ms;     // schedule-to-fire: due now + [0, 2ms]
-constexpr std::chrono::nanoseconds kLatenessDelay = 1ms;  // lateness: due now + [1ms, 2ms)
-constexpr std::chrono::nanoseconds kTouchDelay = 600s;    // touch: due pushed to now + 600 s
+constexpr std::chrono::nanoseconds kFireSpread = 2ms;          // schedule-to-fire: due now + [0, 2ms]
+constexpr std::chrono::nanoseconds kLatenessDelay = 1ms;       // lateness: due now + [1ms, 2ms)
+constexpr std::chrono::nanoseconds kTouchDelay = 600s;         // touch: due pushed to now + 600 s
 
 // chime's second precision, light load only (a separate instance of each service).
 constexpr std::chrono::nanoseconds kFinePrecision = 100us;
 
 struct Sizes {
   const char* label;
-  std::size_t pending;              // background timers
-  std::chrono::milliseconds round;  // schedule+cancel and touch: wall time per iteration
-  std::size_t pairs;              // allocations: schedule+cancel pairs per iteration, all producers
-  std::size_t fire_timers;        // schedule-to-fire timers per iteration
-  std::chrono::milliseconds run;  // lateness run
-  std::size_t fire_rate;          // lateness: timers fired per second, all producers
-  std::size_t churn;              // lateness: schedule+cancel pairs per fired timer
-  std::size_t touch_set;          // touch: pending timers touched
+  std::size_t pending;                  // background timers
+  std::chrono::milliseconds round;      // schedule+cancel and touch: wall time per iteration
+  std::size_t pairs;                    // allocations: schedule+cancel pairs per iteration, all producers
+  std::size_t fire_timers;              // schedule-to-fire timers per iteration
+  std::chrono::milliseconds run;        // lateness run
+  std::size_t fire_rate;                // lateness: timers fired per second, all producers
+  std::size_t churn;                    // lateness: schedule+cancel pairs per fired timer
+  std::size_t touch_set;                // touch: pending timers touched
   std::chrono::milliseconds idle;       // idle wake-ups: observation time
   std::size_t light_timers;             // light load: timers fired per run
   std::chrono::milliseconds light_run;  // light load: spread over this long
@@ -153,8 +153,7 @@ const Sizes& sizes() {
     if (env != nullptr && std::string(env) == "smoke") {
       return Sizes{"smoke", 1'000, 5ms, 4'000, 4'000, 100ms, 20'000, 4, 4'000, 200ms, 200, 100ms};
     }
-    return Sizes{"full", 1'000'000, 200ms,   100'000, 200'000, 2'000ms,
-                 20'000, 4,         100'000, 5'000ms, 4'000,   2'000ms};
+    return Sizes{"full", 1'000'000, 200ms, 100'000, 200'000, 2'000ms, 20'000, 4, 100'000, 5'000ms, 4'000, 2'000ms};
   }();
   return s;
 }
@@ -200,8 +199,10 @@ const char* queue_name(chime::CommandQueueBackend q) {
 
 // PrecisionNs: the runtime's precision in nanoseconds (a count, as
 // std::chrono::duration cannot be a template argument); SlackNs its
-// RuntimeOptions::slack (0: the default, the interval rule).
-template <chime::CommandQueueBackend Queue, std::int64_t PrecisionNs, std::int64_t SlackNs = 0>
+// RuntimeOptions::slack (0: the default, the interval rule); Shards its
+// RuntimeOptions::shards (each producer thread's Producer binds to the next
+// shard, round-robin).
+template <chime::CommandQueueBackend Queue, std::int64_t PrecisionNs, std::int64_t SlackNs = 0, unsigned Shards = 1>
 class ChimeService {
  public:
   using Id = chime::TimerId;
@@ -214,17 +215,19 @@ class ChimeService {
     o.workers = kWorkers;
     o.command_queue = Queue;
     o.slack = std::chrono::nanoseconds(SlackNs);
+    o.shards = Shards;
     return o;
   }
   static std::string name() {
     const chime::RuntimeOptions o = options();
     return std::string("chime,queue=") + queue_name(o.command_queue) + ",precision=" + fmt(o.precision) +
-           (SlackNs != 0 ? ",slack=" + fmt(o.slack) : std::string()) + ",workers=" + std::to_string(o.workers);
+           (SlackNs != 0 ? ",slack=" + fmt(o.slack) : std::string()) +
+           (Shards != 1 ? ",shards=" + std::to_string(Shards) : std::string()) +
+           ",workers=" + std::to_string(o.workers);
   }
 
   ChimeService() : rt_(options()) {
-    if (rt_.precision() != kPrecision)
-      fail(name(), "precision", rt_.precision().count(), kPrecision.count());
+    if (rt_.precision() != kPrecision) fail(name(), "precision", rt_.precision().count(), kPrecision.count());
   }
 
   class Producer {
@@ -239,9 +242,7 @@ class ChimeService {
       return p_.schedule_after(delay, chime::Task(f));
     }
     bool cancel(Id id) { return p_.cancel(id); }
-    bool reschedule_after(Id id, std::chrono::nanoseconds delay) {
-      return p_.reschedule_after(id, delay);
-    }
+    bool reschedule_after(Id id, std::chrono::nanoseconds delay) { return p_.reschedule_after(id, delay); }
 
    private:
     chime::Producer p_;
@@ -283,9 +284,7 @@ class MutexHeap {
       return svc_->schedule_after(delay, MutexHeapService::Callback(f));
     }
     bool cancel(Id id) { return svc_->cancel(id); }
-    bool reschedule_after(Id id, std::chrono::nanoseconds delay) {
-      return svc_->reschedule_after(id, delay);
-    }
+    bool reschedule_after(Id id, std::chrono::nanoseconds delay) { return svc_->reschedule_after(id, delay); }
 
    private:
     MutexHeapService* svc_;
@@ -308,9 +307,7 @@ class Asio {
  public:
   using Id = AsioTimerService::Id;
   static constexpr bool kAnswers = false;
-  static std::string name() {
-    return "asio_steady_timer,threads=" + std::to_string(kWorkers) + ",strand=per_producer";
-  }
+  static std::string name() { return "asio_steady_timer,threads=" + std::to_string(kWorkers) + ",strand=per_producer"; }
 
   Asio() : svc_(kWorkers, kMaxProducers + 1) {}
 
@@ -326,9 +323,7 @@ class Asio {
       return p_.schedule_after(delay, AsioTimerService::Callback(f));
     }
     bool cancel(const Id& id) { return p_.cancel(id); }
-    bool reschedule_after(const Id& id, std::chrono::nanoseconds delay) {
-      return p_.reschedule_after(id, delay);
-    }
+    bool reschedule_after(const Id& id, std::chrono::nanoseconds delay) { return p_.reschedule_after(id, delay); }
 
    private:
     AsioTimerService::Producer p_;
@@ -345,13 +340,13 @@ class Asio {
 };
 
 using ChimeMoodycamel = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count()>;
-using ChimeBoostLockfree =
-    ChimeService<chime::CommandQueueBackend::boost_lockfree, kPrecision.count()>;
-using ChimeMoodycamelFine =
-    ChimeService<chime::CommandQueueBackend::moodycamel, kFinePrecision.count()>;
+using ChimeBoostLockfree = ChimeService<chime::CommandQueueBackend::boost_lockfree, kPrecision.count()>;
+using ChimeMoodycamelFine = ChimeService<chime::CommandQueueBackend::moodycamel, kFinePrecision.count()>;
 // 1 ms grid, 50 us slack (design.md, "Slack"): fires within 50 us of the due.
 using ChimeMoodycamelSlack =
     ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), std::int64_t{50'000}>;
+// Two shards (design.md, "Shards"): two wheel threads over one slab and pool.
+using ChimeMoodycamelShards2 = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), 0, 2>;
 
 // One instance per service, with the background timers, built on first use
 // (outside any timed region) and destroyed at exit.
@@ -366,8 +361,7 @@ S& service() {
       p.schedule_at(base + std::chrono::nanoseconds(mix(i) % spread), BackgroundCallback{});
     }
     s->sync();
-    if (auto n = s->pending(); n && *n != sizes().pending)
-      fail(S::name(), "background pending", *n, sizes().pending);
+    if (auto n = s->pending(); n && *n != sizes().pending) fail(S::name(), "background pending", *n, sizes().pending);
     return s;
   }();
   return *instance;
@@ -408,9 +402,7 @@ TimePoint run_producers(unsigned P, Body&& body) {
   return run_producers(P, std::forward<Body>(body), [] {});
 }
 
-double seconds_since(TimePoint t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(TimePoint t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void check_background(const std::string& bench) {
   const std::uint64_t n = g_background_fired.load(std::memory_order_relaxed);
@@ -425,16 +417,14 @@ struct Usage {
 
   static std::int64_t cpu_of(const rusage& ru) {
     auto ns = [](const timeval& tv) {
-      return static_cast<std::int64_t>(tv.tv_sec) * 1'000'000'000 +
-             static_cast<std::int64_t>(tv.tv_usec) * 1'000;
+      return static_cast<std::int64_t>(tv.tv_sec) * 1'000'000'000 + static_cast<std::int64_t>(tv.tv_usec) * 1'000;
     };
     return ns(ru.ru_utime) + ns(ru.ru_stime);
   }
   static Usage now() {
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    return Usage{cpu_of(ru),
-                 static_cast<std::int64_t>(ru.ru_nvcsw) + static_cast<std::int64_t>(ru.ru_nivcsw)};
+    return Usage{cpu_of(ru), static_cast<std::int64_t>(ru.ru_nvcsw) + static_cast<std::int64_t>(ru.ru_nivcsw)};
   }
   Usage operator-(const Usage& o) const { return {cpu_ns - o.cpu_ns, switches - o.switches}; }
   Usage& operator+=(const Usage& o) {
@@ -542,8 +532,7 @@ void BM_Allocs(benchmark::State& state, std::string bench, unsigned P) {
   check_background(bench);
   const double timers = static_cast<double>(items);
   state.SetItemsProcessed(static_cast<std::int64_t>(items));
-  state.counters["allocs_per_timer"] =
-      benchmark::Counter(static_cast<double>(allocations) / timers);
+  state.counters["allocs_per_timer"] = benchmark::Counter(static_cast<double>(allocations) / timers);
 }
 
 // (b) schedule-to-fire throughput
@@ -553,8 +542,8 @@ void BM_ScheduleToFire(benchmark::State& state, std::string bench, unsigned P) {
   auto hs = producers(s, P);
   const std::size_t per = sizes().fire_timers / P;
   const std::uint64_t target = per * P;
-  const auto spread_us = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(kFireSpread).count());
+  const auto spread_us =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(kFireSpread).count());
   std::atomic<std::uint64_t> fired{0};
   Usage used;
   std::int64_t timer_thread_ns = 0;
@@ -567,8 +556,7 @@ void BM_ScheduleToFire(benchmark::State& state, std::string bench, unsigned P) {
         [&](unsigned p) {
           auto& h = hs[p];
           for (std::size_t k = 0; k < per; ++k) {
-            const auto offset =
-                std::chrono::microseconds(mix(p * per + k) % (spread_us + 1));  // 0..2000 us
+            const auto offset = std::chrono::microseconds(mix(p * per + k) % (spread_us + 1));  // 0..2000 us
             h.schedule_after(offset, FireCallback{&fired, target});
           }
         },
@@ -599,8 +587,8 @@ void BM_Lateness(benchmark::State& state, std::string bench, unsigned P) {
   const std::size_t ticks = static_cast<std::size_t>(z.run / 1ms);
   const std::size_t batch = z.fire_rate / 1000 / P;  // per producer per 1 ms tick
   const std::size_t per = ticks * batch;
-  const auto delay_us = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(kLatenessDelay).count());
+  const auto delay_us =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(kLatenessDelay).count());
   LatenessRecord record(per * P);
   record.target = per * P;
   std::atomic<std::uint64_t> churn_fired{0};
@@ -612,11 +600,9 @@ void BM_Lateness(benchmark::State& state, std::string bench, unsigned P) {
       std::size_t index = p * per;
       const TimePoint start = Clock::now();
       for (std::size_t t = 0; t < ticks; ++t) {
-        std::this_thread::sleep_until(start +
-                                      std::chrono::milliseconds(static_cast<std::int64_t>(t)));
+        std::this_thread::sleep_until(start + std::chrono::milliseconds(static_cast<std::int64_t>(t)));
         for (std::size_t b = 0; b < batch; ++b, ++index) {
-          const TimePoint due =
-              Clock::now() + kLatenessDelay + std::chrono::microseconds(mix(index) % delay_us);
+          const TimePoint due = Clock::now() + kLatenessDelay + std::chrono::microseconds(mix(index) % delay_us);
           record.due_ns[index] = ns_of(due);
           h.schedule_at(due, LatenessCallback{&record, index});
           for (std::size_t c = 0; c < z.churn; ++c) {
@@ -631,8 +617,7 @@ void BM_Lateness(benchmark::State& state, std::string bench, unsigned P) {
     s.sync();
     sorted = record.late_ns;
     std::sort(sorted.begin(), sorted.end());
-    if (sorted.front() < 0)
-      fail(bench, "a callback ran before its due time (ns early)", -sorted.front(), 0);
+    if (sorted.front() < 0) fail(bench, "a callback ran before its due time (ns early)", -sorted.front(), 0);
   }
   if (churn_fired.load() != 0) fail(bench, "cancelled timers fired", churn_fired.load(), 0);
   check_background(bench);
@@ -733,8 +718,8 @@ void BM_LightLoad(benchmark::State& state, std::string bench, unsigned P) {
   auto hs = producers(s, P);
   const Sizes& z = sizes();
   const std::size_t per = z.light_timers / P;
-  const auto delay_us = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(kLatenessDelay).count());
+  const auto delay_us =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(kLatenessDelay).count());
   LatenessRecord record(per * P);
   record.target = per * P;
   s.sync();
@@ -758,11 +743,9 @@ void BM_LightLoad(benchmark::State& state, std::string bench, unsigned P) {
           const std::chrono::nanoseconds run = z.light_run;
           for (std::size_t k = 0; k < per; ++k) {
             // Evenly paced: timer k at start + k * run / timers.
-            std::this_thread::sleep_until(start + run * static_cast<std::int64_t>(k) /
-                                                      static_cast<std::int64_t>(per));
+            std::this_thread::sleep_until(start + run * static_cast<std::int64_t>(k) / static_cast<std::int64_t>(per));
             const std::size_t index = p * per + k;
-            const TimePoint due =
-                Clock::now() + kLatenessDelay + std::chrono::microseconds(mix(index) % delay_us);
+            const TimePoint due = Clock::now() + kLatenessDelay + std::chrono::microseconds(mix(index) % delay_us);
             record.due_ns[index] = ns_of(due);
             h.schedule_at(due, LatenessCallback{&record, index});
           }
@@ -781,8 +764,7 @@ void BM_LightLoad(benchmark::State& state, std::string bench, unsigned P) {
     s.sync();
     sorted = record.late_ns;
     std::sort(sorted.begin(), sorted.end());
-    if (sorted.front() < 0)
-      fail(bench, "a callback ran before its due time (ns early)", -sorted.front(), 0);
+    if (sorted.front() < 0) fail(bench, "a callback ran before its due time (ns early)", -sorted.front(), 0);
   }
   check_background(bench);
   const auto runs = static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1));
@@ -801,8 +783,7 @@ void BM_LightLoad(benchmark::State& state, std::string bench, unsigned P) {
 // side in the output.
 
 template <class S, class Fn>
-void add(const std::string& scenario, const std::string& params, Fn fn, unsigned P,
-         int iterations) {
+void add(const std::string& scenario, const std::string& params, Fn fn, unsigned P, int iterations) {
   const std::string name = "BM_Runtime" + scenario + "<" + S::name() + ">/" + params;
   auto* b = benchmark::RegisterBenchmark(name.c_str(), fn, name, P);
   b->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -810,10 +791,11 @@ void add(const std::string& scenario, const std::string& params, Fn fn, unsigned
 }
 
 // with_slack: chime at a 50 us slack too, beside its interval rule (the
-// lateness scenarios).
+// lateness scenarios). Every scenario also runs chime with two shards.
 template <class Fn4>
 void for_services(Fn4&& fn, bool with_slack = false) {
   fn(static_cast<ChimeMoodycamel*>(nullptr));
+  fn(static_cast<ChimeMoodycamelShards2*>(nullptr));
   if (with_slack) fn(static_cast<ChimeMoodycamelSlack*>(nullptr));
   fn(static_cast<ChimeBoostLockfree*>(nullptr));
   fn(static_cast<MutexHeap*>(nullptr));
@@ -827,8 +809,7 @@ void register_all() {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
-      add<S>("ScheduleCancel",
-             pending + "/delay:" + fmt(kCancelDelay) + "/round:" + fmt(z.round) + prod,
+      add<S>("ScheduleCancel", pending + "/delay:" + fmt(kCancelDelay) + "/round:" + fmt(z.round) + prod,
              BM_ScheduleCancel<S>, P, 0);
     });
   }
@@ -837,8 +818,7 @@ void register_all() {
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
       add<S>("ScheduleToFire",
-             pending + "/due:0.." + fmt(kFireSpread) + "/timers:" + std::to_string(z.fire_timers) +
-                 prod,
+             pending + "/due:0.." + fmt(kFireSpread) + "/timers:" + std::to_string(z.fire_timers) + prod,
              BM_ScheduleToFire<S>, P, 0);
     });
   }
@@ -859,8 +839,8 @@ void register_all() {
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
       add<S>("Touch",
-             pending + "/touch_set:" + std::to_string(z.touch_set) +
-                 "/order:random/to:" + fmt(kTouchDelay) + "/round:" + fmt(z.round) + prod,
+             pending + "/touch_set:" + std::to_string(z.touch_set) + "/order:random/to:" + fmt(kTouchDelay) +
+                 "/round:" + fmt(z.round) + prod,
              BM_Touch<S>, P, 0);
     });
   }
@@ -868,15 +848,13 @@ void register_all() {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
-      add<S>("Allocs",
-             pending + "/delay:" + fmt(kCancelDelay) + "/pairs:" + std::to_string(z.pairs) + prod,
+      add<S>("Allocs", pending + "/delay:" + fmt(kCancelDelay) + "/pairs:" + std::to_string(z.pairs) + prod,
              BM_Allocs<S>, P, 2);
     });
   }
   auto idle = [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    const std::string name =
-        "BM_RuntimeIdleWakeups<" + S::name() + ">/" + pending + "/idle:" + fmt(z.idle);
+    const std::string name = "BM_RuntimeIdleWakeups<" + S::name() + ">/" + pending + "/idle:" + fmt(z.idle);
     auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_IdleWakeups<S>, name);
     b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
   };

@@ -11,6 +11,7 @@
 //
 // Input layout (every read past the end is 0, so any byte string is valid):
 //   byte 0   precision, from {1, 3, 1000, 1000000} ns (bits 0-1); workers (bits 2-4: 0, or 1-2 when bits 2-3 are set);
+//            with no workers, bit 4 set means two shards (RuntimeOptions::shards), else one;
 //            lane mode when there are no workers and bits 5-7 are all set: every timer is scheduled
 //            through a chime::Lane that the fuzzing thread made, so only its flushes (and, after
 //            shutdown(fire_pending), a run_ready) run callbacks, on the fuzzing thread

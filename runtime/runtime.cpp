@@ -406,10 +406,11 @@ Stats RuntimeCore::stats() const {
   s.callback_errors = counters_.sum(Counter::callback_errors);
   s.shards.reserve(shards_.size());
   for (const auto& shard : shards_) {
-    ShardStats k{shard->commands_.size_approx(), shard->wakeups_.load(std::memory_order_relaxed), shard->busy()};
+    ShardStats k{shard->commands_.size_approx(), shard->wakeups_.load(std::memory_order_relaxed), shard->busy(),
+                 shard->commands_.bound().refused()};
     s.queue_depth += k.queue_depth;
     s.wakeups += k.wakeups;
-    s.refused_overload += shard->commands_.bound().refused();
+    s.refused_overload += k.refused_overload;
     s.zombie_sweeps += shard->zombie_sweeps_.load(std::memory_order_relaxed);
     s.shards.push_back(k);
   }

@@ -53,8 +53,9 @@
 //   (refused_overload included: a schedule refused with CapacityError at
 //   --max-queue-depth is counted by its producer and its timer left out).
 // The report also gives the overload figures: the queue depth's peak
-// (sampled), the refusals, and the wheel thread's busy fraction (its CPU
-// time, stats().shards[0].busy, over the run's wall time).
+// (sampled), the refusals, and the wheel threads' busy fraction (their CPU
+// time, stats().shards[k].busy, over the run's wall time), in all and per
+// shard (--shards).
 //
 // --burst N is another run (run_burst): each producer posts N timers due
 // within 0-4 x precision as fast as it can, counting refusals; it reports
@@ -62,8 +63,8 @@
 // timer ran exactly once and no refused one ran.
 // Exits 0 if all hold, 1 on any violation or error, 2 on bad arguments.
 
-#include "stress_support.hpp"
 #include <unistd.h>
+#include "stress_support.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -134,10 +135,14 @@ std::string format_duration(std::int64_t v) {
 
 std::string format_bytes(double b) {
   char buf[64];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  if (b >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
+  else if (b >= 1024.0)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f B", b);
   return buf;
 }
 
@@ -172,8 +177,8 @@ enum : std::uint8_t {
 struct TimerRecord {
   // Written only by the producer that owns the timer; read by main after the
   // producers are joined.
-  std::uint64_t id = 0;     // packed TimerId
-  std::int64_t due_ns = 0;  // final due: the schedule's, then each reschedule that returned true
+  std::uint64_t id = 0;        // packed TimerId
+  std::int64_t due_ns = 0;     // final due: the schedule's, then each reschedule that returned true
   std::int64_t called_ns = 0;  // the clock just before the call that set due_ns (lateness split)
   std::uint8_t flags = 0;
   // Written by the callback. Atomics (relaxed, then the release of `fires`)
@@ -605,6 +610,10 @@ class Sampler {
       rss_at_peak_pending_ = rss;
     }
     peak_queue_depth_ = std::max<std::uint64_t>(peak_queue_depth_, s.queue_depth);
+    peak_shard_depth_.resize(s.shards.size(), 0);
+    for (std::size_t k = 0; k < s.shards.size(); ++k) {
+      peak_shard_depth_[k] = std::max<std::uint64_t>(peak_shard_depth_[k], s.shards[k].queue_depth);
+    }
     if (print) {
       progress_.line(seconds_between(shared_.start, std::chrono::steady_clock::now()),
                      producer_total(shared_, &ProducerCounters::scheduled),
@@ -616,6 +625,7 @@ class Sampler {
   std::uint64_t peak_pending() const { return peak_pending_; }
   std::uint64_t rss_at_peak_pending() const { return rss_at_peak_pending_; }
   std::uint64_t peak_queue_depth() const { return peak_queue_depth_; }
+  const std::vector<std::uint64_t>& peak_shard_depth() const { return peak_shard_depth_; }
 
  private:
   chime::Runtime& rt_;
@@ -623,8 +633,24 @@ class Sampler {
   Progress& progress_;
   std::uint64_t peak_pending_ = 0;
   std::uint64_t rss_at_peak_pending_;
-  std::uint64_t peak_queue_depth_ = 0;  // sampled every 20 ms
+  std::uint64_t peak_queue_depth_ = 0;           // sampled every 20 ms
+  std::vector<std::uint64_t> peak_shard_depth_;  // the same, per shard
 };
+
+// One line per shard: its queue depth's peak (sampled), its wheel thread's
+// busy fraction, its refusals and wake-ups.
+void print_shards(FILE* out, const chime::Stats& st, const std::vector<std::uint64_t>& peak_depth, double total_s,
+                  const char* indent) {
+  for (std::size_t k = 0; k < st.shards.size(); ++k) {
+    const chime::ShardStats& sh = st.shards[k];
+    const double busy_s = std::chrono::duration<double>(sh.busy).count();
+    std::fprintf(out,
+                 "%sshard %zu: queue depth peak %s; wheel thread busy %.0f%% (%.2f s CPU); %s refused; %s wake-ups\n",
+                 indent, k, with_commas(k < peak_depth.size() ? peak_depth[k] : 0).c_str(),
+                 total_s > 0 ? 100.0 * busy_s / total_s : 0.0, busy_s, with_commas(sh.refused_overload).c_str(),
+                 with_commas(sh.wakeups).c_str());
+  }
+}
 
 struct Produced {
   SteadyTime at;       // when the last producer was joined
@@ -726,8 +752,8 @@ std::uint64_t check_periodic_behind_flush(const std::vector<PeriodicRecord>& per
       ++behind;
       checks.example("periodic run counts: periodic #" + std::to_string(k) + " (period " +
                      std::to_string(pr.period_ns) + " ns, " + std::to_string(pr.runs.load()) +
-                     " runs) has its next run due at " + std::to_string(next_due) +
-                     " ns, behind the flush at " + std::to_string(flush_called_ns) + " ns");
+                     " runs) has its next run due at " + std::to_string(next_due) + " ns, behind the flush at " +
+                     std::to_string(flush_called_ns) + " ns");
     }
   }
   return behind;
@@ -1034,7 +1060,8 @@ struct Figures {
   std::uint64_t peak_rss = 0, baseline_rss = 0, peak_pending = 0, rss_at_peak_pending = 0;
   double growth = 0, bytes_per_pending = 0;
   std::uint64_t peak_queue_depth = 0, refused = 0;
-  double wheel_busy_s = 0;  // the wheel thread's CPU time (stats().shards[0].busy)
+  double wheel_busy_s = 0;                      // the wheel threads' CPU time (the shards' busy, summed)
+  std::vector<std::uint64_t> peak_shard_depth;  // per shard, sampled as peak_queue_depth
   std::uint64_t total_violations = 0;
   double per_s(std::uint64_t count) const { return producing_s > 0 ? static_cast<double>(count) / producing_s : 0.0; }
 };
@@ -1090,16 +1117,18 @@ void print_report(FILE* out, std::uint64_t seed, const Outcome& o, const Figures
                f.fires_total ? static_cast<double>(o.final_stats.wakeups) / static_cast<double>(f.fires_total) : 0.0);
   std::fprintf(out,
                "  overload          queue depth peak %s (sampled every 20 ms; bound %s); %s schedules refused; "
-               "wheel thread busy %.0f%% (%.2f s CPU in %.2f s)\n",
+               "wheel threads busy %.0f%% (%.2f s CPU in %.2f s)\n",
                with_commas(f.peak_queue_depth).c_str(), with_commas(o.queue_bound).c_str(),
                with_commas(f.refused).c_str(), f.total_s > 0 ? 100.0 * f.wheel_busy_s / f.total_s : 0.0, f.wheel_busy_s,
                f.total_s);
+  print_shards(out, o.final_stats, f.peak_shard_depth, f.total_s, "                    ");
   std::fprintf(out, "  memory            peak RSS %s; peak pending %s timers at RSS %s over the start",
                format_bytes(static_cast<double>(f.peak_rss)).c_str(), with_commas(f.peak_pending).c_str(),
                format_bytes(f.growth).c_str());
   if (f.peak_pending > 0)
     std::fprintf(out, " = %.0f bytes per pending timer\n", f.bytes_per_pending);
-  else std::fprintf(out, "\n");
+  else
+    std::fprintf(out, "\n");
   std::fprintf(out, "invariants\n");
   for (const Invariant& v : inv) {
     std::fprintf(out, "  %-4s  %-20s %s\n", v.violations == 0 ? "ok" : "FAIL", v.title.c_str(), v.detail.c_str());
@@ -1167,6 +1196,18 @@ bool write_json(const HarnessOptions& options, bool json_stdout, std::uint64_t s
                ", \"refused\": %" PRIu64 ", \"wheel_busy_s\": %.3f, \"wheel_busy_fraction\": %.4f},\n",
                f.peak_queue_depth, o.queue_bound, f.refused, f.wheel_busy_s,
                f.total_s > 0 ? f.wheel_busy_s / f.total_s : 0.0);
+  std::fprintf(jf, "  \"shards\": [");
+  for (std::size_t k = 0; k < o.final_stats.shards.size(); ++k) {
+    const chime::ShardStats& sh = o.final_stats.shards[k];
+    const double busy_s = std::chrono::duration<double>(sh.busy).count();
+    std::fprintf(jf,
+                 "%s{\"peak_queue_depth\": %" PRIu64 ", \"refused\": %" PRIu64
+                 ", \"wheel_busy_s\": %.3f"
+                 ", \"wheel_busy_fraction\": %.4f, \"wakeups\": %" PRIu64 "}",
+                 k == 0 ? "" : ", ", k < f.peak_shard_depth.size() ? f.peak_shard_depth[k] : 0, sh.refused_overload,
+                 busy_s, f.total_s > 0 ? busy_s / f.total_s : 0.0, sh.wakeups);
+  }
+  std::fprintf(jf, "],\n");
   std::fprintf(jf,
                "  \"memory\": {\"peak_rss_bytes\": %" PRIu64 ", \"baseline_rss_bytes\": %" PRIu64
                ", \"rss_at_peak_pending_bytes\": %" PRIu64 ", \"peak_pending\": %" PRIu64
@@ -1219,6 +1260,7 @@ int run_burst(const HarnessOptions& options) {
   rt_options.slack = options.slack;
   rt_options.workers = options.workers;
   rt_options.max_queue_depth = static_cast<std::size_t>(options.max_queue_depth);
+  rt_options.shards = options.shards;
   chime::Runtime rt(rt_options);
   const std::uint64_t baseline_rss = chime_stress::current_rss_bytes();
 
@@ -1248,11 +1290,16 @@ int run_burst(const HarnessOptions& options) {
   const SteadyTime start = std::chrono::steady_clock::now();
   go.store(true, std::memory_order_release);
   std::uint64_t peak_depth = 0, peak_pending = 0;
+  std::vector<std::uint64_t> peak_shard_depth;
   while (running.load(std::memory_order_acquire) != 0) {
     std::this_thread::sleep_for(1ms);
     const chime::Stats s = rt.stats();
     peak_depth = std::max<std::uint64_t>(peak_depth, s.queue_depth);
     peak_pending = std::max<std::uint64_t>(peak_pending, s.pending);
+    peak_shard_depth.resize(s.shards.size(), 0);
+    for (std::size_t k = 0; k < s.shards.size(); ++k) {
+      peak_shard_depth[k] = std::max<std::uint64_t>(peak_shard_depth[k], s.shards[k].queue_depth);
+    }
   }
   for (auto& t : threads) t.join();
   const SteadyTime produced = std::chrono::steady_clock::now();
@@ -1279,7 +1326,8 @@ int run_burst(const HarnessOptions& options) {
   const bool stats_agree = st.refused_overload == n_refused && refused_counted == n_refused &&
                            st.scheduled == n_accepted && st.fired == n_accepted && st.pending == 0;
   const double producing_s = seconds_between(start, produced), total_s = seconds_between(start, flushed);
-  const double busy_s = st.shards.empty() ? 0.0 : seconds_of(st.shards[0].busy);
+  double busy_s = 0;
+  for (const chime::ShardStats& sh : st.shards) busy_s += seconds_of(sh.busy);
   std::fprintf(out, "  posted     %s in %.2f s (%s/s); accepted %s, refused %s (%.1f%%)\n", with_commas(total).c_str(),
                producing_s, with_commas(static_cast<std::uint64_t>(static_cast<double>(total) / producing_s)).c_str(),
                with_commas(n_accepted).c_str(), with_commas(n_refused).c_str(),
@@ -1292,6 +1340,7 @@ int run_burst(const HarnessOptions& options) {
                with_commas(peak_pending).c_str());
   std::fprintf(out, "  wheel      busy %.0f%% (%.2f s CPU in %.2f s to the flush); %s wake-ups\n",
                total_s > 0 ? 100.0 * busy_s / total_s : 0.0, busy_s, total_s, with_commas(st.wakeups).c_str());
+  print_shards(out, st, peak_shard_depth, total_s, "             ");
   std::fprintf(out, "  memory     peak RSS %s (baseline %s, the per-timer bytes of the check included: 2 per timer)\n",
                format_bytes(static_cast<double>(chime_stress::peak_rss_bytes())).c_str(),
                format_bytes(static_cast<double>(baseline_rss)).c_str());
@@ -1330,6 +1379,7 @@ int run(const HarnessOptions& options) {
   rt_options.slack = options.slack;
   rt_options.workers = options.workers;
   rt_options.max_queue_depth = static_cast<std::size_t>(options.max_queue_depth);
+  rt_options.shards = options.shards;
   chime::Runtime rt(rt_options);
 
   Shared shared(options, seed, rate, rt, records.get());
@@ -1391,7 +1441,8 @@ int run(const HarnessOptions& options) {
   f.bytes_per_pending = f.peak_pending > 0 ? f.growth / static_cast<double>(f.peak_pending) : 0;
   f.peak_queue_depth = sampler.peak_queue_depth();
   f.refused = producer_total(shared, &ProducerCounters::refused);
-  f.wheel_busy_s = o.final_stats.shards.empty() ? 0.0 : seconds_of(o.final_stats.shards[0].busy);
+  for (const chime::ShardStats& sh : o.final_stats.shards) f.wheel_busy_s += seconds_of(sh.busy);
+  f.peak_shard_depth = sampler.peak_shard_depth();
   o.queue_bound = queue_bound(options);
 
   print_report(out, seed, o, f, inv, checks);

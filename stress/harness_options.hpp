@@ -37,18 +37,20 @@ struct HarnessOptions {
   double seconds = 10.0;             // the producing phase lasts at most this long
   std::chrono::nanoseconds precision = std::chrono::milliseconds(1);
   std::chrono::nanoseconds slack{0};  // RuntimeOptions::slack; 0: the default (the interval rule)
-  std::optional<double> rate;        // timers scheduled per second, all producers; unset: 1.05 x timers / seconds; 0: no pacing
+  std::optional<double>
+      rate;  // timers scheduled per second, all producers; unset: 1.05 x timers / seconds; 0: no pacing
   unsigned workers = std::thread::hardware_concurrency() == 0 ? 2 : std::thread::hardware_concurrency();
   std::optional<std::uint64_t> seed;  // unset: drawn at random (and printed)
   std::optional<std::string> json;    // --json FILE, "-" for stdout
   std::uint64_t max_queue_depth = 0;  // RuntimeOptions::max_queue_depth; 0: the default
   std::uint64_t burst = 0;            // --burst N: the burst mode, N timers per producer, unpaced; 0: the usual run
+  unsigned shards = 0;                // RuntimeOptions::shards; 0: the default (CHIME_SHARDS, else 1)
 };
 
 inline constexpr const char* kUsage =
     "usage: chime-stress [--producers P] [--timers N] [--cancel-ratio R] [--reschedule-ratio R]\n"
     "                    [--periodic K] [--seconds S] [--precision D] [--slack D] [--rate OPS] [--workers W]\n"
-    "                    [--seed N] [--json FILE|-] [--max-queue-depth Q] [--burst N] [--help]\n"
+    "                    [--seed N] [--json FILE|-] [--max-queue-depth Q] [--burst N] [--shards K] [--help]\n"
     "\n"
     "Drives a chime::Runtime from P producer threads and checks its guarantees.\n"
     "\n"
@@ -73,6 +75,8 @@ inline constexpr const char* kUsage =
     "  --burst N             instead of the run above: each producer posts N timers due within\n"
     "                        0-4 x precision as fast as it can, counting refusals; reports peak\n"
     "                        queue depth and RSS, and checks every accepted timer runs exactly once\n"
+    "  --shards K            RuntimeOptions::shards: wheel threads, each producer bound to one\n"
+    "                        round-robin; 0: the default (CHIME_SHARDS, else 1)  (default 0)\n"
     "  --help, -h            print this and exit\n"
     "\n"
     "Due times: 60% within 0-4 x precision, 35% within 64-4096 x precision (level 1 of\n"
@@ -134,7 +138,7 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
     static constexpr const char* known[] = {
         "--producers",       "--timers", "--cancel-ratio", "--reschedule-ratio", "--periodic", "--seconds",
         "--precision",       "--slack",  "--rate",         "--workers",          "--seed",     "--json",
-        "--max-queue-depth", "--burst"};
+        "--max-queue-depth", "--burst",  "--shards"};
     bool is_known = false;
     for (const char* k : known) is_known = is_known || name == k;
     if (!is_known) {
@@ -193,11 +197,16 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
       const std::string digits = v.substr(0, unit_at);
       const std::string unit = v.substr(unit_at);
       double scale = 0;
-      if (unit.empty() || unit == "ms") scale = 1e6;
-      else if (unit == "us") scale = 1e3;
-      else if (unit == "ns") scale = 1;
-      else if (unit == "s") scale = 1e9;
-      else return bad("expected a duration such as 1ms, 250us, 100000ns (units ns, us, ms, s)");
+      if (unit.empty() || unit == "ms")
+        scale = 1e6;
+      else if (unit == "us")
+        scale = 1e3;
+      else if (unit == "ns")
+        scale = 1;
+      else if (unit == "s")
+        scale = 1e9;
+      else
+        return bad("expected a duration such as 1ms, 250us, 100000ns (units ns, us, ms, s)");
       if (!detail::parse_double(digits, d)) return bad("expected a duration such as 1ms, 250us, 100000ns");
       const double ns = std::round(d * scale);
       if (ns <= 0) return bad("must be positive (at least 1ns)");
@@ -219,6 +228,9 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
     } else if (name == "--burst") {
       if (!integer(1, 100'000'000, u)) return ParseResult::error;
       options.burst = u;
+    } else if (name == "--shards") {
+      if (!integer(0, 64, u)) return ParseResult::error;
+      options.shards = static_cast<unsigned>(u);
     } else if (name == "--json") {
       if (v.empty()) return bad("expected a file name or -");
       options.json = v;

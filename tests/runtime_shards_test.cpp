@@ -126,6 +126,8 @@ TEST(RuntimeShards, a_timer_belongs_to_its_producers_shard) {
   const chime::Stats held = rt.stats();
   ASSERT_EQ(held.shards.size(), 2u);
   EXPECT_GE(held.shards[0].queue_depth, 1024u);
+  EXPECT_EQ(held.shards[0].refused_overload, 1u);
+  EXPECT_EQ(held.shards[1].refused_overload, 0u);
   // Shard 1 keeps up: its schedules are accepted and its timers run.
   for (int i = 0; i < 100; ++i) p1.schedule_at(at(1ms), [&ran1] { ran1.fetch_add(1); });
   gate.release();

@@ -301,6 +301,7 @@ class RuntimeFuzz {
   i128 k_max_ = 0;
   std::size_t max_pending_ = 0;
   unsigned workers_ = 0;
+  unsigned shards_ = 1;     // RuntimeOptions::shards (setup.hpp)
   bool slow_all_ = false;   // RuntimeOptions::slow_run = 0: every run counts as slow
   std::uint32_t tag_ = 0;   // this runtime's tag (from the first id it issued; 0 before)
   std::optional<chime::ManualClock> other_clock_;  // a second runtime, for ids from another runtime

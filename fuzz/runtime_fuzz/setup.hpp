@@ -25,6 +25,10 @@ inline RuntimeFuzz::RuntimeFuzz(Input& in, bool simulated) : in_(in), sim_(simul
   // The simulation has no workers (its callbacks run in the passes).
   workers_ = !sim_ && ((b0 >> 2) & 3) == 3 ? 1 + ((b0 >> 4) & 1) : 0;
   lane_mode_ = workers_ == 0 && (b0 >> 5) == 7;
+  // Two shards when there are no workers and bit 4 is set (with workers,
+  // bit 4 chooses their count): the fuzzing thread's Producer and Lane bind
+  // to shard 0 and 1 in turn, its Runtime calls to its thread's shard.
+  shards_ = workers_ == 0 && ((b0 >> 4) & 1) != 0 ? 2 : 1;
   const auto& sets = bit_sets();
   bits_v_ = sets[in_.u8() % sets.size()];
   num_bits_ = 0;
@@ -40,12 +44,14 @@ inline RuntimeFuzz::RuntimeFuzz(Input& in, bool simulated) : in_(in), sim_(simul
   FUZZ_TRACE("Runtime precision=" << p_ << "ns bits=" << num_bits_ << "(" << bits_v_.size()
                                   << " levels) start=" << start_ << " max_pending=" << max_pending
                                   << " queue=" << (boost_queue ? "boost" : "moodycamel") << " workers=" << workers_
-                                  << (lane_mode_ ? " lane" : "") << (slow_all_ ? " slow_run=0" : "")
+                                  << " shards=" << shards_ << (lane_mode_ ? " lane" : "")
+                                  << (slow_all_ ? " slow_run=0" : "")
                                   << (sim_ ? " simulated" : ""));
   chime::RuntimeOptions o;
   o.precision = Duration{p_};
   o.level_bits = chime::LevelBits::create(std::span<const int>(bits_v_));
   o.workers = workers_;
+  o.shards = shards_;
   o.clock = &*clock_;
   o.max_pending = max_pending;
   o.on_error = [this](TimerId id, std::exception_ptr e) {

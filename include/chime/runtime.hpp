@@ -201,6 +201,9 @@ struct ShardStats {
   std::uint64_t queue_depth = 0;
   std::uint64_t wakeups = 0;  // times the shard's wheel thread woke up
   Duration busy{0};           // the wheel thread's CPU time so far (CLOCK_THREAD_CPUTIME_ID); 0 if not known
+  // Schedules refused because this shard's queue was at max_queue_depth
+  // (Stats::refused_overload is the shards' sum).
+  std::uint64_t refused_overload = 0;
 };
 
 struct Stats {
