@@ -88,7 +88,13 @@ LaneCore* RuntimeCore::open_lane() {
     }
   }
   lanes_.push_back(std::make_unique<LaneCore>());
-  lanes_.back()->token = make_token();  // on the next shard, round-robin
+  // On the next shard, round-robin; with workers = 0, on shard 0. Then
+  // callbacks run on the wheel threads, and one that destroys a Lane waits
+  // for the lane's shard to serve the close (close_lane): a lane of shard 1
+  // closed from shard 0's callback while shard 1's callback closes a lane
+  // of shard 0 would wait for each other. With every lane on shard 0, only
+  // the other shards wait for shard 0, and shard 0 closes its lanes in place.
+  lanes_.back()->token = options_.workers == 0 ? make_token_on(0) : make_token();
   lanes_.back()->shard = lanes_.back()->token->shard;
   lanes_.back()->in_use = true;
   // The creating thread is the lane's thread until another runs it: a flush

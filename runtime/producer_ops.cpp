@@ -68,7 +68,10 @@ ProducerQueueToken* RuntimeCore::token_for(const WheelThread& s, ProducerQueueTo
 }
 
 std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token() {
-  const unsigned k = next_shard_.fetch_add(1, std::memory_order_relaxed) % shards_.size();
+  return make_token_on(next_shard_.fetch_add(1, std::memory_order_relaxed) % shards_.size());
+}
+
+std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token_on(unsigned k) {
   std::unique_ptr<ProducerQueueToken> token = shards_[k]->commands_.make_token();
   token->shard = k;
   return token;

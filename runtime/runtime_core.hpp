@@ -217,6 +217,8 @@ class RuntimeCore {
   void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
   // A Producer's token: on the next shard, round-robin (design.md, "Shards").
   std::unique_ptr<ProducerQueueToken> make_token();
+  // A token on shard k.
+  std::unique_ptr<ProducerQueueToken> make_token_on(unsigned k);
   // A Producer goes away: its cached free slots go back to the free list.
   void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
   const Clock& clock() const noexcept { return *clock_; }

@@ -98,7 +98,10 @@ WheelThread::WheelThread(RuntimeCore& core, unsigned index)
     : commands_(core.options_.command_queue),
       core_(core),
       index_(index),
-      wt_(WheelConfig{core.options_.precision, core.options_.level_bits, core.options_.reserve},
+      // RuntimeOptions::reserve is for all the runtime's timers: each
+      // shard's wheel makes room for its share (the wheels grow past it).
+      wt_(WheelConfig{core.options_.precision, core.options_.level_bits,
+                      (core.options_.reserve + core.options_.shards - 1) / core.options_.shards},
           TimePoint(Duration(core.start_ns_))) {
   commands_.bound().set(core.options_.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
                                                            : core.options_.max_queue_depth);

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -198,6 +199,29 @@ TEST(RuntimeShards, periodic_timers_and_lanes_run_on_every_shard) {
   for (const TimerId id : ids) EXPECT_TRUE(rt.cancel(id));
   rt.flush();
   EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// With workers = 0 callbacks run on the wheel threads, and destroying a
+// Lane waits for its shard to serve the close. Every Lane is then on shard
+// 0, so callbacks on two shards that destroy lanes at the same time never
+// wait for each other (each round would hang otherwise, failing by timeout).
+TEST(RuntimeShards, callbacks_on_two_shards_destroying_lanes_never_wait_for_each_other) {
+  ManualClock clock{kStart};
+  Runtime rt(sharded(manual_options(clock, 0), 2));
+  chime::Producer p0 = rt.producer();
+  chime::Producer p1 = rt.producer();
+  for (int round = 1; round <= 50; ++round) {
+    auto a = std::make_unique<chime::Lane>(rt.lane());
+    auto b = std::make_unique<chime::Lane>(rt.lane());
+    a->schedule_at(at(std::chrono::milliseconds(round) + 500ms), [] {});
+    b->schedule_at(at(std::chrono::milliseconds(round) + 500ms), [] {});
+    p0.schedule_at(at(std::chrono::milliseconds(round)), [&a] { a.reset(); });
+    p1.schedule_at(at(std::chrono::milliseconds(round)), [&b] { b.reset(); });
+    advance_to(clock, rt, at(std::chrono::milliseconds(round + 1)));
+    EXPECT_EQ(a, nullptr);
+    EXPECT_EQ(b, nullptr);
+  }
+  EXPECT_EQ(rt.stats().pending, 0u) << "a closed lane's timer was not cancelled";
 }
 
 // flush() waits for every shard's due timers; drain() runs every shard's

@@ -275,7 +275,9 @@ struct RuntimeOptions {
   static constexpr std::size_t min_max_queue_depth = 1024;
   // Shards (design.md, "Shards"): this many wheel threads, each with its own
   // wheel and command queue, over one slot slab and one worker pool. A
-  // Producer or a Lane binds to a shard when made (round-robin); the
+  // Producer or a Lane binds to a shard when made (round-robin; with
+  // workers = 0 every Lane is on shard 0, so that callbacks, which then run
+  // on the wheel threads, never wait for each other to close a Lane); the
   // Runtime's own schedule calls use the calling thread's shard (chosen once
   // per thread). 0 means the default: the environment variable CHIME_SHARDS
   // if it is set (a number from 1 to max_shards), else 1, because one
