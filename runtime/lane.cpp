@@ -121,7 +121,7 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     if (s == SlotState::cancelled) {
       if (slot.task) {
         slot.task.reset();  // C4 while we held the claim: the holder frees it
-        slot.wheel.filed_generation = 0;
+        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
         slot.wheel.alarm = {};
         wt().retired->add(index);
       } else {
@@ -136,7 +136,7 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
                                         std::memory_order_acquire)) {
       core_.end_cancelled_timer();
       slot.task.reset();
-      slot.wheel.filed_generation = 0;
+      slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
       slot.wheel.alarm = {};
       wt().retired->add(index);
       return;

@@ -357,11 +357,12 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     // A reschedule or cancel racing shutdown settles first, and again after a failed CAS.
     for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::cancelled && slot.wheel.filed_generation == StateWord::generation(w)) {
+      if (s == SlotState::cancelled &&
+          slot.wheel.filed_generation.load(std::memory_order_relaxed) == StateWord::generation(w)) {
         // Cancelled while filed after the wheel thread's last pass (a cancel
         // racing shutdown): a zombie only the wheel thread would have
         // reclaimed. Free it here, so its task does not outlive shutdown.
-        slot.wheel.filed_generation = 0;
+        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
         slot.task.reset();
         slab_.release(i);
         break;

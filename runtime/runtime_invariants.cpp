@@ -85,9 +85,9 @@ std::string WheelThread::check_on_wheel() {
       failure = holds() + " of shard " + std::to_string(shard);
     } else if (!StateWord::filed(w)) {
       failure = holds() + " whose filed bit is clear (" + state_name(s) + ")";
-    } else if (StateWord::generation(w) != slot.wheel.filed_generation) {
+    } else if (StateWord::generation(w) != slot.wheel.filed_generation.load(std::memory_order_relaxed)) {
       failure = holds() + " at generation " + std::to_string(StateWord::generation(w)) + ", filed at generation " +
-                std::to_string(slot.wheel.filed_generation);
+                std::to_string(slot.wheel.filed_generation.load(std::memory_order_relaxed));
     } else if (s != SlotState::pending && s != SlotState::writing && s != SlotState::cancelling &&
                s != SlotState::cancelled) {
       failure = holds() + " in state " + state_name(s);

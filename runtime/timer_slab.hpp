@@ -65,12 +65,20 @@ struct alignas(64) TimerSlot {
   std::atomic<std::int64_t> due_ns{0};  // ownership: timer_state.hpp
   std::int64_t period_ns = 0;           // 0: one-shot
   Missed on_missed = Missed::skip;
-  // The wheel thread's part: only the wheel thread reads or writes it (and
-  // shutdown's sweep, after the join; a periodic's inline re-arm, on the
-  // wheel thread with workers = 0).
+  // The wheel thread's part: only the wheel thread of the timer's shard
+  // writes it (and shutdown's sweep, after the join; a periodic's inline
+  // re-arm, on that wheel thread with workers = 0). Another shard's wheel
+  // thread may read filed_generation: a command for an older generation of
+  // the slot (a reschedule, or an ADD cancelled before it was filed) can
+  // reach its old shard after the slot was freed and reused by a timer of
+  // another shard; it reads a generation that is not its own and drops the
+  // command. Hence atomic, every access relaxed: the value only tells a
+  // shard whether it filed this generation (only it writes that value), and
+  // the slot's other fields are ordered by the state word. The alarm is
+  // read only by the shard that filed it.
   struct WheelPart {
-    std::uint32_t filed_generation = 0;       // generation whose ADD/REARM the wheel has applied; 0: none
-    TimingWheel<std::uint32_t>::Alarm alarm;  // its alarm in the wheel; {} when not in the wheel
+    std::atomic<std::uint32_t> filed_generation{0};  // generation whose ADD/REARM the wheel has applied; 0: none
+    TimingWheel<std::uint32_t>::Alarm alarm;         // its alarm in the wheel; {} when not in the wheel
   } wheel;
   // Debug builds (CHIME_ASSERT on): while this timer's callback blocks in
   // cancel_and_wait, the timer it waits for (pack_id); 0 otherwise. Used to

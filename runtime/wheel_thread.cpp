@@ -359,7 +359,8 @@ void WheelThread::reclaim(TimerSlot& slot, std::uint32_t index) {
   // Only what is set is cleared: an ADD that found its timer cancelled
   // (the common case under schedule+cancel) leaves the state line clean, so
   // the producer that reuses the slot does not fetch it back dirty.
-  if (slot.wheel.filed_generation != 0) slot.wheel.filed_generation = 0;
+  if (slot.wheel.filed_generation.load(std::memory_order_relaxed) != 0)
+    slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
   if (slot.wheel.alarm != TimingWheel<std::uint32_t>::Alarm{}) slot.wheel.alarm = {};
   wt().retired->add(index);
   ++wt().reclaimed;
@@ -375,8 +376,9 @@ void WheelThread::apply(const Command& c) {
       std::uint64_t w = slot.word.load(std::memory_order_acquire);
       for (;;) {
         if (StateWord::generation(w) != c.generation) return;  // cancelled, freed by its canceller, and reused
-        CHIME_ASSERT(!StateWord::filed(w) && slot.wheel.filed_generation != c.generation,
-                     "an ADD for a timer already filed");
+        CHIME_ASSERT(
+            !StateWord::filed(w) && slot.wheel.filed_generation.load(std::memory_order_relaxed) != c.generation,
+            "an ADD for a timer already filed");
         switch (StateWord::state(w)) {
           case SlotState::pending:
             // (A1) We file it, and from now on we free it if it is cancelled.
@@ -386,7 +388,7 @@ void WheelThread::apply(const Command& c) {
                                                  std::memory_order_acquire)) {
               continue;
             }
-            slot.wheel.filed_generation = c.generation;
+            slot.wheel.filed_generation.store(c.generation, std::memory_order_relaxed);
             if (slot.lane.load(std::memory_order_relaxed) != nullptr && core_.lane_closed(slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
@@ -416,7 +418,7 @@ void WheelThread::apply(const Command& c) {
       }
     }
     case CommandKind::reschedule: {  // due moved earlier, or due now by the call's clock (R2): re-file now
-      if (slot.wheel.filed_generation != c.generation) {
+      if (slot.wheel.filed_generation.load(std::memory_order_relaxed) != c.generation) {
         // Its ADD is not applied yet. Posted on another queue (the schedule
         // through a Producer, the reschedule through the Runtime, or two
         // threads), it may come after this command; dropped, the ADD would
@@ -647,7 +649,8 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
   // as the version we read; the claim CAS from exactly this word fails if a
   // reschedule published a newer one since.
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
-  CHIME_ASSERT(StateWord::generation(w) == slot.wheel.filed_generation, "a filed alarm names a timer not filed");
+  CHIME_ASSERT(StateWord::generation(w) == slot.wheel.filed_generation.load(std::memory_order_relaxed),
+               "a filed alarm names a timer not filed");
   for (;;) {
     switch (StateWord::state(w)) {
       case SlotState::pending: {
@@ -696,7 +699,7 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
         return;
       default:
         CHIME_ASSERT(false, "a filed timer is never handed, running, fired or free");
-        slot.wheel.filed_generation = 0;
+        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
         return;
     }
   }
@@ -713,7 +716,7 @@ bool WheelThread::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
                                        std::memory_order_acquire)) {
     return false;
   }
-  slot.wheel.filed_generation = 0;
+  slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
   dispatch(d);
   return true;
 }

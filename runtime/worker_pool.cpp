@@ -290,7 +290,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
       // now (a re-arm already behind the wheel's interval runs next pass),
       // instead of a command that would keep the queue from ever emptying
       // under sustained periodic load.
-      slot.wheel.filed_generation = d.generation;
+      slot.wheel.filed_generation.store(d.generation, std::memory_order_relaxed);
       shard(d.shard).file(d.slot, slot, false);
     } else {
       // To the shard that ran it, the timer's own (d.shard is its slot's shard).

@@ -211,8 +211,14 @@ TEST(RuntimeShards, callbacks_on_two_shards_destroying_lanes_never_wait_for_each
   chime::Producer p0 = rt.producer();
   chime::Producer p1 = rt.producer();
   for (int round = 1; round <= 50; ++round) {
-    auto a = std::make_unique<chime::Lane>(rt.lane());
-    auto b = std::make_unique<chime::Lane>(rt.lane());
+    // Made on another thread, which then runs them no more: this thread's
+    // flushes must not run a lane that a callback is destroying (a Lane is
+    // not closed while its thread runs it: lane.hpp).
+    std::unique_ptr<chime::Lane> a, b;
+    std::thread([&] {
+      a = std::make_unique<chime::Lane>(rt.lane());
+      b = std::make_unique<chime::Lane>(rt.lane());
+    }).join();
     a->schedule_at(at(std::chrono::milliseconds(round) + 500ms), [] {});
     b->schedule_at(at(std::chrono::milliseconds(round) + 500ms), [] {});
     p0.schedule_at(at(std::chrono::milliseconds(round)), [&a] { a.reset(); });
