@@ -53,18 +53,19 @@ unsigned this_thread_number() noexcept {
 }  // namespace
 
 WheelThread& RuntimeCore::thread_shard() const noexcept {
-  if (shards_.size() == 1) return *shards_[0];
+  if (single_shard_ != nullptr) return *single_shard_;
   return *shards_[this_thread_number() % shards_.size()];
 }
 
 WheelThread& RuntimeCore::shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept {
+  if (single_shard_ != nullptr) return *single_shard_;
   if (lane != nullptr) return *shards_[lane->shard];
   if (token != nullptr) return *shards_[token->shard];
   return thread_shard();
 }
 
-ProducerQueueToken* RuntimeCore::token_for(const WheelThread& s, ProducerQueueToken* token) noexcept {
-  return token != nullptr && token->shard == s.index() ? token : nullptr;
+ProducerQueueToken* RuntimeCore::token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept {
+  return single_shard_ != nullptr || (token != nullptr && token->shard == s.index()) ? token : nullptr;
 }
 
 std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token() {

@@ -94,19 +94,19 @@ std::uint32_t next_runtime_tag() noexcept {
   }
 }
 
-// RuntimeOptions::shards = 0: CHIME_SHARDS if set, else 1 (runtime.hpp).
+// RuntimeOptions::shards = 0: CHIME_SHARDS if set and not empty, else 1 (runtime.hpp).
 unsigned default_shards() {
   const char* env = std::getenv("CHIME_SHARDS");
-  if (env == nullptr) return 1;
+  if (env == nullptr || *env == '\0') return 1;  // unset or empty: the default
   const std::string text(env);
+  // Digits only (no sign, no spaces), at most 3 of them: 1 to max_shards.
   unsigned long n = 0;
-  std::size_t used = 0;
-  try {
-    n = std::stoul(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
+  bool digits = text.size() <= 3;
+  for (const char c : text) {
+    digits = digits && c >= '0' && c <= '9';
+    if (digits) n = n * 10 + static_cast<unsigned long>(c - '0');
   }
-  if (used == 0 || used != text.size() || n < 1 || n > RuntimeOptions::max_shards) {
+  if (!digits || n < 1 || n > RuntimeOptions::max_shards) {
     throw std::invalid_argument("chime::Runtime: the environment variable CHIME_SHARDS = \"" + text +
                                 "\" is not a number from 1 to " + std::to_string(RuntimeOptions::max_shards) +
                                 " (it sets RuntimeOptions::shards when that is 0)");
@@ -177,6 +177,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   }
   shards_.reserve(options_.shards);
   for (unsigned k = 0; k < options_.shards; ++k) shards_.push_back(std::make_unique<WheelThread>(*this, k));
+  if (shards_.size() == 1) single_shard_ = shards_[0].get();
   if (simulated_) return;
   pool_.threads.reserve(options_.workers);
   unsigned started = 0;  // wheel threads
@@ -310,7 +311,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shutdown_done_.load(std::memory_order_relaxed)) return 0;
   // No timer due after this call runs, however long the queue: the wheel
-  // thread stops at its next look (wheel_main) instead of waiting for the
+  // threads stop at their next look (WheelThread::run_pass) instead of waiting for the
   // stop command behind the backlog; the sweep below cancels the rest.
   if (mode == ShutdownMode::cancel_pending) cancel_requested_.store(true, std::memory_order_seq_cst);
   stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair

@@ -277,7 +277,7 @@ class RuntimeCore {
   WheelThread& thread_shard() const noexcept;
   // The token to post through to `s`: a token bound to another shard's
   // queue cannot be used (null: the calling thread's implicit sub-queue).
-  static ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) noexcept;
+  ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept;
   bool on_any_wheel_thread() const noexcept;  // this thread is one of this runtime's wheel threads
 
   // worker_pool.cpp. Where a batch runs: a periodic re-arm is filed
@@ -417,6 +417,9 @@ class RuntimeCore {
   // The shards (wheel_thread.hpp), in index order: made after the pool
   // (each holds a token on its hand-off queue), destroyed before it.
   std::vector<std::unique_ptr<WheelThread>> shards_;
+  // shards_[0] when there is one shard, else null: the hot paths' shortcut
+  // (shard_for, token_for), set before any thread starts.
+  WheelThread* single_shard_ = nullptr;
   std::atomic<unsigned> next_shard_{0};  // round-robin for Producers and Lanes; relaxed: any spread will do
 };
 

@@ -1,7 +1,7 @@
 // runtime/simulation.cpp: the deterministic simulation's passes (a test
 // seam; simulation.hpp says what it covers and what it does not). The pass
 // itself is the wheel thread's (wheel_thread.cpp, run_pass); this file is
-// the loop that replaces wheel_main and the waits of flush, drain and
+// the loop that replaces WheelThread::main and the waits of flush, drain and
 // shutdown on a simulated runtime.
 #include "simulation.hpp"
 

@@ -10,18 +10,18 @@
 // with its options) that starts neither a wheel thread nor workers
 // (workers must be 0: every callback runs inside a pass, on the calling
 // thread, as the wheel thread runs them with workers = 0). The wheel
-// thread's pass (runtime/wheel_thread.cpp, RuntimeCore::run_pass: apply the
+// thread's pass (runtime/wheel_thread.cpp, WheelThread::run_pass: apply the
 // queued commands, read the clock and advance, dispatch, hand over, settle
 // requests) is the very code the threaded runtime runs; only the loop around
 // it (the sleep, the wake-up handshake) is replaced by the test's calls:
-// - run_one_pass(): one pass now;
+// - run_one_pass(): one pass now (of every shard, in shard order);
 // - run_until_idle(): passes until one that had nothing to do;
 // - the runtime's own blocking calls work: flush() and drain() run the
 //   passes they wait for (and a flush on a lane's thread runs its lanes
 //   between them, as the threaded flush does), shutdown() runs passes until
 //   the stop is served, and a Lane's close is done at once, as from a
 //   callback on the wheel thread (the thread that made the Simulation
-//   counts as the wheel thread);
+//   counts as every shard's wheel thread);
 // - lanes are run by the caller (Lane::run_ready), between passes.
 // With a ManualClock, the same calls in the same order give the same runs:
 // no thread, no wall-clock read decides anything (the steady clock is read
@@ -60,10 +60,11 @@ class Simulation {
 
   Runtime& runtime() noexcept { return *runtime_; }
 
-  // One pass of the wheel thread at the clock's current time. Returns true
-  // iff it did something: applied commands or requests, dispatched runs,
-  // left work for the next pass, or stopped the runtime (shutdown). After
-  // shutdown it does nothing and returns false. May allocate.
+  // One pass of each shard's wheel thread (in shard order: a run replays
+  // exactly) at the clock's current time. Returns true iff one did
+  // something: applied commands or requests, dispatched runs, left work for
+  // the next pass, or stopped (shutdown). After shutdown it does nothing and
+  // returns false. May allocate.
   bool run_one_pass();
   // Passes until one returns false; returns how many passes did something.
   std::size_t run_until_idle();

@@ -188,7 +188,7 @@ Duration WheelThread::busy() const noexcept {
 // the pass applied timer commands (sleep's linger policy). Returns
 // more_commands when the queue was not emptied (start the next pass at
 // once), stopped when the wheel thread must exit (shutdown), idle otherwise.
-// wheel_main calls it in its loop; the deterministic simulation
+// main() calls it in its loop; the deterministic simulation
 // (simulation.cpp, a test seam) calls it on the test's thread instead.
 WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
@@ -272,7 +272,7 @@ bool WheelThread::apply_commands(bool& exhausted) {
   }
   while (applied < kMaxCommandsPerPass) {
     // A backlog is not applied once shutdown(cancel_pending) was called: its
-    // ADDs stay Pending, and the sweep cancels them (wheel_main stops).
+    // ADDs stay Pending, and the sweep cancels them (run_pass stops).
     if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
       break;
     const std::size_t n = commands_.pop_bulk(wt().command_buffer.data(), wt().command_buffer.size());

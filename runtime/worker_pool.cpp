@@ -101,6 +101,14 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
 // (a worker's bulk dequeue takes them from one wheel thread's sub-queue; a
 // lane and an inline batch have one shard), so this is one count per batch.
 void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread) {
+  if (single_shard_ != nullptr) {
+    if (on_wheel_thread) {
+      single_shard_->completed_.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
+    } else {
+      count_completed(0, n);
+    }
+    return;
+  }
   std::size_t i = 0;
   while (i < n) {
     const unsigned k = d[i].shard;

@@ -302,7 +302,7 @@ TEST(RuntimeShards, racing_producers_on_two_shards_lose_and_double_fire_nothing)
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
-// shards = 0 is CHIME_SHARDS if set, else 1; more than max_shards, or a
+// shards = 0 is CHIME_SHARDS if set and not empty, else 1; more than max_shards, or a
 // CHIME_SHARDS that is not a number from 1 to max_shards, throws
 // std::invalid_argument naming the value.
 TEST(RuntimeShards, default_comes_from_chime_shards_and_bad_values_throw_naming_them) {
@@ -313,7 +313,12 @@ TEST(RuntimeShards, default_comes_from_chime_shards_and_bad_values_throw_naming_
     Runtime explicit_one(sharded(steady_options(1), 1));
     EXPECT_EQ(explicit_one.stats().shards.size(), 1u) << "an explicit shards value gave way to CHIME_SHARDS";
   }
-  for (const char* bad : {"0", "65", "two", "2x", ""}) {
+  {
+    ScopedEnv env("CHIME_SHARDS", "");  // empty: as unset
+    Runtime rt(steady_options(1));
+    EXPECT_EQ(rt.stats().shards.size(), 1u);
+  }
+  for (const char* bad : {"0", "65", "two", "2x", " 2", "-1"}) {
     ScopedEnv env("CHIME_SHARDS", bad);
     try {
       Runtime rt(steady_options(1));
