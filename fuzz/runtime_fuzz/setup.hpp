@@ -45,8 +45,7 @@ inline RuntimeFuzz::RuntimeFuzz(Input& in, bool simulated) : in_(in), sim_(simul
                                   << " levels) start=" << start_ << " max_pending=" << max_pending
                                   << " queue=" << (boost_queue ? "boost" : "moodycamel") << " workers=" << workers_
                                   << " shards=" << shards_ << (lane_mode_ ? " lane" : "")
-                                  << (slow_all_ ? " slow_run=0" : "")
-                                  << (sim_ ? " simulated" : ""));
+                                  << (slow_all_ ? " slow_run=0" : "") << (sim_ ? " simulated" : ""));
   chime::RuntimeOptions o;
   o.precision = Duration{p_};
   o.level_bits = chime::LevelBits::create(std::span<const int>(bits_v_));
