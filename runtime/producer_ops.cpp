@@ -78,13 +78,6 @@ std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token_on(unsigned k) {
   return token;
 }
 
-bool RuntimeCore::on_any_wheel_thread() const noexcept {
-  for (const auto& s : shards_) {
-    if (s->on_wheel_thread()) return true;
-  }
-  return false;
-}
-
 void RuntimeCore::throw_if_in_callback(const char* what) const {
   if (tls_running_callback_of == this) {
     throw std::logic_error(std::string("chime::Runtime::") + what +

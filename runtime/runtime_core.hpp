@@ -278,7 +278,6 @@ class RuntimeCore {
   // The token to post through to `s`: a token bound to another shard's
   // queue cannot be used (null: the calling thread's implicit sub-queue).
   ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept;
-  bool on_any_wheel_thread() const noexcept;  // this thread is one of this runtime's wheel threads
 
   // worker_pool.cpp. Where a batch runs: a periodic re-arm is filed
   // directly on the wheel thread, posted as a command elsewhere; a worker or
