@@ -91,7 +91,7 @@ struct Completion {
   // Waits until signalled, or until the wheel thread has exited (a request
   // posted just as shutdown stopped it is never served; polling the flag
   // every 10 ms covers that race without another handshake).
-  void wait(const std::atomic<bool>& wheel_exited) {
+  void wait(const std::atomic<bool>& wheel_exited) {  // WheelThread::exited_
     std::unique_lock<std::mutex> lock(mutex);
     while (!done && !wheel_exited.load(std::memory_order_acquire)) {
       cv.wait_for(lock, std::chrono::milliseconds(10));

@@ -2,9 +2,9 @@
 // own structural check (for tests and fuzzing).
 //
 // The caller posts a CHECK request to each shard in turn; its wheel thread
-// runs check_on_wheel
-// between two commands of a batch (wheel_thread.cpp, apply_commands), where
-// its own structures are whole: no alarm is between the wheel and a list.
+// runs check_on_wheel between two commands of a batch (wheel_thread.cpp,
+// apply_commands), where its own structures are whole: no alarm is between
+// the wheel and a list.
 // What it checks holds however other threads race it, because the facts it
 // compares change only on the wheel thread:
 // - the filed bit is set only by the wheel thread (A1) and cleared only by

@@ -1,8 +1,10 @@
-// runtime/wheel_thread.cpp: the wheel thread's loop. Only this thread touches
-// its own data (WheelThreadState, wheel_thread_state.hpp, through wt(): the
-// wheel, the overdue list, the batch of claimed runs, its batch of retired
-// slots, the pending flush/drain/stop requests) and the slots' wheel-only
-// fields (alarm, filed_generation).
+// runtime/wheel_thread.cpp: a shard's wheel thread and its loop
+// (WheelThread, wheel_thread.hpp). Only this thread touches its own data
+// (WheelThreadState, wheel_thread_state.hpp, through wt(): the wheel, the
+// overdue list, the batch of claimed runs, its batch of retired slots, the
+// pending flush/drain/stop requests) and the wheel-only fields of the slots
+// it filed (alarm, filed_generation; another shard may read the latter:
+// timer_slab.hpp).
 //
 // One pass:
 //   1. snapshot completed_ (for flush), then apply queued commands in bulk
