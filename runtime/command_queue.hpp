@@ -174,10 +174,14 @@ class CommandQueue {
 #define CHIME_COMMAND_QUEUE_INITIAL_CAPACITY (4 * 1024)
 #endif
   static constexpr std::size_t kInitialCapacity = CHIME_COMMAND_QUEUE_INITIAL_CAPACITY;
+  // boost::lockfree::queue allocates its first nodes one at a time (an
+  // aligned allocation each): 1,024, or fewer when the initial capacity is
+  // smaller (the fuzz targets' 64).
+  static constexpr std::size_t kBoostInitialNodes = kInitialCapacity < 1024 ? kInitialCapacity : 1024;
 
   explicit CommandQueue(CommandQueueBackend backend)
       : backend_(backend), moodycamel_(backend == CommandQueueBackend::moodycamel ? kInitialCapacity : 0) {
-    if (backend_ == CommandQueueBackend::boost_lockfree) boost_.emplace(1024);
+    if (backend_ == CommandQueueBackend::boost_lockfree) boost_.emplace(kBoostInitialNodes);
   }
 
   CommandQueueBackend backend() const noexcept { return backend_; }

@@ -180,12 +180,20 @@ class LatenessHistogram {  // also used for run times
     std::int64_t max = 0;
     std::uint64_t total = 0;
     std::uint64_t sum = 0;
+    // Only the buckets up to that of a stripe's max are read: those above
+    // it are zero, since every recorded value raises its stripe's max. A
+    // summary that reads the max before a racing record raises it leaves
+    // that record out, as its relaxed reads of a racing record may anyway.
+    int top = 0;
     for (const auto& s : stripes_) {
-      for (int b = 0; b < kBuckets; ++b) counts[b] += s.counts[b].load(std::memory_order_relaxed);
-      max = std::max(max, s.max.load(std::memory_order_relaxed));
+      const std::int64_t stripe_max = s.max.load(std::memory_order_relaxed);
+      const int stripe_top = bucket(static_cast<std::uint64_t>(stripe_max));
+      for (int b = 0; b <= stripe_top; ++b) counts[b] += s.counts[b].load(std::memory_order_relaxed);
+      max = std::max(max, stripe_max);
+      top = std::max(top, stripe_top);
       sum += s.sum.load(std::memory_order_relaxed);
     }
-    for (auto c : counts) total += c;
+    for (int b = 0; b <= top; ++b) total += counts[b];
     DurationStats out;
     if (total == 0) return out;
     out.count = total;
@@ -195,21 +203,25 @@ class LatenessHistogram {  // also used for run times
     int next = 0;
     for (std::size_t i = 0; i < DurationStats::bucket_count; ++i) {
       const int end = bucket(static_cast<std::uint64_t>(DurationStats::bucket_le(i).count()) + 1);
-      for (; next < end; ++next) below += counts[next];
+      for (; next < end && next <= top; ++next) below += counts[next];
       out.buckets[i].count = below;
     }
-    auto percentile = [&](double q) {
-      const auto rank = static_cast<std::uint64_t>(q * static_cast<double>(total - 1)) + 1;
-      std::uint64_t seen = 0;
-      for (int b = 0; b < kBuckets; ++b) {
-        seen += counts[b];
-        if (seen >= rank) return Duration(std::min<std::int64_t>(upper_edge(b), max));
-      }
-      return Duration(max);
-    };
-    out.p50 = percentile(0.50);
-    out.p99 = percentile(0.99);
-    out.p999 = percentile(0.999);
+    // The three percentiles in one walk over the buckets: their ranks are in
+    // ascending order, so each is found where the walk for the one before
+    // it stopped.
+    constexpr std::array<double, 3> kQuantiles{0.50, 0.99, 0.999};
+    const std::array<Duration*, 3> into{&out.p50, &out.p99, &out.p999};
+    std::array<std::uint64_t, 3> rank{};
+    for (std::size_t q = 0; q < rank.size(); ++q) {
+      rank[q] = static_cast<std::uint64_t>(kQuantiles[q] * static_cast<double>(total - 1)) + 1;
+    }
+    std::size_t k = 0;
+    std::uint64_t seen = 0;
+    for (int b = 0; b < kBuckets && k < rank.size(); ++b) {
+      seen += counts[b];
+      for (; k < rank.size() && seen >= rank[k]; ++k) *into[k] = Duration(std::min<std::int64_t>(upper_edge(b), max));
+    }
+    for (; k < rank.size(); ++k) *into[k] = Duration(max);
     out.max = Duration(max);
     return out;
   }
