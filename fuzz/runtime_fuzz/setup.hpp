@@ -62,7 +62,7 @@ inline RuntimeFuzz::RuntimeFuzz(Input& in, bool simulated) : in_(in), sim_(simul
   o.on_slow_run = [this](TimerId id, Duration took) {
     const std::uint64_t n = slow_calls_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (!id || took <= (slow_all_ ? Duration{0} : Duration{std::chrono::milliseconds(10)})) bad_slow_ = true;
-    if (n % 3 == 0) throw std::runtime_error("chime fuzz: on_slow_run throws (swallowed)");
+    if (n % 16 == 0) throw std::runtime_error("chime fuzz: on_slow_run throws (swallowed)");
   };
   o.command_queue = boost_queue ? chime::CommandQueueBackend::boost_lockfree : chime::CommandQueueBackend::moodycamel;
   max_pending_ = max_pending;
