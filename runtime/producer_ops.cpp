@@ -683,6 +683,12 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   }
   // w is our Writing word (R1's, or R4's with its new version).
   const std::int64_t old_due = slot->due_ns.load(std::memory_order_relaxed);
+  // The timer's own shard, for the command below. Relaxed: we own the
+  // slot's fields from R1 (or R4) until R2. Read before R2: after it the
+  // timer may run and its slot be reused by another shard's timer, whose
+  // shard a later read would return (that shard would drop the command,
+  // model/shards.pml; read here, it goes to the timer's own).
+  const unsigned own_shard = slot->shard.load(std::memory_order_relaxed);
   slot->due_ns.store(due_ns, std::memory_order_relaxed);
   std::uint64_t expected = w;
   // (R2) release: publishes the new due with the new version; the wheel
@@ -699,8 +705,7 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     // needed. Earlier: the wheel must re-file it now; so must a later due
     // that is already due now by this call's clock read (read only where it
     // is not the steady clock: due_now_reading).
-    // To the timer's own shard (relaxed: we owned its fields since R1 or R4).
-    WheelThread& own = shard(slot->shard.load(std::memory_order_relaxed));
+    WheelThread& own = shard(own_shard);
     ProducerQueueToken* const queue_token = token_for(own, token);
     if (taken_back) {
       post_and_wake(own, Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()), queue_token,
