@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # model/check.sh: the exhaustive SPIN check of chime's timer slot protocol
-# (model/chime.pml; docs/model-check.md says what it models and checks).
+# (model/chime.pml) and of its shard routing (model/shards.pml; configurations
+# and mutations named s1, s2, ...; docs/model-check.md says what each models
+# and checks).
 #
 # For every configuration it generates the verifier (spin -a), compiles it
 # and explores every state (safety: assertions, invalid end states); for
@@ -12,6 +14,7 @@
 #
 # Usage: model/check.sh [what ...]
 #   what: all (default) | configs | ltl | mutations | config N | mutation N
+#         (N: a number for chime.pml's, sN for shards.pml's)
 # Environment:
 #   SPIN        the spin binary (default: spin; Debian package `spin`)
 #   CC          the C compiler for pan.c (default: cc)
@@ -30,6 +33,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MODEL="$HERE/chime.pml"
+SHARDS_MODEL="$HERE/shards.pml"
 SPIN="${SPIN:-spin}"
 CC="${CC:-cc}"
 PAN_CFLAGS="${PAN_CFLAGS:--O0}"
@@ -50,6 +54,8 @@ CONFIGS=(
   "10 wakeup"
   "11 lane_resched"
   "12 lane_resched_shutdown"
+  "s1 shards_reuse"
+  "s2 shards_two_live"
 )
 # LTL runs: configuration, claim. Every safety run also checks both
 # properties as assertions (the Watch monitor; the B1 assertion); these
@@ -87,6 +93,11 @@ MUTATIONS=(
   "23 11 - R4 a plain store, not a CAS"
   "24 12 - LaneRunsHold::enter does not read stopped_ (R4 after shutdown began)"
   "25 11 - no ADD after R4 (as after a later reschedule: left to the wheel)"
+  "s1 s1 - schedule does not record its shard in the slot (the previous timer's stays)"
+  "s2 s1 - a reschedule posts to the caller's shard, not the timer's"
+  "s3 s1 - A1 skips the generation check (a stale ADD filed by the old shard)"
+  "s4 s1 - a RESCHEDULE re-files any filed timer, not the generation this shard filed"
+  "s5 s1 - the zombie sweep walks the slab, not its own wheel (another shard's zombie)"
 )
 
 usage() {
@@ -142,12 +153,15 @@ name_of_config() {
   echo "?"
 }
 
-# build DIR DEFINES CLAIMS(0|1): spin -a, then compile pan
+# model_of ID: the model file of configuration or mutation ID (sN: shards.pml's N; else chime.pml's)
+model_of() { if [[ "$1" == s* ]]; then echo "$SHARDS_MODEL"; else echo "$MODEL"; fi; }
+
+# build DIR DEFINES CLAIMS(0|1) [MODEL]: spin -a, then compile pan
 build() {
-  local dir="$1" defs="$2" claims="$3"
+  local dir="$1" defs="$2" claims="$3" model="${4:-$MODEL}"
   rm -rf "$dir"; mkdir -p "$dir"
   # shellcheck disable=SC2086  # defs is a list of -D flags
-  if ! (cd "$dir" && "$SPIN" $defs -a "$MODEL" >spin.log 2>&1); then
+  if ! (cd "$dir" && "$SPIN" $defs -a "$model" >spin.log 2>&1); then
     echo "spin -a failed ($defs):"; cat "$dir/spin.log"; return 1
   fi
   local extra=()
@@ -177,7 +191,9 @@ run_config() {
   local c="$1" name dir t0 out
   name="$(name_of_config "$c")"
   dir="$WORK/config$c"; t0=$SECONDS
-  if ! build "$dir" "-DCONFIG=$c" 0; then failures=$((failures + 1)); summary+=("FAIL  config $c $name: build"); return; fi
+  if ! build "$dir" "-DCONFIG=${c#s}" 0 "$(model_of "$c")"; then
+    failures=$((failures + 1)); summary+=("FAIL  config $c $name: build"); return
+  fi
   out="$dir/pan.out"
   (cd "$dir" && ./pan "${PAN_RUN[@]}" >"$out" 2>&1) || true
   local errs states depth mem secs
@@ -226,7 +242,9 @@ run_mutation() {
   dir="$WORK/mut$m"; t0=$SECONDS
   local claims=0 runargs=("${PAN_RUN[@]}")
   if [[ "$claim" != "-" ]]; then claims=1; runargs+=(-N "$claim"); fi
-  if ! build "$dir" "-DCONFIG=$c -DMUT=$m" "$claims"; then failures=$((failures + 1)); summary+=("FAIL  mutation $m: build"); return; fi
+  if ! build "$dir" "-DCONFIG=${c#s} -DMUT=${m#s}" "$claims" "$(model_of "$m")"; then
+    failures=$((failures + 1)); summary+=("FAIL  mutation $m: build"); return
+  fi
   out="$dir/pan.out"
   (cd "$dir" && ./pan "${runargs[@]}" >"$out" 2>&1) || true
   local errs
