@@ -149,15 +149,12 @@ struct OneShotLog : stress_support::TimerLog {
   std::atomic<bool> far{false};  // due 10 s ahead: never fires on its own during the test
 };
 
-struct PeriodicLog {
+struct PeriodicLog : stress_support::PeriodicTimerLog {
   // Packed TimerId, stored after schedule_every returns: the first run can
   // start before that, so runs compare against it only once it is known, and
   // the first id any run saw is checked against it at the end.
   std::atomic<std::uint64_t> id{0};
   std::atomic<std::uint64_t> first_seen{0};
-  std::atomic<bool> in_flight{false};
-  std::atomic<int> overlaps{0};
-  std::atomic<std::uint64_t> runs{0};
   std::atomic<std::uint64_t> early_runs{0};
   std::atomic<std::uint64_t> wrong_id{0};
 };
@@ -241,16 +238,18 @@ Result run_race(const Config& cfg) {
     po.first_due = due_from(rng, rt.clock().now(), false);
     po.on_missed = chime::Missed::skip;
     PeriodicLog& log = periodic[i];
-    const TimerId id = rt.schedule_every(kPrecision * static_cast<int>(2 + i % 3), [&rt, &log](const Firing& f) {
-      if (log.in_flight.exchange(true, std::memory_order_acq_rel)) log.overlaps.fetch_add(1);
-      if (rt.clock().now() < f.due) log.early_runs.fetch_add(1, std::memory_order_relaxed);
-      const std::uint64_t known = log.id.load(std::memory_order_acquire);
-      if (known != 0 && pack(f.id) != known) log.wrong_id.fetch_add(1, std::memory_order_relaxed);
-      std::uint64_t none = 0;
-      log.first_seen.compare_exchange_strong(none, pack(f.id), std::memory_order_relaxed);
-      log.runs.fetch_add(1, std::memory_order_relaxed);
-      log.in_flight.store(false, std::memory_order_release);
-    }, po);
+    const TimerId id = rt.schedule_every(
+        kPrecision * static_cast<int>(2 + i % 3),
+        [&rt, &log](const Firing& f) {
+          log.run_begins();
+          if (rt.clock().now() < f.due) log.early_runs.fetch_add(1, std::memory_order_relaxed);
+          const std::uint64_t known = log.id.load(std::memory_order_acquire);
+          if (known != 0 && pack(f.id) != known) log.wrong_id.fetch_add(1, std::memory_order_relaxed);
+          std::uint64_t none = 0;
+          log.first_seen.compare_exchange_strong(none, pack(f.id), std::memory_order_relaxed);
+          log.run_ends();
+        },
+        po);
     log.id.store(pack(id), std::memory_order_release);
   }
 

@@ -246,11 +246,8 @@ TEST(RuntimeRace, reschedule_cancel_fire_exactly_one_outcome_at_last_due) {
 TEST(RuntimeRace, periodic_cancel_never_overlaps_and_stops_runs) {
   chime_stress::print_seed();
   constexpr std::size_t kTimers = 64;
-  struct PeriodicLog {
-    std::atomic<bool> in_flight{false};
-    std::atomic<int> overlaps{0};
-    std::atomic<int> runs{0};
-    std::atomic<int> runs_at_cancel{-1};
+  struct PeriodicLog : stress_support::PeriodicTimerLog {
+    std::atomic<std::int64_t> runs_at_cancel{-1};  // runs begun when its first cancel returned true
   };
   std::vector<PeriodicLog> logs(kTimers);
   Runtime rt(steady_options(2));
@@ -262,12 +259,14 @@ TEST(RuntimeRace, periodic_cancel_never_overlaps_and_stops_runs) {
     o.on_missed = slow || i % 2 == 0 ? chime::Missed::skip : chime::Missed::catch_up;
     const Duration period = slow ? Duration(1ms) : Duration(static_cast<std::int64_t>(2'000'000 + rng() % 3'000'001));
     const Duration work = slow ? Duration(2ms) : Duration(20us);
-    ids.push_back(rt.schedule_every(period, [log = &logs[i], work] {
-      if (log->in_flight.exchange(true, std::memory_order_acq_rel)) log->overlaps.fetch_add(1);
-      log->runs.fetch_add(1, std::memory_order_relaxed);
-      std::this_thread::sleep_for(work);
-      log->in_flight.store(false, std::memory_order_release);
-    }, o));
+    ids.push_back(rt.schedule_every(
+        period,
+        [log = &logs[i], work] {
+          log->run_begins();
+          std::this_thread::sleep_for(work);
+          log->run_ends();
+        },
+        o));
   }
   std::vector<std::size_t> order(kTimers);
   for (std::size_t i = 0; i < kTimers; ++i) order[i] = i;
@@ -278,7 +277,7 @@ TEST(RuntimeRace, periodic_cancel_never_overlaps_and_stops_runs) {
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 4000));
       if (rt.cancel(ids[i])) {
         ++first_wins;
-        logs[i].runs_at_cancel.store(logs[i].runs.load());
+        logs[i].runs_at_cancel.store(static_cast<std::int64_t>(logs[i].runs.load()));
       }
       if (rt.cancel(ids[i])) ++second_wins;
     }
@@ -292,7 +291,8 @@ TEST(RuntimeRace, periodic_cancel_never_overlaps_and_stops_runs) {
   for (const PeriodicLog& log : logs) {
     overlaps += static_cast<std::size_t>(log.overlaps.load());
     total_runs += static_cast<std::size_t>(log.runs.load());
-    if (log.runs_at_cancel.load() >= 0 && log.runs.load() > log.runs_at_cancel.load() + 1) ++late_runs;
+    const std::int64_t at_cancel = log.runs_at_cancel.load();
+    if (at_cancel >= 0 && static_cast<std::int64_t>(log.runs.load()) > at_cancel + 1) ++late_runs;
   }
   std::printf("[ stress   ] checked %zu periodic timers: %zu runs, %zu first cancels won, %zu second cancels won, "
               "%zu overlapping runs, %zu timers that ran on after their cancel returned\n",

@@ -12,6 +12,7 @@
 // or 5 s of wall time, whichever comes first.
 #include "stress_seed.hpp"
 #include "stress_support.hpp"
+#include "timer_log.hpp"
 
 #include <chime/runtime.hpp>
 
@@ -36,11 +37,6 @@ using stress_support::ns;
 
 constexpr TimePoint kStart = TimePoint{} + 1000s;
 
-struct Slot {
-  std::atomic<int> runs{0};
-  std::atomic<std::int64_t> ran_due{0};
-};
-
 void run_rounds(unsigned workers) {
   chime_stress::print_seed();
   std::mt19937_64 rng(chime_stress::seed() * 41 + workers);
@@ -50,7 +46,7 @@ void run_rounds(unsigned workers) {
   o.workers = workers;
   o.clock = &clock;
   constexpr std::size_t kTimers = 64, kRounds = 2000;
-  std::array<Slot, kTimers> slots;
+  std::array<stress_support::TimerLog, kTimers> slots;  // runs, and fired_due: the due of the last run
   chime::Runtime rt(o);
 
   std::size_t rounds = 0, won_second = 0, checked = 0, lost = 0, twice = 0, wrong_due = 0;
@@ -63,7 +59,7 @@ void run_rounds(unsigned workers) {
     for (std::size_t i = 0; i < kTimers; ++i) {
       slots[i].runs.store(0);
       ids[i] = rt.schedule_at(now + 5ms, [&slots, i](const Firing& f) {
-        slots[i].ran_due.store(ns(f.due), std::memory_order_relaxed);
+        slots[i].fired_due.store(ns(f.due), std::memory_order_relaxed);
         slots[i].runs.fetch_add(1, std::memory_order_relaxed);
       });
       last_due[i] = ns(now + 5ms);
@@ -88,7 +84,7 @@ void run_rounds(unsigned workers) {
       const int runs = slots[i].runs.load();
       if (runs == 0) ++lost;
       if (runs > 1) ++twice;
-      if (runs == 1 && slots[i].ran_due.load() != last_due[i]) ++wrong_due;
+      if (runs == 1 && slots[i].fired_due.load() != last_due[i]) ++wrong_due;
     }
     clock.advance(10ms);  // the next round's timers start in a fresh interval
     rt.flush();

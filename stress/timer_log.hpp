@@ -1,6 +1,8 @@
 // stress/timer_log.hpp: what one one-shot timer of a stress test saw
-// (TimerLog: its id, its runs, its winning cancels, what its callback read)
-// and the tally of a set of them against the usual outcomes (Outcomes): each
+// (TimerLog: its id, its runs, its winning cancels, what its callback read),
+// what one periodic timer saw (PeriodicTimerLog: its runs and whether they
+// overlapped), and the tally of a set of one-shots against the usual
+// outcomes (Outcomes): each
 // timer ran XOR had a winning cancel, neither happened twice, no run was
 // early, each run saw its own id and its last due. The tally only counts;
 // each test asserts on the counts it needs, with its own messages.
@@ -41,6 +43,25 @@ struct TimerLog {
     fired_id.store(pack(f.id), std::memory_order_relaxed);
     runs.fetch_add(1, std::memory_order_relaxed);
   }
+};
+
+// One periodic timer: how many runs began, and how many began while
+// another run of it was in flight (its runs must never overlap). Its
+// callback brackets each run with run_begins() and run_ends(). Read once
+// the runtime is idle, as TimerLog. A test that records more derives from
+// it.
+struct PeriodicTimerLog {
+  std::atomic<bool> in_flight{false};
+  std::atomic<int> overlaps{0};
+  std::atomic<std::uint64_t> runs{0};
+
+  void run_begins() noexcept {
+    // acq_rel: pairs with run_ends' release of the run before, so an
+    // overlap is a run that began before the last one ended.
+    if (in_flight.exchange(true, std::memory_order_acq_rel)) overlaps.fetch_add(1, std::memory_order_relaxed);
+    runs.fetch_add(1, std::memory_order_relaxed);
+  }
+  void run_ends() noexcept { in_flight.store(false, std::memory_order_release); }
 };
 
 // The tally of TimerLogs, one add() each. The last three look only at
