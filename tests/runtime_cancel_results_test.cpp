@@ -409,6 +409,40 @@ TEST(RuntimeDeadlockCheck, two_callbacks_waiting_for_each_other_abort_with_a_mes
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(two_callbacks_wait_for_each_other(), "cancel_and_wait deadlock");
 }
+
+// The same with no workers and two shards: each timer runs on its own shard's wheel thread (the two
+// Producers bind to shards 0 and 1). On the steady clock each wheel thread wakes for its own timer, so the
+// two callbacks run at once (a flush serves the shards one after the other, and would not start the second
+// while the first waits).
+void two_callbacks_on_two_wheel_threads_wait_for_each_other() {
+  chime::RuntimeOptions o = steady_options(0);
+  o.shards = 2;
+  Runtime rt{o};
+  chime::Producer on_shard_0 = rt.producer();
+  chime::Producer on_shard_1 = rt.producer();
+  // Written before the callbacks run (each is due 50 ms after both are scheduled).
+  TimerId a_id;
+  TimerId b_id;
+  std::atomic<int> started{0};
+  auto body = [&](const TimerId& other) {
+    return [&] {
+      started.fetch_add(1);
+      const auto give_up = std::chrono::steady_clock::now() + 5s;
+      while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      rt.cancel_and_wait(other);
+    };
+  };
+  const chime::TimePoint due = rt.clock().now() + 50ms;
+  a_id = on_shard_0.schedule_at(due, body(b_id));
+  b_id = on_shard_1.schedule_at(due, body(a_id));
+  std::this_thread::sleep_for(10s);  // the check aborts the process long before this
+  std::_Exit(0);                     // not detected: exit without dying by the signal
+}
+
+TEST(RuntimeDeadlockCheck, two_callbacks_on_two_shards_wheel_threads_waiting_for_each_other_abort_with_a_message) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(two_callbacks_on_two_wheel_threads_wait_for_each_other(), "cancel_and_wait deadlock");
+}
 #endif
 
 }  // namespace
