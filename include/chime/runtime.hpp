@@ -413,14 +413,19 @@ class Runtime {
   // will not start, though a run already in progress finishes (try_cancel
   // would say `cancelled`, or `running` for that periodic timer). False for
   // a one-shot that fired or started, a timer cancelled before (a second
-  // cancel returns false), or a stale/invalid id. Any thread. Lock-free: one
-  // CAS loop on the timer's state word, and nothing else (no command to the
-  // wheel thread, which reclaims the slot lazily). Never allocates.
+  // cancel returns false), or a stale/invalid id. Any thread. Never blocks:
+  // one CAS loop on the timer's state word, and no command to the wheel
+  // thread (which reclaims a filed timer's slot lazily). A timer the wheel
+  // thread has not filed yet is freed by this call: its slot goes back to
+  // the shared free list, which allocates a chunk of list containers (under
+  // a mutex) when none is empty. So no allocation and no lock in steady
+  // state; if that allocation fails the slot stays out of use (never reused
+  // twice, no timer lost).
   bool cancel(TimerId id);
 
   // The same decision, with the outcome told apart (CancelResult above):
   // `running` means a run is in progress now, so what its callback uses must
-  // not be freed yet. Any thread. Lock-free, never blocks, never allocates.
+  // not be freed yet. Any thread. Never blocks; allocates as cancel does.
   CancelResult try_cancel(TimerId id);
 
   // Like try_cancel; when the result is `running` it returns only after that
