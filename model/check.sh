@@ -56,6 +56,7 @@ CONFIGS=(
   "12 lane_resched_shutdown"
   "s1 shards_reuse"
   "s2 shards_two_live"
+  "s3 shards_rearm"
 )
 # LTL runs: configuration, claim. Every safety run also checks both
 # properties as assertions (the Watch monitor; the B1 assertion); these
@@ -98,6 +99,7 @@ MUTATIONS=(
   "s3 s1 - A1 skips the generation check (a stale ADD filed by the old shard)"
   "s4 s1 - a RESCHEDULE re-files any filed timer, not the generation this shard filed"
   "s5 s1 - the zombie sweep walks the slab, not its own wheel (another shard's zombie)"
+  "s6 s3 - a worker posts a periodic timer's REARM to its own thread's shard, not Dispatch::shard"
 )
 
 usage() {

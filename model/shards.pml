@@ -15,16 +15,17 @@
  * re-file it (a RESCHEDULE), claim it (W1) or reclaim its zombie.
  *
  * What it leaves to model/chime.pml: the slot protocol itself with one
- * wheel thread (workers, lanes, periodic timers, the waiter bit, shutdown,
- * the wake-up handshake). Here a claimed run starts at once on the wheel
- * thread (workers = 0, no cancel of a Handed run: C4 is chime.pml's), a
- * cancel waits for a Writing word to settle (C2/R3 are chime.pml's), and
- * there is no clock: an alarm comes due whenever its shard looks at it.
- * Every step below names the code it stands for, as in chime.pml.
+ * wheel thread (lanes, the waiter bit, shutdown, the wake-up handshake,
+ * several workers). Here a claimed run starts at once, on the wheel thread
+ * (configurations 1, 2: workers = 0) or on the one worker (3); a cancel
+ * waits for a Writing word to settle and for a Handed run to start (C2/R3
+ * and C4 are chime.pml's); and there is no clock: an alarm comes due
+ * whenever its shard looks at it. Every step below names the code it
+ * stands for, as in chime.pml.
  *
  * Selected with the preprocessor: -DCONFIG=n and -DMUT=n (one seeded
- * routing bug; 0 = none). model/check.sh runs them (configurations s1, s2;
- * mutations s1 to s5).
+ * routing bug; 0 = none). model/check.sh runs them (configurations s1 to
+ * s3; mutations s1 to s6).
  */
 
 #ifndef CONFIG
@@ -45,15 +46,28 @@
  *  2 two_live: two slots: t2 takes the other slot or t1's once it is
  *              free; otherwise as 1, so two live timers on two shards race
  *              each other's commands too.
+ *  3 rearm   : two slots and one worker, shared by both shards (the pool
+ *              is the runtime's). P0 (shard 0) schedules a periodic t1; P1
+ *              (shard 1) a one-shot t2; P2 (shard 0) cancels t1. The worker
+ *              runs what either shard dispatches, and re-arms t1 (F2) with
+ *              a REARM to the shard that dispatched it (Dispatch::shard),
+ *              racing the cancel (C1 on the re-armed timer, C3 on its run,
+ *              then F4). t1 runs at most twice (the bound of the search).
  * ---------------------------------------------------------------------- */
 #if CONFIG == 1
 #define NSLOT 1
 #elif CONFIG == 2
 #define NSLOT 2
+#elif CONFIG == 3
+#define NSLOT 2
+#define HAS_WORKER 1
+#define MAXRUNS 2
 #endif
 #define NSHARD 2
 #define NPROD 3
 #define NT 2
+#define WQ NPROD                /* the worker's sub-queue of each shard */
+#define NPOST (NPROD + 1)       /* posting threads: the producers and the worker */
 
 /* The state word (runtime/timer_state.hpp), reduced: generation, filed
  * bit, state. */
@@ -64,18 +78,21 @@
 #define HANDED 4
 #define FIRED 5
 #define CANCELLED 6
-#define FILEDB 8
-#define ST(w) ((w) & 7)
+#define RUNNING 7
+#define RCANCELLED 8            /* running, cancelled (C3): F2 fails, F4 frees */
+#define FILEDB 16
+#define ST(w) ((w) & 15)
 #define ISFILED(w) (((w) & FILEDB) != 0)
-#define GEN(w) ((w) >> 4)
-#define MAKE(g, s) (((g) << 4) | (s))
-#define WITH_STATE(w, s) (((w) & ~7) | (s))
+#define GEN(w) ((w) >> 5)
+#define MAKE(g, s) (((g) << 5) | (s))
+#define WITH_STATE(w, s) (((w) & ~15) | (s))
 #define SETTLED(w) (ST(w) != WRITING && ST(w) != CANCELLING)
 #define NEXTGEN(w) ((GEN(w) == 3) -> 1 : GEN(w) + 1)
 
 /* Commands (runtime/command.hpp): kind, slot, generation */
 #define ADD 1
 #define RESCHED 2
+#define REARM 3
 #define CMD(k, s, g) (((k) << 4) | ((s) << 2) | (g))
 #define CMD_KIND(m) ((m) >> 4)
 #define CMD_SLOT(m) (((m) >> 2) & 3)
@@ -88,9 +105,9 @@ byte word[NSLOT];        /* TimerSlot::word */
 byte shard[NSLOT];       /* TimerSlot::shard: written before S1, published by it */
 byte filed_gen[NSLOT];   /* TimerSlot::wheel.filed_generation (atomic: other shards read it) */
 /* commands_ of each shard: one sub-queue per posting thread, shard k's
- * at k * NPROD + p; moodycamel keeps each sub-queue's order, not the order
+ * at k * NPOST + p; moodycamel keeps each sub-queue's order, not the order
  * between them */
-chan q[NSHARD * NPROD] = [2] of { byte };
+chan q[NSHARD * NPOST] = [2] of { byte };
 /* each shard's deferred_adds and reschedules_before_add: applied again
  * next pass */
 chan retry[NSHARD] = [4] of { byte };
@@ -98,6 +115,19 @@ chan retry[NSHARD] = [4] of { byte };
 /* The wheel threads' own: which shard's wheel holds the slot's alarm
  * (0: none; k + 1: shard k's). Only the filing shard sets and clears it. */
 byte alarm_of[NSLOT];
+bool s_per[NSLOT];       /* TimerSlot::period != 0: written before S1 */
+#ifdef HAS_WORKER
+/* pool_.handoff: a claimed run, with the claiming shard (Dispatch::shard) */
+#define REC(s, g, sh) (((sh) << 4) | ((s) << 2) | (g))
+#define REC_SLOT(m) (((m) >> 2) & 3)
+#define REC_GEN(m) ((m) & 3)
+#define REC_SHARD(m) ((m) >> 4)
+chan handoff = [2] of { byte };
+bool wbusy;              /* ghost: the worker holds a run (B1 to its REARM or free) */
+#define WORKER_IDLE (!wbusy && empty(handoff))
+#else
+#define WORKER_IDLE true
+#endif
 
 /* ------------------------------------------------------------------------
  * Ghost state
@@ -110,8 +140,10 @@ bool undecided[NT + 1];   /* neither started nor cancelled */
 byte arm_of[NSLOT];       /* the timer the slot holds */
 byte shard_of[NSLOT];     /* the shard its producer is bound to (the truth the code's `shard` records) */
 bool inuse[NSLOT];
+byte runs_of[NT + 1];     /* runs begun (B1) */
 byte nfin;                /* producers finished */
 byte wheels_done;         /* wheel threads ended */
+byte workers_done;
 
 #define OWN(s, t) assert(inuse[s] && arm_of[s] == (t))
 #define DECIDE(t) assert(undecided[t]); undecided[t] = 0
@@ -141,30 +173,40 @@ inline alloc(s) {
 /* RuntimeCore::schedule on shard `sh` (shard_for: the Producer's or the
  * thread's shard). The allocation, the fields and S1 are one step: until
  * S1 publishes the generation, nobody acts on the slot. */
-inline schedule(sh, t) {
+inline schedule(sh, t, per) {
   atomic {
     alloc(s);
     nt++; t = nt; g = NEXTGEN(word[s]);
 #if MUT != 1
     shard[s] = sh;                               /* slot.shard.store(shard.index()) */
 #endif                                           /* MUT 1: the previous timer's shard stays */
-    shard_of[s] = sh; arm_of[s] = t; t_slot[t] = s; t_gen[t] = g; undecided[t] = 1;
+    s_per[s] = per; shard_of[s] = sh; arm_of[s] = t; t_slot[t] = s; t_gen[t] = g; undecided[t] = 1;
     word[s] = MAKE(g, PENDING)                   /* (S1) */
   };
-  q[sh * NPROD + me]!CMD(ADD, s, g);             /* post_and_wake(shard, ADD) */
+  q[sh * NPOST + me]!CMD(ADD, s, g);             /* post_and_wake(shard, ADD) */
   atomic { t_pub[t] = 1; s = 0; g = 0 }          /* the id is returned */
 }
 
-/* RuntimeCore::cancel (decide_cancel, C1; finish_cancel, K1), on a
+/* RuntimeCore::cancel (decide_cancel, C1 and C3; finish_cancel, K1), on a
  * settled word; a cancel never needs the shard (it counts a lazy cancel on
- * it, which is a statistic) */
+ * it, which is a statistic). It waits for a Handed word to start (C4 is
+ * chime.pml's). */
 inline cancel(t) {
   s = t_slot[t]; g = t_gen[t];
   do
-  :: atomic { SETTLED(word[s]) -> w = word[s] };  /* settled_word */
+  :: atomic { SETTLED(word[s]) && ST(word[s]) != HANDED -> w = word[s] };  /* settled_word */
      if
-     :: GEN(w) != g || ST(w) != PENDING -> ok = 0; break   /* stale, fired or cancelled: false */
-     :: else ->
+     :: GEN(w) != g || !(ST(w) == PENDING || (ST(w) == RUNNING && s_per[s])) ->
+        ok = 0; break                            /* stale, fired, cancelled, a one-shot's run: false */
+     :: GEN(w) == g && ST(w) == RUNNING && s_per[s] ->
+        atomic {                                 /* (C3) compare_exchange Running -> RunningCancelled */
+          if
+          :: word[s] == w -> word[s] = WITH_STATE(w, RCANCELLED); ok = 2   /* its later runs will not start */
+          :: else -> ok = 0
+          fi
+        };
+        if :: ok -> break :: else fi
+     :: GEN(w) == g && ST(w) == PENDING ->
         atomic {                                 /* (C1) compare_exchange -> Cancelling */
           if
           :: word[s] == w -> word[s] = WITH_STATE(w, CANCELLING); DECIDE(t); ok = 1
@@ -175,7 +217,7 @@ inline cancel(t) {
      fi
   od;
   if
-  :: ok ->
+  :: ok == 1 ->
      atomic { OWN(s, t); word[s] = WITH_STATE(w, CANCELLED) };   /* task.reset(); (K1) store Cancelled */
      atomic {
        if
@@ -222,7 +264,7 @@ inline reschedule_earlier(t) {
 #if MUT != 2 && defined(PROBE_SHARD_AFTER_R2)
      sh = shard[s];
 #endif
-     q[sh * NPROD + me]!CMD(RESCHED, s, g)       /* post_and_wake(own, RESCHEDULE) */
+     q[sh * NPOST + me]!CMD(RESCHED, s, g)       /* post_and_wake(own, RESCHEDULE) */
   :: else
   fi;
   atomic { s = 0; g = 0; w = 0; ok = 0; sh = 0 }
@@ -260,20 +302,28 @@ inline reschedule_earlier(t) {
 #endif
 
 /* consider(): the alarm came up (any time here: no clock) */
+#ifdef MAXRUNS
+#define RUN_BOUND(s) (s_per[s] && runs_of[arm_of[s]] >= MAXRUNS)   /* the search's bound, not the code's */
+#else
+#define RUN_BOUND(s) false
+#endif
 #define CONSIDER_DECIDE \
   if \
-  :: ST(w) == PENDING -> r = 0                   /* claim it: W1 */ \
+  :: ST(w) == PENDING && RUN_BOUND(s) -> r = 2   /* not due yet (the search stops its runs here) */ \
+  :: ST(w) == PENDING && !RUN_BOUND(s) -> r = 0  /* claim it: W1 */ \
   :: ST(w) == WRITING || ST(w) == CANCELLING -> r = 2   /* overdue: look again next pass */ \
   :: ST(w) == CANCELLED -> r = 3                 /* a zombie: reclaim it */ \
   :: else -> assert(false)                       /* a filed timer is never handed or fired */ \
   fi
 
-#define MY_QUEUES_EMPTY (empty(q[me * NPROD]) && empty(q[me * NPROD + 1]) && empty(q[me * NPROD + 2]) && \
-                         empty(retry[me]))
+#define MY_QUEUES_EMPTY (empty(q[me * NPOST]) && empty(q[me * NPOST + 1]) && empty(q[me * NPOST + 2]) && \
+                         empty(q[me * NPOST + WQ]) && empty(retry[me]))
 #if NSLOT == 1
 #define NO_ALARM_OF_MINE (alarm_of[0] != me + 1)
+#define ALL_FREE (!inuse[0])
 #else
 #define NO_ALARM_OF_MINE (alarm_of[0] != me + 1 && alarm_of[1] != me + 1)
+#define ALL_FREE (!inuse[0] && !inuse[1])
 #endif
 
 proctype Wheel(byte me) {
@@ -281,14 +331,15 @@ proctype Wheel(byte me) {
   do
   :: atomic {                                    /* pop_bulk: the next command of any sub-queue */
        if
-       :: q[me * NPROD]?cm
-       :: q[me * NPROD + 1]?cm
-       :: q[me * NPROD + 2]?cm
+       :: q[me * NPOST]?cm
+       :: q[me * NPOST + 1]?cm
+       :: q[me * NPOST + 2]?cm
+       :: q[me * NPOST + WQ]?cm
        :: retry[me]?cm                           /* last pass's deferred */
        fi;
        s = CMD_SLOT(cm); g = CMD_GEN(cm);
        if
-       :: CMD_KIND(cm) == ADD -> w = word[s]; ADD_DECIDE
+       :: CMD_KIND(cm) == ADD || CMD_KIND(cm) == REARM -> w = word[s]; ADD_DECIDE   /* apply(): add, rearm */
        :: else ->
           if
           :: FILED_HERE(s, g) -> MINE(s); r = 1  /* wheel.reschedule(alarm): ours */
@@ -340,7 +391,11 @@ proctype Wheel(byte me) {
           if
           :: word[s] == w ->
              MINE(s); word[s] = WITH_STATE(w & ~FILEDB, HANDED); alarm_of[s] = 0; filed_gen[s] = 0;
+#ifdef HAS_WORKER
+             handoff!REC(s, GEN(w), me); r = 6   /* dispatch(): to the workers, with d.shard */
+#else
              DECIDE(arm_of[s]); r = 5            /* dispatched; with workers = 0 run by this thread */
+#endif
           :: else -> w = word[s]; CONSIDER_DECIDE
           fi
         }
@@ -358,34 +413,76 @@ proctype Wheel(byte me) {
        MINE(0); alarm_of[0] = 0; filed_gen[0] = 0; FREE_SLOT(0)
      }
 #endif
-  :: atomic { nfin == NPROD && MY_QUEUES_EMPTY && NO_ALARM_OF_MINE -> break }   /* stop */
+  /* stop, once no timer is left anywhere (the search's end, not shutdown's:
+   * shutdown is chime.pml's) */
+  :: atomic { nfin == NPROD && ALL_FREE && WORKER_IDLE && MY_QUEUES_EMPTY && NO_ALARM_OF_MINE -> break }
   od;
   wheels_done++
 }
 
+#ifdef HAS_WORKER
+/* A worker (runtime/worker_pool.cpp, run): B1, the callback, then F1 for a
+ * one-shot, or for a periodic timer F2 and the REARM to the shard that
+ * claimed the run (Dispatch::shard, the timer's own), or F4 after C3. */
+#if MUT == 6
+#define REARM_SHARD(sh) 1                        /* MUT 6: the worker thread's own shard (thread_shard) */
+#else
+#define REARM_SHARD(sh) (sh)                     /* shard(d.shard) */
+#endif
+proctype Worker() {
+  byte rec, s, g, sh, w, t;
+  bool ok;
+  do
+  :: atomic { handoff?rec -> wbusy = 1; s = REC_SLOT(rec); g = REC_GEN(rec); sh = REC_SHARD(rec) };
+     atomic {                                    /* (B1) Handed -> Running: nothing else acts on it here */
+       w = word[s]; assert(GEN(w) == g && ST(w) == HANDED);
+       word[s] = WITH_STATE(w, RUNNING); t = arm_of[s]; DECIDE(t); runs_of[t]++
+     };
+     if                                          /* the callback has run */
+     :: s_per[s] ->
+        atomic {                                 /* (F2) compare_exchange Running -> Pending */
+          w = word[s];
+          if
+          :: ST(w) == RUNNING -> word[s] = WITH_STATE(w, PENDING); undecided[t] = 1; ok = 1   /* its next run */
+          :: else -> assert(ST(w) == RCANCELLED); ok = 0
+          fi
+        };
+        if
+        :: ok -> q[REARM_SHARD(sh) * NPOST + WQ]!CMD(REARM, s, g)   /* post_and_wake(REARM) */
+        :: else -> atomic { word[s] = WITH_STATE(w, CANCELLED); FREE_SLOT(s) }   /* (F4); the worker frees */
+        fi
+     :: else ->
+        atomic { word[s] = WITH_STATE(word[s], FIRED) };   /* (F1) */
+        atomic { FREE_SLOT(s) }
+     fi;
+     atomic { wbusy = 0; rec = 0; s = 0; g = 0; sh = 0; w = 0; t = 0; ok = 0 }
+  :: atomic { wheels_done == NSHARD -> assert(empty(handoff)); break }
+  od;
+  workers_done++
+}
+#endif
+
 /* ------------------------------------------------------------------------
  * The threads
  * ---------------------------------------------------------------------- */
+#ifndef HAS_WORKER
 active proctype P0() {                           /* bound to shard 0: schedules t1, cancels it or not */
-  byte me = 0, my_shard = 0, s, g, w, sh, t;
-  bool ok;
-  schedule(my_shard, t);
+  byte me = 0, my_shard = 0, s, g, w, sh, t, ok;
+  schedule(my_shard, t, 0);
   if :: cancel(t) :: skip fi;
   nfin++
 }
 
 active proctype P1() {                           /* bound to shard 1: schedules t2 (t1's slot, once free) */
-  byte me = 1, my_shard = 1, s, g, w, sh, t;
-  bool ok;
+  byte me = 1, my_shard = 1, s, g, w, sh, t, ok;
   (t_pub[1] == 1);                               /* after t1 */
-  schedule(my_shard, t);
+  schedule(my_shard, t, 0);
   if :: cancel(t) :: skip fi;
   nfin++
 }
 
 active proctype P2() {                           /* a thread of shard 0: reschedules t1, then t2, earlier */
-  byte me = 2, my_shard = 0, s, g, w, sh;
-  bool ok;
+  byte me = 2, my_shard = 0, s, g, w, sh, ok;
   (t_pub[1] == 1);
   reschedule_earlier(1);
   (t_pub[2] == 1);
@@ -396,14 +493,40 @@ active proctype P2() {                           /* a thread of shard 0: resched
 init {
   atomic { run Wheel(0); run Wheel(1) }
 }
+#define NWORKERS 0
+#else
+active proctype P0() {                           /* bound to shard 0: schedules a periodic t1 */
+  byte me = 0, my_shard = 0, s, g, w, sh, t, ok;
+  schedule(my_shard, t, 1);
+  nfin++
+}
+
+active proctype P1() {                           /* bound to shard 1: schedules a one-shot t2 */
+  byte me = 1, my_shard = 1, s, g, w, sh, t, ok;
+  schedule(my_shard, t, 0);
+  nfin++
+}
+
+active proctype P2() {                           /* a thread of shard 0: cancels t1 */
+  byte me = 2, my_shard = 0, s, g, w, sh, ok;
+  (t_pub[1] == 1);
+  cancel(1);
+  nfin++
+}
+
+init {
+  atomic { run Wheel(0); run Wheel(1); run Worker() }
+}
+#define NWORKERS 1
+#endif
 
 /* At the end: every timer was decided (run or cancelled), every slot
  * freed, no alarm left, every command consumed. */
 active proctype Final() {
   byte i;
-  (nfin == NPROD && wheels_done == NSHARD);
+  (nfin == NPROD && wheels_done == NSHARD && workers_done == NWORKERS);
   for (i : 1 .. NT) { assert(!undecided[i]) };
   for (i : 0 .. NSLOT - 1) { assert(!inuse[i]); assert(alarm_of[i] == 0) };
-  for (i : 0 .. NSHARD * NPROD - 1) { assert(empty(q[i])) };
+  for (i : 0 .. NSHARD * NPOST - 1) { assert(empty(q[i])) };
   assert(empty(retry[0]) && empty(retry[1]))
 }
