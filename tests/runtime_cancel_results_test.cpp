@@ -383,6 +383,17 @@ TEST(RuntimeObservability, quick_runs_are_not_slow) {
 }
 
 #if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__)
+// The callback of the deadlock tests: counts its start, waits (at most 5 s) until the other callback has
+// started too, then waits for the other's run to return. `other` is read when the callback runs.
+auto waits_for_the_other(Runtime& rt, std::atomic<int>& started, const TimerId& other) {
+  return [&rt, &started, &other] {
+    started.fetch_add(1);
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    rt.cancel_and_wait(other);
+  };
+}
+
 // Two timers whose callbacks each cancel_and_wait the other's run, both running at once on two workers. They
 // are dispatched in two passes (a worker takes several runs of one hand-off batch, and would then run them one
 // after the other): A first, which waits for B to start, then B on the other worker. Every wait is bounded, so
@@ -395,16 +406,8 @@ void two_callbacks_wait_for_each_other() {
   TimerId a_id;
   TimerId b_id;
   std::atomic<int> started{0};
-  auto body = [&](const TimerId& other) {
-    return [&] {
-      started.fetch_add(1);
-      const auto give_up = std::chrono::steady_clock::now() + 5s;
-      while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-      rt.cancel_and_wait(other);
-    };
-  };
-  a_id = rt.schedule_at(at(1ms), body(b_id));
-  b_id = rt.schedule_at(at(3ms), body(a_id));
+  a_id = rt.schedule_at(at(1ms), waits_for_the_other(rt, started, b_id));
+  b_id = rt.schedule_at(at(3ms), waits_for_the_other(rt, started, a_id));
   rt.flush();
   clock.set(at(2ms));
   std::thread([&] { rt.flush(); }).detach();  // dispatches A; returns only when A does
@@ -436,17 +439,9 @@ void two_callbacks_on_two_wheel_threads_wait_for_each_other() {
   TimerId a_id;
   TimerId b_id;
   std::atomic<int> started{0};
-  auto body = [&](const TimerId& other) {
-    return [&] {
-      started.fetch_add(1);
-      const auto give_up = std::chrono::steady_clock::now() + 5s;
-      while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-      rt.cancel_and_wait(other);
-    };
-  };
   const chime::TimePoint due = rt.clock().now() + 50ms;
-  a_id = on_shard_0.schedule_at(due, body(b_id));
-  b_id = on_shard_1.schedule_at(due, body(a_id));
+  a_id = on_shard_0.schedule_at(due, waits_for_the_other(rt, started, b_id));
+  b_id = on_shard_1.schedule_at(due, waits_for_the_other(rt, started, a_id));
   std::this_thread::sleep_for(10s);  // the check aborts the process long before this
   std::_Exit(0);                     // not detected: exit without dying by the signal
 }
