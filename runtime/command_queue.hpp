@@ -88,7 +88,6 @@ static_assert(sizeof(Command) == 24, "the flag fits in the padding after kind");
 struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
   SlotCache slots;
-  std::uint32_t posts_since_wake = 0;  // producer_ops.cpp, RuntimeCore::wake_after_fence
   unsigned shard = 0;                  // the shard whose queue `token` is for (RuntimeCore::make_token)
 };
 
@@ -96,20 +95,22 @@ struct ProducerQueueToken {
 // and what producers learn of it. Part of the queue, so of the shard that
 // owns the queue. The depth itself is the queue's own count (size_approx:
 // moodycamel reads each sub-queue's head and tail indices), looked at by
-// each producer every kPostsPerLook of its posts (producer_ops.cpp,
-// wake_after_fence), never on the wheel thread.
+// each posting thread at its first post to the shard and then every
+// kPostsPerLook of its posts, whatever it posts through (producer_ops.cpp,
+// PostPacer), never on the wheel thread.
 //
 // Who writes what:
 // - bound_: the constructor, before any thread starts.
-// - over_bound_: any poster, when it looks (look()): every kPostsPerLook-th
-//   post of its Producer or thread, and before refusing a schedule; stored
+// - over_bound_: any poster, when it looks (look()): a thread's first post
+//   and every kPostsPerLook-th after it, and before refusing a schedule; stored
 //   only when it changes. Every schedule reads it.
 // - refused_: a schedule refused for overload (fetch_add; the cold path).
 //
 // The bound: a schedule refuses while over_bound_ is set and a fresh look
 // confirms it. A thread that finds the flag clear posts at most
 // kPostsPerLook - 1 commands before its own next look, so the queue exceeds
-// the bound by at most kPostsPerLook per posting thread (or Producer), plus
+// the bound by at most kPostsPerLook per posting thread, however many
+// Producers it makes, keeps or drops (the count is the thread's), plus
 // posts a look could not see yet: the commands in flight from producers at
 // that instant.
 //

@@ -3,6 +3,7 @@
 // slot's state word (timer_state.hpp: S1, C1-C3, R1-R3) and never waits for
 // the wheel thread.
 #include <algorithm>
+#include <array>
 #include <new>
 #include <string>
 #include <thread>
@@ -117,16 +118,38 @@ std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcep
 }
 
 namespace {
-// A producer that has posted this many commands since it last woke the
-// wheel thread wakes it if it sleeps, whatever the due times: this bounds
-// the queue (commands that need no earlier wake-up, such as ADDs due later
-// than the wheel's next alarm, would otherwise wait for that alarm).
+// After this many commands posted to a shard since the last count-wake (by
+// any threads, counted kPostsPerLook at a time as each thread looks), a
+// poster wakes the shard's wheel thread if it sleeps, whatever the due
+// times: this bounds the queue (commands that need no earlier wake-up, such
+// as ADDs due later than the wheel's next alarm, would otherwise wait for
+// that alarm).
 constexpr std::uint32_t kPostsPerWake = 1024;
-// The same count for calls without a Producer (per thread), and the runtime
-// it counts for (a thread that posts to another runtime starts over).
-thread_local std::uint32_t tls_posts_since_wake = 0;
-thread_local const WheelThread* tls_posts_for = nullptr;
 static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake falls on a look");
+
+// Each thread's count of its posts to each shard, whatever it posts through
+// (the Runtime's calls, any number of Producers, made and dropped, a Lane,
+// a Timer): the queue's bound and the count-wake are per posting thread, so
+// the count is too. Direct-mapped by the shard's serial: a thread that
+// posts to more than kEntries shards whose serials collide starts over on
+// the one it switches to, which only makes it look sooner (a fresh entry
+// looks at its first post).
+struct PostPacer {
+  static constexpr std::size_t kEntries = 64;
+  struct Entry {
+    std::uint32_t serial = 0;  // WheelThread::serial_; 0: unused
+    std::uint32_t posts = 0;   // this thread's posts to it
+  };
+  std::array<Entry, kEntries> entries{};
+
+  std::uint32_t& posts_to(const WheelThread& shard) noexcept {
+    Entry& e = entries[shard.serial_ % kEntries];
+    if (e.serial != shard.serial_) [[unlikely]]
+      e = Entry{shard.serial_, 0};
+    return e.posts;
+  }
+};
+thread_local PostPacer tls_post_pacer;
 }  // namespace
 
 // Takes the wake-up of a sleeping wheel thread: true for exactly one caller
@@ -151,52 +174,49 @@ bool RuntimeCore::take_wake(WheelThread& shard) {
 // no other producer took this sleep's wake-up first: a failed take means the
 // wheel is awake, or has published a newer bound after our fence, in which
 // case its look at the queue (after its (P2)) sees our command.
-void RuntimeCore::wake_after_post(WheelThread& shard, ProducerQueueToken* token, std::int64_t due_ns) {
+void RuntimeCore::wake_after_post(WheelThread& shard, std::int64_t due_ns) {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  wake_after_fence(shard, token, due_ns);
+  wake_after_fence(shard, due_ns);
 }
 
 // The rest of wake_after_post, for a caller that has just made the (P1)
 // fence itself (schedule, whose fence also serves S1's pair with shutdown).
 //
-// The same count paces the producer's looks at the queue's depth (Overload,
-// command_queue.hpp, QueueBound): one every kPostsPerLook posts, so the hot
-// path keeps its one increment and one test. The reset for a due-based wake
-// keeps the count's residue, so looks stay exactly kPostsPerLook posts
-// apart (the next count-wake may then come up to 63 posts early).
-void RuntimeCore::wake_after_fence(WheelThread& shard, ProducerQueueToken* token, std::int64_t due_ns) {
-  std::uint32_t* posts_ptr = &tls_posts_since_wake;
-  if (token != nullptr) {
-    posts_ptr = &token->posts_since_wake;
-  } else if (tls_posts_for != &shard) [[unlikely]] {
-    // This thread's count was for another shard or runtime: look at this one now.
-    tls_posts_for = &shard;
-    tls_posts_since_wake = 0;
-    shard.commands_.bound().look(shard.commands_.size_approx());
-  }
-  std::uint32_t& posts = *posts_ptr;
+// The same per-thread count (PostPacer) paces the thread's looks at the
+// queue's depth (Overload, command_queue.hpp, QueueBound): at its first post
+// to the shard and then every kPostsPerLook posts, so the hot path keeps
+// one increment and one test. At each look the thread credits the shard's
+// count-wake with the kPostsPerLook posts it makes from there (in advance:
+// a thread that stops posting early has counted them all); the poster whose
+// credit reaches kPostsPerWake wakes the wheel thread if it sleeps.
+void RuntimeCore::wake_after_fence(WheelThread& shard, std::int64_t due_ns) {
   std::int64_t bound = shard.wake_if_due_before_ns_.load(std::memory_order_relaxed);
-  if (due_ns < bound) {
-    posts &= QueueBound::kPostsPerLook - 1;
-    if (shard.wake_if_due_before_ns_.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
-      shard.wake_.wake();
-    }
-    return;
+  if (due_ns < bound &&
+      shard.wake_if_due_before_ns_.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
+    shard.wake_.wake();
   }
-  if ((++posts & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]] {
-    shard.commands_.bound().look(shard.commands_.size_approx());
-    if (posts >= kPostsPerWake && wake_on_post_count_) {
-      posts = 0;
-      if (take_wake(shard)) shard.wake_.wake();
-    }
-  }
+  if ((tls_post_pacer.posts_to(shard)++ & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]]
+    look_and_credit(shard);
+}
+
+// A thread's look (wake_after_fence): the depth, then the credit. Relaxed:
+// see posts_toward_wake_ (wheel_thread.hpp). The credit that crosses
+// kPostsPerWake takes the count back to zero (credits racing it may be lost:
+// at most kPostsPerLook per thread, within the bound's allowance).
+void RuntimeCore::look_and_credit(WheelThread& shard) {
+  shard.commands_.bound().look(shard.commands_.size_approx());
+  if (!wake_on_post_count_) return;
+  const std::uint32_t before = shard.posts_toward_wake_.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
+  if (before + QueueBound::kPostsPerLook < kPostsPerWake) return;
+  shard.posts_toward_wake_.store(0, std::memory_order_relaxed);
+  if (take_wake(shard)) shard.wake_.wake();
 }
 
 // For commands that must arrive (a re-arm, a reschedule to an earlier due):
 // out of memory, it retries until the queue can take it.
 void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
   shard.commands_.push_retrying(c, token);
-  wake_after_post(shard, token, due_ns);
+  wake_after_post(shard, due_ns);
 }
 
 // A schedule that found the queue's over_bound flag set: a fresh look
@@ -320,34 +340,59 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
   }
 }
 
-TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
-                              ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation) {
+// Everything that can refuse a schedule, in the documented order, and the
+// slot it will use: after this nothing but shutdown (StoppedError) or out of
+// memory for its ADD can stop commit_schedule. `extra_pending`: timers the
+// caller is about to end (a chime::Timer's re-arm replaces its pending run),
+// which max_pending lets it exceed by until they have.
+RuntimeCore::ScheduleReservation RuntimeCore::reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
+                                                               std::size_t extra_pending) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
   check_due_in_range("schedule", due);
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
   WheelThread& shard = shard_for(token, lane);
-  ProducerQueueToken* const queue_token = token_for(shard, token);
   if (shard.commands_.bound().over_bound()) [[unlikely]]
     refuse_if_over_bound(shard);
   if (options_.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
     // anything else.
-    if (live_.fetch_add(1, std::memory_order_relaxed) >= options_.max_pending) {
+    if (live_.fetch_add(1, std::memory_order_relaxed) >= options_.max_pending + extra_pending) {
       live_.fetch_sub(1, std::memory_order_relaxed);
       throw CapacityError("chime::Runtime: max_pending = " + std::to_string(options_.max_pending) +
                           " timers are already pending");
     }
   }
-  std::uint32_t index;
+  ScheduleReservation r{&shard, token, 0};
   try {
     // With a Producer, from its cache, refilled 32 at a time from the LIFO
     // free list; without one, a batch is popped and the rest pushed back.
-    index = token != nullptr ? slab_.allocate(token->slots) : slab_.allocate();
+    r.index = token != nullptr ? slab_.allocate(token->slots) : slab_.allocate();
   } catch (...) {
     if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
     throw;
   }
+  return r;
+}
+
+// A reservation not committed: its slot (never published) and its count go back.
+void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
+  free_unfiled(r.index, r.token);
+  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// Publishes the reserved timer and posts its ADD. `must_post`: the caller
+// has already given up what this timer replaces (a Timer's re-arm), so out
+// of memory the ADD is retried until it is queued (as a re-arm's); else the
+// timer is taken back and std::bad_alloc thrown. StoppedError if shutdown
+// began meanwhile (the timer is withdrawn), unless shutdown already took it.
+TimerId RuntimeCore::commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns,
+                                     Missed on_missed, Task&& task, LaneCore* lane, std::uint32_t lane_generation,
+                                     bool must_post) {
+  WheelThread& shard = *r.shard;
+  ProducerQueueToken* const token = r.token;
+  ProducerQueueToken* const queue_token = token_for(shard, token);
+  const std::uint32_t index = r.index;
   TimerSlot& slot = slab_[index];
   // We own the slot: it came from the free list (acquire) or is fresh.
   const std::uint64_t old = slot.word.load(std::memory_order_relaxed);
@@ -370,8 +415,10 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
   // thread, whose acquire load of the word pairs with it, and to any thread
   // that acts on the id).
   slot.word.store(pending, std::memory_order_release);
-  if (!shard.commands_.try_push(Command::timer(CommandKind::add, index, g, due_now_reading()), queue_token))
-      [[unlikely]] {
+  const Command add = Command::timer(CommandKind::add, index, g, due_now_reading());
+  if (must_post) {
+    shard.commands_.push_retrying(add, queue_token);
+  } else if (!shard.commands_.try_push(add, queue_token)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
     // back (nothing names the slot but us) and report the failure.
     if (take_back(slot, index, pending)) throw std::bad_alloc();
@@ -391,9 +438,15 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
     counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
     return TimerId(index, g, tag_);
   }
-  wake_after_fence(shard, queue_token, due_ns);
+  wake_after_fence(shard, due_ns);
   counters_.add(Counter::scheduled);
   return TimerId(index, g, tag_);
+}
+
+TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
+                              ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation) {
+  const ScheduleReservation r = reserve_schedule(due, token, lane, 0);
+  return commit_schedule(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, false);
 }
 
 // One CAS decides it (C1, C2, C3 or C4) and nothing else happens on the

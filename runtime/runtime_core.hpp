@@ -163,6 +163,23 @@ class RuntimeCore {
   // one (a Lane's own calls: it is alive).
   TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
                    LaneCore* lane = nullptr, std::uint32_t lane_generation = 0);
+  // schedule() in two steps, for a caller that must know the schedule will
+  // be accepted before it gives up something (chime::Timer's re-arm
+  // replaces its pending run only then). reserve_schedule throws what
+  // schedule throws before it takes a slot, and takes it; then exactly one
+  // of commit_schedule (throws only StoppedError, if shutdown began since)
+  // or release_reservation. `extra_pending`: timers the caller is about to
+  // end, by which max_pending may be exceeded until they have.
+  struct ScheduleReservation {
+    WheelThread* shard;
+    ProducerQueueToken* token;
+    std::uint32_t index;
+  };
+  ScheduleReservation reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
+                                       std::size_t extra_pending);
+  TimerId commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
+                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post);
+  void release_reservation(const ScheduleReservation& r) noexcept;
   bool cancel(TimerId id, ProducerQueueToken* token);
   CancelResult try_cancel(TimerId id);
   CancelResult cancel_and_wait(TimerId id);
@@ -257,8 +274,9 @@ class RuntimeCore {
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
   void post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
   void refuse_if_over_bound(WheelThread& shard);  // throws CapacityError while its queue is at its bound
-  void wake_after_post(WheelThread& shard, ProducerQueueToken* token, std::int64_t due_ns);
-  void wake_after_fence(WheelThread& shard, ProducerQueueToken* token, std::int64_t due_ns);
+  void wake_after_post(WheelThread& shard, std::int64_t due_ns);
+  void wake_after_fence(WheelThread& shard, std::int64_t due_ns);
+  void look_and_credit(WheelThread& shard);
   bool take_wake(WheelThread& shard);
   void end_timer();
   void end_cancelled_timer();  // Counter::cancelled, then end_timer

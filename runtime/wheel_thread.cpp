@@ -94,10 +94,22 @@ constexpr std::size_t kPrefetchAhead = 8;
 // The shard whose wheel thread this thread is (null on every other thread):
 // close_lane must not wait for a pass of the thread it runs on.
 thread_local const WheelThread* tls_wheel_thread_of = nullptr;
+// WheelThread::serial_. Relaxed: only uniqueness matters. 32 bits: after
+// 2^32 shards a serial repeats, and a thread's count for a long-gone shard
+// could be taken for a new one's; that count is below kPostsPerLook, so the
+// thread still looks within kPostsPerLook posts (it only skips the look at
+// its first post).
+std::uint32_t next_shard_serial() noexcept {
+  static std::atomic<std::uint32_t> next{1};
+  std::uint32_t s = next.fetch_add(1, std::memory_order_relaxed);
+  if (s == 0) s = next.fetch_add(1, std::memory_order_relaxed);  // 0 marks an unused pacer entry
+  return s;
+}
 }  // namespace
 
 WheelThread::WheelThread(RuntimeCore& core, unsigned index)
     : commands_(core.options_.command_queue),
+      serial_(next_shard_serial()),
       core_(core),
       index_(index),
       // RuntimeOptions::reserve is for all the runtime's timers: each

@@ -76,6 +76,15 @@ class WheelThread {
   // Relaxed, with the (P1)/(P2) seq_cst fences (producer_ops.cpp,
   // wake_after_post).
   std::atomic<std::int64_t> wake_if_due_before_ns_{INT64_MIN};
+  // A number no other shard of any Runtime in the process had (from 1, as
+  // the shards are made): the key under which each posting thread counts
+  // its posts to this shard (producer_ops.cpp, PostPacer).
+  const std::uint32_t serial_;
+  // Posts to this queue counted towards the next count-wake, kPostsPerLook
+  // at a time, at each look (producer_ops.cpp, wake_after_fence). Relaxed:
+  // it only paces wake-ups; the command's visibility to the wheel thread is
+  // the (P1)/(P2) fence pair's, not this count's.
+  std::atomic<std::uint32_t> posts_toward_wake_{0};
   // Runs of this shard finished (or skipped): workers and lanes add once per
   // batch and shard (release), so do the wheel thread's inline runs and
   // close_lane's drain; the wheel thread acquires it (flush marks). The

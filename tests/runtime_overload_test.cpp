@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -34,6 +35,7 @@ using chime::ManualClock;
 using chime::Runtime;
 using chime::RuntimeOptions;
 using chime::TimerId;
+using namespace std::chrono_literals;
 
 constexpr std::size_t kBound = 1024;
 constexpr std::size_t kPostsPerLook = 64;  // command_queue.hpp, QueueDepth::kPostsPerLook
@@ -175,6 +177,105 @@ TEST(RuntimeOverload, queue_depth_stays_within_bound_plus_64_per_producer) {
   gate.release();
   advance_to(clock, rt, at(10ms));
   EXPECT_EQ(ran.load(), accepted.load()) << "an accepted timer was lost or ran twice";
+}
+
+// The bound is per posting thread, not per Producer: a thread that posts
+// through a fresh Producer for every 63 schedules, through 500 live
+// Producers in turn, or through the Runtime from many short-lived threads
+// is refused once the queue is at the bound, within 64 posts of it, and
+// every accepted timer runs once.
+TEST(RuntimeOverload, queue_bound_holds_however_producers_are_made_kept_or_dropped) {
+  ManualClock clock{kStart};
+  Gate gate;
+  Runtime rt(bounded_options(clock));
+  hold_wheel_thread(rt, gate);
+  std::atomic<std::size_t> ran{0};
+  std::size_t accepted = 0;
+  auto task = [&ran] { ran.fetch_add(1); };
+  // Schedules through `post` until one is refused; false if none was in `limit` tries.
+  auto until_refused = [&](std::size_t limit, auto post) {
+    for (std::size_t i = 0; i < limit; ++i) {
+      try {
+        post(i);
+        ++accepted;
+      } catch (const CapacityError&) {
+        return true;
+      }
+    }
+    return false;
+  };
+  auto depth = [&rt] { return rt.stats().shards[0].queue_depth; };
+
+  // A fresh Producer for every 63 schedules.
+  std::optional<chime::Producer> fresh;
+  ASSERT_TRUE(until_refused(20 * kBound,
+                            [&](std::size_t i) {
+                              if (i % 63 == 0) fresh.emplace(rt.producer());
+                              fresh->schedule_at(at(5ms), task);
+                            }))
+      << "no refusal after " << accepted << " schedules through fresh Producers";
+  EXPECT_LE(depth(), kBound + kPostsPerLook);
+  fresh.reset();
+
+  // The queue drains; then 500 live Producers, one schedule each in turn.
+  gate.release();
+  rt.flush();
+  Gate gate2;
+  hold_wheel_thread(rt, gate2);
+  std::vector<chime::Producer> live;
+  for (int i = 0; i < 500; ++i) live.push_back(rt.producer());
+  ASSERT_TRUE(until_refused(20 * kBound, [&](std::size_t i) { live[i % live.size()].schedule_at(at(5ms), task); }))
+      << "no refusal after " << accepted << " schedules through 500 live Producers";
+  EXPECT_LE(depth(), kBound + kPostsPerLook);
+  live.clear();
+
+  // Again, through the Runtime from short-lived threads of 10 schedules each.
+  gate2.release();
+  rt.flush();
+  Gate gate3;
+  hold_wheel_thread(rt, gate3);
+  bool refused = false;
+  for (int t = 0; t < 400 && !refused; ++t) {
+    std::thread([&] { refused = until_refused(10, [&](std::size_t) { rt.schedule_at(at(5ms), task); }); }).join();
+  }
+  EXPECT_TRUE(refused) << "no refusal after " << accepted << " schedules from short-lived threads";
+  EXPECT_LE(depth(), kBound + kPostsPerLook);
+
+  gate3.release();
+  advance_to(clock, rt, at(10ms));
+  rt.flush();
+  EXPECT_EQ(ran.load(), accepted) << "an accepted timer was lost or ran twice";
+}
+
+// On a steady clock with the wheel's next alarm an hour away, a thread that
+// posts far timers through a fresh Producer for every 63 schedules keeps the
+// queue within the bound: its posts count toward the wake that makes the
+// wheel thread drain the queue, and toward its looks at the depth.
+TEST(RuntimeOverload, posts_through_fresh_producers_wake_the_wheel_thread_and_keep_the_bound) {
+  RuntimeOptions o = steady_options(1);
+  o.max_queue_depth = kBound;
+  o.shards = 1;
+  Runtime rt(o);
+  rt.schedule_after(1h, [] {});
+  rt.flush();
+  std::size_t max_depth = 0, refused = 0;
+  std::optional<chime::Producer> fresh;
+  for (std::size_t i = 0; i < 40 * kBound; ++i) {
+    if (i % 63 == 0) {
+      fresh.emplace(rt.producer());
+      max_depth = std::max<std::size_t>(max_depth, rt.stats().shards[0].queue_depth);
+    }
+    try {
+      const TimerId id = fresh->schedule_after(2h, [] {});
+      ASSERT_TRUE(id);
+    } catch (const CapacityError&) {
+      ++refused;
+    }
+  }
+  max_depth = std::max<std::size_t>(max_depth, rt.stats().shards[0].queue_depth);
+  EXPECT_LE(max_depth, kBound + kPostsPerLook) << refused << " refused";
+  rt.flush();
+  EXPECT_EQ(rt.stats().pending, 1 + 40 * kBound - refused);
 }
 
 // max_queue_depth: 0 is the documented default, values below the minimum

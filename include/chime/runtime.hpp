@@ -48,17 +48,21 @@
 //   once.
 // - Idle costs nothing: with nothing due the wheel thread sleeps without a
 //   timeout. A producer wakes it only for a timer whose interval ends before
-//   the wheel's next wake-up (one producer per sleep), or after posting 1,024
-//   commands since its last wake-up (which bounds the queue).
+//   the wheel's next wake-up (one producer per sleep), or once 1,024 commands
+//   were posted to its shard since the last such wake (which bounds the
+//   queue). Each thread counts its own posts, 64 at a time and in advance,
+//   however many Producers it makes, keeps or drops, so every post counts.
 // - Overload is visible and bounded (design.md, "Overload"): stats() gives
 //   the command queue's depth (and each shard's, with its wheel thread's
 //   CPU time); a schedule that finds its shard's queue at
 //   RuntimeOptions::max_queue_depth throws CapacityError and queues
 //   nothing. Nothing accepted is dropped, and cancels, reschedules (later
 //   or earlier) and periodic re-arms are never refused. The queue exceeds
-//   the bound by at most the commands in flight: producers look at the
-//   depth every 64 posts, so 64 per posting thread, plus posts whose count
-//   is not yet visible. Refusals count in stats().refused_overload.
+//   the bound by at most the commands in flight: each thread looks at the
+//   depth at its first post to a shard and then every 64 of its posts,
+//   whatever it posts through (the Runtime, Producers, Lanes, Timers), so 64
+//   per posting thread, plus posts whose count is not yet visible. Refusals
+//   count in stats().refused_overload.
 // - Pushing a due time later (reschedule to a later time, the idle-timeout
 //   "touch") is one CAS pair on the timer's state word and a store; it does
 //   not go through the wheel thread.
@@ -261,7 +265,8 @@ struct RuntimeOptions {
   // command queue past this many commands throws chime::CapacityError
   // instead of queueing (nothing already accepted is dropped; cancels,
   // reschedules and periodic re-arms are never refused). The queue then
-  // exceeds it by at most the commands in flight: 64 per posting thread.
+  // exceeds it by at most the commands in flight: 64 per posting thread,
+  // however many Producers it posts through.
   // 0 means default_max_queue_depth; SIZE_MAX, no bound. A value below
   // min_max_queue_depth throws std::invalid_argument.
   std::size_t max_queue_depth = 0;
