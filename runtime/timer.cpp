@@ -103,19 +103,27 @@ struct TimerHandleState {
     }
   }
 
-  // Schedules `a` as the current timer. Throws what schedule throws, leaving
-  // the Timer disarmed. A lane's timer is scheduled with the generation the
-  // Timer was made with: if the lane is destroyed meanwhile, the wheel
-  // thread cancels it (L1), never hands it to the lane's next user.
+  // Schedules `a` as the current timer (nothing is armed). Throws what
+  // schedule throws, leaving the Timer disarmed: only for an arm deferred
+  // until a run returned (after_run). A lane's timer is scheduled with the
+  // generation the Timer was made with: if the lane is destroyed meanwhile,
+  // the wheel thread cancels it (L1), never hands it to the lane's next user.
   void schedule_locked(const Arm& a) {
     stopped = true;
     check_lane("arm");
-    current = rt.schedule(a.due, a.period_ns, a.on_missed, Task([this](const Firing& f) { run(f); }), nullptr, lane,
-                          lane_generation);
+    current = rt.schedule(a.due, a.period_ns, a.on_missed, trampoline(), nullptr, lane, lane_generation);
     periodic = a.period_ns != 0;
     stopped = false;
   }
 
+  Task trampoline() {
+    return Task([this](const Firing& f) { run(f); });
+  }
+
+  // An arm replaces the pending run only once the new one is sure to be
+  // accepted: everything that can refuse it (the range, shutdown, the
+  // queue's bound, max_pending, memory for the slot) is checked and its slot
+  // reserved first, so an arm that throws leaves the Timer as it was.
   void arm(const Arm& a) {
     std::lock_guard<std::mutex> lock(mutex);
     if (dying) return;  // an arm from a callback racing the destructor: dropped
@@ -124,20 +132,30 @@ struct TimerHandleState {
       defer_locked(a);
       return;
     }
+    const bool replaces = current && !stopped;
+    // The fast path: a pending one-shot moved to the new due in place (a
+    // later due posts no command). Throws std::out_of_range for a due
+    // beyond the range, leaving the timer as it was.
+    if (replaces && !periodic && a.period_ns == 0 && rt.reschedule(current, a.due, nullptr)) return;
+    // The run it replaces ends below (or has already): max_pending may be
+    // exceeded by it meanwhile.
+    const RuntimeCore::ScheduleReservation r = rt.reserve_schedule(a.due, nullptr, lane, replaces ? 1 : 0);
     if (current) {
-      // The fast path: a pending one-shot moved to the new due in place
-      // (a later due posts no command). Throws std::out_of_range for a due
-      // beyond the range, leaving the timer as it was.
-      if (!stopped && !periodic && a.period_ns == 0 && rt.reschedule(current, a.due, nullptr)) return;
-      const CancelResult r = rt.try_cancel(current);
-      if (r == CancelResult::running && last_run != current) {
+      const CancelResult c = rt.try_cancel(current);
+      if (c == CancelResult::running && last_run != current) {
         // Started (B1), but the trampoline has not entered yet: it will run
         // the deferred arm when it returns.
+        rt.release_reservation(r);
         defer_locked(a);
         return;
       }
     }
-    schedule_locked(a);
+    stopped = true;
+    // Only shutdown, begun since the reservation, can refuse it now: the
+    // Timer is then disarmed, as shutdown would have left it.
+    current = rt.commit_schedule(r, a.due, a.period_ns, a.on_missed, trampoline(), lane, lane_generation, true);
+    periodic = a.period_ns != 0;
+    stopped = false;
   }
 
   void defer_locked(const Arm& a) {

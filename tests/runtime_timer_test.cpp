@@ -326,6 +326,93 @@ TEST(RuntimeTimer, bad_arms_throw_and_arm_after_shutdown_is_stopped) {
   EXPECT_THROW(t.arm_after(1ms), chime::StoppedError);
 }
 
+// A re-arm that throws leaves the Timer exactly as it was: a periodic
+// Timer re-armed to a due beyond the range, or with arm_every's first due
+// beyond it, keeps its period and its runs; a one-shot keeps its due.
+TEST(RuntimeTimer, a_re_arm_beyond_the_range_leaves_the_timer_armed_as_it_was) {
+  chime_test::Recorder rec;
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt{manual_options(clock, 1)};
+  Timer periodic(rt, rec.task(1));
+  periodic.arm_every(10ms, first_at(at(10ms)));
+  EXPECT_THROW(periodic.arm_at(chime::TimePoint::max()), std::out_of_range);
+  EXPECT_THROW(periodic.arm_every(5ms, first_at(chime::TimePoint::max())), std::out_of_range);
+  EXPECT_TRUE(periodic.armed());
+  EXPECT_EQ(periodic.due(), at(10ms));
+  Timer one_shot(rt, rec.task(2));
+  one_shot.arm_at(at(5ms));
+  EXPECT_THROW(one_shot.arm_every(5ms, first_at(chime::TimePoint::max())), std::out_of_range);
+  EXPECT_EQ(one_shot.due(), at(5ms));
+  for (int ms = 11; ms <= 31; ms += 10) {
+    advance_to(clock, rt, at(std::chrono::milliseconds(ms)));
+    rt.flush();
+  }
+  EXPECT_EQ(rec.count(1), 3u) << "the periodic Timer lost runs to a refused re-arm";
+  EXPECT_EQ(rec.count(2), 1u) << "the one-shot lost its run to a refused re-arm";
+  EXPECT_TRUE(periodic.armed());
+}
+
+// At the queue's bound, a re-arm that needs a new timer (one-shot to
+// periodic, or back) is refused with CapacityError and leaves the Timer
+// armed as it was; once the queue drains, each pending run happens once.
+TEST(RuntimeTimer, a_re_arm_refused_at_the_queue_bound_leaves_the_timer_armed_as_it_was) {
+  chime_test::Recorder rec;
+  chime::ManualClock clock{kStart};
+  chime::RuntimeOptions o = manual_options(clock, 0);  // callbacks on the wheel thread: the gate holds it
+  o.max_queue_depth = 1024;
+  o.shards = 1;
+  chime::Runtime rt{o};
+  Timer one_shot(rt, rec.task(1));
+  one_shot.arm_at(at(5ms));
+  Timer periodic(rt, rec.task(2));
+  periodic.arm_every(10ms, first_at(at(10ms)));
+  Gate gate;
+  rt.schedule_after(chime::Duration::zero(), gate.blocker());
+  gate.wait_started();
+  bool full = false;
+  for (int i = 0; i < 4096 && !full; ++i) {
+    try {
+      rt.schedule_at(at(1h), [] {});
+    } catch (const chime::CapacityError&) {
+      full = true;
+    }
+  }
+  ASSERT_TRUE(full);
+  EXPECT_THROW(one_shot.arm_every(1ms), chime::CapacityError);
+  EXPECT_THROW(periodic.arm_after(1ms), chime::CapacityError);
+  EXPECT_EQ(one_shot.due(), at(5ms));
+  EXPECT_EQ(periodic.due(), at(10ms));
+  EXPECT_TRUE(one_shot.armed());
+  EXPECT_TRUE(periodic.armed());
+  gate.release();
+  for (int ms = 11; ms <= 21; ms += 10) {
+    advance_to(clock, rt, at(std::chrono::milliseconds(ms)));
+    rt.flush();
+  }
+  EXPECT_EQ(rec.count(1), 1u);
+  EXPECT_EQ(rec.count(2), 2u);
+}
+
+// A re-arm that replaces a pending run is accepted at max_pending: the new
+// run takes the place of the one it replaces.
+TEST(RuntimeTimer, a_re_arm_at_max_pending_replaces_the_pending_run) {
+  chime_test::Recorder rec;
+  chime::ManualClock clock{kStart};
+  chime::RuntimeOptions o = manual_options(clock, 1);
+  o.max_pending = 1;
+  chime::Runtime rt{o};
+  Timer t(rt, rec.task());
+  t.arm_at(at(5ms));
+  EXPECT_THROW(rt.schedule_at(at(1ms), [] {}), chime::CapacityError);
+  t.arm_every(10ms, first_at(at(10ms)));  // one-shot to periodic: a new timer
+  t.arm_at(at(3ms));                      // and back
+  EXPECT_EQ(t.due(), at(3ms));
+  advance_to(clock, rt, at(30ms));
+  rt.flush();
+  EXPECT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
 // shutdown(fire_pending) fires an armed Timer's pending run, like any pending timer.
 TEST(RuntimeTimer, shutdown_fire_pending_fires_an_armed_timer) {
   chime_test::Recorder rec;

@@ -52,7 +52,12 @@
 // std::out_of_range, a period <= 0 std::invalid_argument, after shutdown
 // chime::StoppedError, with the command queue at max_queue_depth or over
 // max_pending chime::CapacityError, all naming the values and all at the
-// arm call: an arm deferred until a run returns is checked when it is made,
+// arm call. An arm that throws leaves the Timer exactly as it was: its
+// pending run (one-shot or periodic) is kept, because the new timer is
+// validated and its slot reserved before the pending run is replaced. A
+// re-arm that replaces a pending run counts in max_pending in its place
+// (the two may exceed it by one until the replaced run has ended).
+// An arm deferred until a run returns is checked when it is made,
 // and if the schedule then still fails (shutdown, or capacity or the queue's
 // bound reached meanwhile) the Timer is left disarmed. A re-arm to a later
 // due of a pending timer (the touch) posts nothing and is never refused.
