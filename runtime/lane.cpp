@@ -552,6 +552,12 @@ struct LaneSleepResumer {
   }
 };
 
+LaneSleep::LaneSleep(const Lane& lane, TimePoint due) noexcept
+    : core_(lane.core_), lane_(lane.lane_), alive_(lane.alive_), due_(due) {
+  // relaxed: the Lane is alive, so its generation is stable (as Timer's).
+  if (lane_ != nullptr && runtime_alive()) lane_generation_ = lane_->generation.load(std::memory_order_relaxed);
+}
+
 LaneSleep::~LaneSleep() {
   // Destroyed while suspended (the frame was destroyed): the sleep must not
   // resume a freed frame. On the lane's thread the run has not started, so
@@ -559,8 +565,9 @@ LaneSleep::~LaneSleep() {
   // already being destroyed (a Detached frame someone destroyed through a
   // handle of their own): the task the cancel destroys must not destroy it
   // again. release: pairs with the resumer's acquire, on whichever thread
-  // destroys the task.
-  if (id_ && lane_->runtime_alive()) {
+  // destroys the task. The sleep's Lane may have been moved or destroyed
+  // meanwhile: only the cores, which live as long as the Runtime, are used.
+  if (id_ && runtime_alive()) {
     frame_dying_.store(true, std::memory_order_release);
     // A Detached sleep's task owns the frame: disown it first. A cancel that
     // finds the run already handed to the lane (C4) leaves the task in the
@@ -570,14 +577,38 @@ LaneSleep::~LaneSleep() {
     // resumer_ was written by the scheduling thread before scheduled_.
     wait_scheduled();
     if (resumer_ != nullptr) resumer_->disown();
-    lane_->cancel(id_);
+    // Its Lane destroyed (the generation moved on; acquire: pairs with
+    // close_lane's release bump), the close has cancelled the sleep (L1,
+    // L2, L3) and this cancel finds it settled; the core may serve another
+    // Lane by now, whose token is not ours to take.
+    if (lane_->generation.load(std::memory_order_acquire) == lane_generation_) {
+      const detail::LaneToken token(*lane_);
+      core_->cancel(id_, token.get());
+    } else {
+      core_->cancel(id_, nullptr);
+    }
   }
 }
 
 void LaneSleep::suspend(std::coroutine_handle<> h, bool owns_frame) {
+  if (lane_ == nullptr) {
+    throw std::logic_error(
+        "chime::Lane::sleep_until (or sleep_for) awaited on an empty Lane (default-constructed or moved-from)");
+  }
+  if (!runtime_alive()) detail::throw_runtime_gone("Lane");
+  // acquire: pairs with close_lane's release bump.
+  if (lane_->generation.load(std::memory_order_acquire) != lane_generation_) {
+    throw std::logic_error(
+        "chime::Lane::sleep_until (or sleep_for) awaited after its Lane was destroyed (a sleep is awaited while its "
+        "Lane lives)");
+  }
   handle_ = h;
   scheduler_ = std::this_thread::get_id();
-  id_ = lane_->schedule_at(due_, Task(LaneSleepResumer(this, owns_frame)));
+  const detail::LaneToken token(*lane_);
+  // With the generation the sleep was made with: a Lane destroyed meanwhile
+  // has the wheel thread cancel it (L1), never hand it to the core's next Lane.
+  id_ = core_->schedule(due_, 0, Missed::skip, Task(LaneSleepResumer(this, owns_frame)), token.get(), lane_,
+                        lane_generation_);
   scheduled_.store(true, std::memory_order_release);
 }
 

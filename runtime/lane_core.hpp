@@ -57,7 +57,14 @@ struct LaneCore {
     wheel_token = std::make_unique<moodycamel::ProducerToken>(ready);
     consumer_token = std::make_unique<moodycamel::ConsumerToken>(ready);
   }
-  ~LaneCore() { ::close(efd); }
+  // The runtime is being destroyed: one last write wakes whoever still polls
+  // a duplicate of the fd (chime/asio.hpp's and chime/uv.hpp's drivers of a
+  // Lane that outlived its Runtime), whose run_ready then throws
+  // std::logic_error instead of the poll waiting forever.
+  ~LaneCore() {
+    write_one();
+    ::close(efd);
+  }
   LaneCore(const LaneCore&) = delete;
   LaneCore& operator=(const LaneCore&) = delete;
 

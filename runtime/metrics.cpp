@@ -26,6 +26,55 @@ bool is_name(std::string_view s, bool colon_ok) {
   return true;
 }
 
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no
+// overlong forms, no surrogates, nothing beyond U+10FFFF), 0 if there is none.
+std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
+  const auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) {
+    return byte(k) >= lo && byte(k) <= hi;
+  };
+  const unsigned b = byte(i);
+  if (b < 0x80) return 1;
+  if (b >= 0xC2 && b <= 0xDF) return cont(i + 1) ? 2 : 0;
+  if (b >= 0xE0 && b <= 0xEF) {
+    const unsigned lo = b == 0xE0 ? 0xA0 : 0x80;  // E0: no overlong form
+    const unsigned hi = b == 0xED ? 0x9F : 0xBF;  // ED: no surrogate
+    return cont(i + 1, lo, hi) && cont(i + 2) ? 3 : 0;
+  }
+  if (b >= 0xF0 && b <= 0xF4) {
+    const unsigned lo = b == 0xF0 ? 0x90 : 0x80;  // F0: no overlong form
+    const unsigned hi = b == 0xF4 ? 0x8F : 0xBF;  // F4: nothing beyond U+10FFFF
+    return cont(i + 1, lo, hi) && cont(i + 2) && cont(i + 3) ? 4 : 0;
+  }
+  return 0;  // a continuation byte, C0, C1, F5-FF
+}
+
+// Throws naming the label and its value (bytes outside printable ASCII as
+// \xNN, so that the message itself is ASCII) if the value is not UTF-8.
+void check_utf8_value(const std::string& name, std::string_view value) {
+  for (std::size_t i = 0; i < value.size();) {
+    const std::size_t n = utf8_sequence(value, i);
+    if (n != 0) {
+      i += n;
+      continue;
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string shown;
+    for (const char c : value) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u >= 0x20 && u < 0x7F && c != '\\') {
+        shown += c;
+      } else {
+        shown += "\\x";
+        shown += kHex[u >> 4];
+        shown += kHex[u & 0xF];
+      }
+    }
+    throw std::invalid_argument("chime::write_openmetrics: the value of label \"" + name + "\" is not valid UTF-8 (\"" +
+                                shown + "\", byte " + std::to_string(i) + ")");
+  }
+}
+
 // `ns` nanoseconds as decimal seconds: 1500000 -> "0.0015", 2000000000 -> "2".
 std::string seconds(std::int64_t ns) {
   std::string out;
@@ -168,6 +217,10 @@ void write_openmetrics(std::ostream& out, const Stats& stats, std::string_view p
       throw std::invalid_argument("chime::write_openmetrics: \"" + name +
                                   "\" is not a label name ([a-zA-Z_][a-zA-Z0-9_]*, not le)");
     }
+    if (name.starts_with("__")) {
+      throw std::invalid_argument("chime::write_openmetrics: label \"" + name +
+                                  "\" is reserved (names starting with __, such as __name__, are Prometheus's)");
+    }
     if (name == "shard" && !stats.shards.empty()) {
       throw std::invalid_argument(
           "chime::write_openmetrics: label \"shard\" is taken by the per-shard samples (Stats::shards)");
@@ -177,6 +230,7 @@ void write_openmetrics(std::ostream& out, const Stats& stats, std::string_view p
         throw std::invalid_argument("chime::write_openmetrics: label \"" + name + "\" appears twice");
       }
     }
+    check_utf8_value(name, labels[i].second);
   }
 
   Writer w(prefix, labels);

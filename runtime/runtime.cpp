@@ -99,12 +99,13 @@ unsigned default_shards() {
   const char* env = std::getenv("CHIME_SHARDS");
   if (env == nullptr || *env == '\0') return 1;  // unset or empty: the default
   const std::string text(env);
-  // Digits only (no sign, no spaces), at most 3 of them: 1 to max_shards.
+  // Decimal digits only (no sign, no spaces; leading zeros at any length):
+  // 1 to max_shards. n stops growing past max_shards, so it cannot overflow.
   unsigned long n = 0;
-  bool digits = text.size() <= 3;
+  bool digits = true;
   for (const char c : text) {
     digits = digits && c >= '0' && c <= '9';
-    if (digits) n = n * 10 + static_cast<unsigned long>(c - '0');
+    if (digits) n = std::min<unsigned long>(n * 10 + static_cast<unsigned long>(c - '0'), 1000);
   }
   if (!digits || n < 1 || n > RuntimeOptions::max_shards) {
     throw std::invalid_argument("chime::Runtime: the environment variable CHIME_SHARDS = \"" + text +

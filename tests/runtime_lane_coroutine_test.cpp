@@ -9,8 +9,10 @@
 
 #include <coroutine>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "runtime_test_support.hpp"
 
@@ -298,6 +300,168 @@ TEST_F(LaneCoroutineTest, a_detached_frame_destroyed_through_its_handle_while_it
   EXPECT_EQ(destroyed, 1) << "the frame was destroyed again";
   EXPECT_EQ(rt.stats().cancelled, 1u);
   EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// A sleep belongs to the lane, not to the Lane object: after the Lane is
+// moved (and the moved-from one left empty), destroying the suspended frame
+// still cancels its sleep, and the lane never resumes the freed frame.
+TEST_F(LaneCoroutineTest, a_frame_destroyed_after_its_lane_was_moved_cancels_its_sleep) {
+  int resumed = 0, destroyed = 0;
+  std::optional<OwnedCoroutine> c;
+  c.emplace(sleeper(lane, resumed, destroyed));
+  rt.flush();
+  chime::Lane moved = std::move(lane);  // `lane` is now empty
+  c.reset();
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(rt.stats().pending, 0u) << "the sleep's timer was not cancelled";
+  EXPECT_EQ(rt.stats().cancelled, 1u);
+  advance_to(clock, rt, at(50ms));
+  moved.run_ready();
+  EXPECT_EQ(resumed, 0) << "a destroyed frame was resumed";
+}
+
+// The same with the moved-from Lane destroyed before the frame (ASan: no
+// heap-use-after-free), and with the sleep's run already in the ready queue
+// of the new Lane: the cancel on the lane's thread still wins.
+TEST_F(LaneCoroutineTest, a_frame_destroyed_after_its_lane_was_moved_and_the_old_handle_freed_cancels_its_sleep) {
+  int resumed = 0, destroyed = 0;
+  auto first = std::make_unique<chime::Lane>(std::move(lane));
+  std::optional<OwnedCoroutine> pending;
+  std::optional<OwnedCoroutine> ready;
+  pending.emplace(sleeper(*first, resumed, destroyed));  // due at 5 ms
+  chime::Lane second = std::move(*first);
+  first.reset();
+  rt.flush();
+  pending.reset();
+  EXPECT_EQ(rt.stats().cancelled, 1u);
+  EXPECT_EQ(rt.stats().pending, 0u);
+  auto third = std::make_unique<chime::Lane>(std::move(second));
+  ready.emplace(sleeper(*third, resumed, destroyed));  // due at 5 ms
+  chime::Lane fourth = std::move(*third);
+  third.reset();
+  clock.set(at(10ms));
+  // Another thread's flush makes the sleep ready; this thread does not run it.
+  std::thread flusher([&] { rt.flush(); });
+  pollfd p{fourth.ready_fd(), POLLIN, 0};
+  while (::poll(&p, 1, 0) != 1) std::this_thread::yield();
+  ready.reset();  // on the lane's thread: the cancel wins although the run is queued
+  EXPECT_EQ(fourth.run_ready(), 0u);
+  flusher.join();
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(destroyed, 2);
+  EXPECT_EQ(rt.stats().cancelled, 2u);
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// A coroutine sleeping on a Lane that is then moved resumes on the new Lane's
+// thread at its due, through the new Lane's run_ready.
+TEST_F(LaneCoroutineTest, a_sleep_on_a_moved_lane_resumes_through_the_new_lane) {
+  int resumed = 0, destroyed = 0;
+  auto first = std::make_unique<chime::Lane>(std::move(lane));
+  std::optional<OwnedCoroutine> c;
+  c.emplace(sleeper(*first, resumed, destroyed));
+  chime::Lane second = std::move(*first);
+  first.reset();
+  clock.set(at(10ms));
+  rt.flush();  // this thread made the lane: the flush runs it
+  EXPECT_EQ(resumed, 1);
+  EXPECT_TRUE(c->done());
+  c.reset();
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(rt.stats().fired, 1u);
+  EXPECT_EQ(rt.stats().cancelled, 0u);
+}
+
+// Destroying a Lane that was moved to destroys the Detached coroutines
+// sleeping on it (pending and ready), even though they suspended through the
+// Lane it was moved from, now freed (ASan: no heap-use-after-free).
+TEST(LaneCoroutineTeardown, destroying_a_moved_lane_destroys_its_sleeping_detached_coroutines) {
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt(manual_options(clock, 1));
+  int destroyed = 0, resumed = 0;
+  {
+    auto first = std::make_unique<chime::Lane>(rt.lane());
+    for (int i = 0; i < 10; ++i) sleep_forever(*first, destroyed, resumed);
+    for (int i = 0; i < 10; ++i) sleep_briefly(*first, destroyed, resumed);
+    chime::Lane second = std::move(*first);
+    first.reset();
+    clock.set(at(5ms));
+    std::thread flusher([&] { rt.flush(); });  // makes the brief sleeps ready; nobody runs them
+    pollfd p{second.ready_fd(), POLLIN, 0};
+    while (::poll(&p, 1, 0) != 1) std::this_thread::yield();
+    second = chime::Lane();
+    flusher.join();
+  }
+  EXPECT_EQ(destroyed, 20) << "suspended Detached frames leaked";
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(rt.stats().pending, 0u);
+  EXPECT_EQ(rt.stats().cancelled, 20u);
+}
+
+// A frame the caller owns may outlive its Lane: the Lane's destruction
+// cancelled the sleep, and destroying the frame afterwards (on any thread)
+// touches nothing freed and cancels nothing of a new Lane that reuses the
+// lane's core, whose timers may reuse the sleep's slot.
+TEST(LaneCoroutineTeardown, a_frame_destroyed_after_its_lane_is_safe_and_cancels_nothing_of_the_next_lane) {
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt(manual_options(clock, 1));
+  int resumed = 0, destroyed = 0;
+  auto lane = std::make_unique<chime::Lane>(rt.lane());
+  std::optional<OwnedCoroutine> c;
+  c.emplace(sleeper(*lane, resumed, destroyed));
+  rt.flush();
+  lane.reset();
+  EXPECT_EQ(rt.stats().cancelled, 1u);
+  EXPECT_EQ(rt.stats().pending, 0u);
+  chime::Lane next = rt.lane();  // reuses the closed lane's core
+  int runs = 0;
+  next.schedule_after(5ms, [&] { ++runs; });
+  rt.flush();
+  std::thread([&] { c.reset(); }).join();
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(rt.stats().cancelled, 1u) << "the old frame's destruction cancelled a timer of the next lane";
+  clock.set(at(10ms));
+  rt.flush();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(resumed, 0);
+}
+
+// The same after the Runtime itself is gone: nothing of it is touched.
+TEST(LaneCoroutineTeardown, a_frame_destroyed_after_its_lane_and_runtime_is_safe) {
+  chime::ManualClock clock{kStart};
+  auto rt = std::make_unique<chime::Runtime>(manual_options(clock, 1));
+  int resumed = 0, destroyed = 0;
+  auto lane = std::make_unique<chime::Lane>(rt->lane());
+  std::optional<OwnedCoroutine> c;
+  c.emplace(sleeper(*lane, resumed, destroyed));
+  rt->flush();
+  lane.reset();
+  rt.reset();
+  c.reset();
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(resumed, 0);
+}
+
+chime::Detached sleep_after_the_lane_is_destroyed(std::unique_ptr<chime::Lane>& lane, std::string& error) {
+  auto sleep = lane->sleep_for(1ms);
+  lane.reset();
+  try {
+    co_await sleep;
+  } catch (const std::logic_error& e) {
+    error = e.what();
+  }
+}
+
+// A sleep made from a Lane that is destroyed before its co_await throws
+// std::logic_error from the co_await, naming the cause, and schedules nothing.
+TEST(LaneCoroutineErrors, a_sleep_whose_lane_was_destroyed_before_the_co_await_throws_logic_error) {
+  chime::ManualClock clock{kStart};
+  chime::Runtime rt(manual_options(clock, 1));
+  auto lane = std::make_unique<chime::Lane>(rt.lane());
+  std::string error;
+  sleep_after_the_lane_is_destroyed(lane, error);
+  EXPECT_NE(error.find("Lane was destroyed"), std::string::npos) << error;
+  EXPECT_EQ(rt.stats().scheduled, 0u);
 }
 
 // The thread that made a lane is its thread until another runs it: its

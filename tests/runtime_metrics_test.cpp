@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -195,6 +196,59 @@ TEST(Metrics, refuses_bad_names_before_writing) {
   std::ostringstream out;
   chime::write_openmetrics(out, s, "ns:chime_2", {{"_ok", ""}});
   EXPECT_TRUE(out.str().ends_with("# EOF\n"));
+}
+
+// Label names starting with __ are reserved (Prometheus's __name__ and its internal labels):
+// refused before anything is written, the message naming the label.
+TEST(Metrics, refuses_reserved_label_names_before_writing) {
+  const chime::Stats s;
+  for (const char* name : {"__name__", "__", "__x", "__meta_job"}) {
+    std::ostringstream out;
+    try {
+      chime::write_openmetrics(out, s, "chime", {{"job", "a"}, {name, "x"}});
+      ADD_FAILURE() << "label " << name << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("\"") + name + "\""), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(out.str().empty()) << name;
+  }
+  std::ostringstream out;
+  chime::write_openmetrics(out, s, "chime", {{"_x", "a"}, {"a__b", "b"}});
+  EXPECT_NE(out.str().find("chime_fired_total{_x=\"a\",a__b=\"b\"} 0\n"), std::string::npos) << out.str();
+}
+
+// A label value that is not valid UTF-8 (a stray continuation byte, a truncated sequence, an
+// overlong encoding, a surrogate, a code point beyond U+10FFFF, a byte never in UTF-8) is refused
+// before anything is written, the message naming the label and the value's bytes (\xNN); valid
+// multi-byte values are written as they are.
+TEST(Metrics, refuses_label_values_that_are_not_utf8_before_writing) {
+  const chime::Stats s;
+  for (const char* value : {"a\x80", "ab\xC3", "\xE2\x82", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xFF",
+                            "\xE0\x80\xAF", "\xF0\x80\x80\xAF"}) {
+    std::ostringstream out;
+    try {
+      chime::write_openmetrics(out, s, "chime", {{"path", value}});
+      ADD_FAILURE() << "a value that is not UTF-8 was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("\"path\""), std::string::npos) << what;
+      EXPECT_NE(what.find("UTF-8"), std::string::npos) << what;
+      EXPECT_TRUE(std::all_of(what.begin(), what.end(), [](unsigned char c) { return c < 0x80; }))
+          << "the message repeats the bytes that are not UTF-8";
+    }
+    EXPECT_TRUE(out.str().empty());
+  }
+  try {
+    std::ostringstream out;
+    chime::write_openmetrics(out, s, "chime", {{"path", "ok\xFF"}});
+    ADD_FAILURE() << "a value that is not UTF-8 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ok\\xff"), std::string::npos) << e.what();
+  }
+  const std::string valid = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xEF\xBF\xBF \xF4\x8F\xBF\xBF";
+  std::ostringstream out;
+  chime::write_openmetrics(out, s, "chime", {{"path", valid}});
+  EXPECT_NE(out.str().find("chime_fired_total{path=\"" + valid + "\"} 0\n"), std::string::npos) << out.str();
 }
 
 // A default Stats has every bucket bound and no counts; its histograms are empty but well formed.

@@ -302,6 +302,31 @@ TEST(RuntimeShards, racing_producers_on_two_shards_lose_and_double_fire_nothing)
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
+// CHIME_SHARDS is decimal digits, leading zeros allowed at any length: "03", "003" and
+// "0000000000000000000003" are all 3; "065", "0065" and "000" are refused as 65 and 0 are.
+TEST(RuntimeShards, chime_shards_takes_leading_zeros_at_any_length) {
+  for (const char* three : {"03", "003", "0003", "0000000000000000000003"}) {
+    ScopedEnv env("CHIME_SHARDS", three);
+    try {
+      Runtime rt(steady_options(1));
+      EXPECT_EQ(rt.stats().shards.size(), 3u) << "CHIME_SHARDS=\"" << three << "\"";
+    } catch (const std::invalid_argument& e) {
+      ADD_FAILURE() << "CHIME_SHARDS=\"" << three << "\" was refused: " << e.what();
+    }
+  }
+  for (const char* bad :
+       {"065", "0065", "000", "00000000000000000000", "0000000000000000000065", "99999999999999999999999"}) {
+    ScopedEnv env("CHIME_SHARDS", bad);
+    try {
+      Runtime rt(steady_options(1));
+      ADD_FAILURE() << "CHIME_SHARDS=\"" << bad << "\" was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("CHIME_SHARDS = \"") + bad + "\""), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // shards = 0 is CHIME_SHARDS if set and not empty, else 1; more than max_shards, or a
 // CHIME_SHARDS that is not a number from 1 to max_shards, throws
 // std::invalid_argument naming the value.

@@ -8,10 +8,14 @@
 
 #include <uv.h>
 
+#include <exception>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -147,6 +151,33 @@ TEST_F(UvLaneTest, close_from_a_callback_lets_uv_run_return_and_leaves_the_lane_
   advance_to(clock, rt, at(6ms));
   EXPECT_EQ(tags(), (std::vector<int>{1, 2}));
   EXPECT_EQ(runs.back().thread, std::this_thread::get_id());
+}
+
+// The Runtime destroyed while a LaneDriver still polls its lane (a misuse:
+// the Runtime outlives the Lane and its driver): the driver polls a
+// duplicate of the lane's eventfd, so libuv never polls a closed fd (it
+// called abort() inside uv_run), and the Runtime's end wakes the poll,
+// whose run_ready throws std::logic_error: the driver keeps it for the
+// caller (failure()), stops the poll and makes uv_run return.
+TEST(UvLaneLifetime, a_runtime_destroyed_before_the_driver_is_reported_as_a_logic_error) {
+  uv_loop_t loop{};
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  chime::ManualClock clock{kStart};
+  auto rt = std::make_unique<chime::Runtime>(manual_options(clock, 0));
+  chime::Lane lane = rt->lane();
+  {
+    chime::uv::LaneDriver driver(&loop, lane);
+    rt.reset();
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_TRUE(driver.failure()) << "uv_run returned without the driver reporting the misuse";
+    try {
+      std::rethrow_exception(driver.failure());
+    } catch (const std::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find("after its Runtime was destroyed"), std::string::npos) << e.what();
+    }
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);  // the close callback frees the handle and closes the duplicate
+  EXPECT_EQ(uv_loop_close(&loop), 0) << "a handle was not closed";
 }
 
 // A move hands the handle over: the moved-from driver closes nothing, the

@@ -61,6 +61,9 @@
 //   otherwise not detected.
 // - A Timer bound to the lane does not outlive it: arming it afterwards
 //   throws std::logic_error (chime/timer.hpp).
+// - A LaneSleep is awaited while its Lane (or the Lane it was moved to) is
+//   alive: a co_await after that throws std::logic_error. A coroutine's
+//   frame may outlive the Lane (Coroutines, below).
 //
 // Not guaranteed: a run taken back from the ready queue by a reschedule on
 // the lane's thread leaves its record in the queue, told stale by the timer's
@@ -91,9 +94,16 @@
 // allocation beyond the coroutine frame: the resumer is the 8-byte
 // coroutine handle, stored inline). Destroying the suspended frame on the
 // lane's thread cancels its timer; destroying it on another thread races the
-// resumption and is a precondition violation. A sleep whose schedule fails
-// (after shutdown: StoppedError; beyond range: std::out_of_range) throws
-// from the co_await. chime::Detached is a fire-and-forget coroutine type
+// resumption and is a precondition violation. A sleep belongs to the lane,
+// not to the Lane object (it holds the lane's core, as a Timer does): the
+// Lane may be moved (constructed or assigned from) while coroutines sleep
+// on it, and every rule here holds for the Lane it was moved to. A frame
+// destroyed after its Lane was destroyed (or after its Runtime was) is safe
+// on any thread: the Lane's destruction cancelled the sleep, and the
+// frame's destruction touches nothing of the lane (whose core may serve a
+// new Lane by then) but its own timer's settled state. A sleep whose
+// schedule fails (after shutdown: StoppedError; beyond range:
+// std::out_of_range) throws from the co_await. chime::Detached is a fire-and-forget coroutine type
 // whose uncaught exceptions after the first suspension go to on_error.
 #pragma once
 
@@ -147,7 +157,7 @@ struct Detached {
 // The awaitable of Lane::sleep_for / sleep_until.
 class [[nodiscard]] LaneSleep {
  public:
-  LaneSleep(Lane& lane, TimePoint due) noexcept : lane_(&lane), due_(due) {}
+  LaneSleep(const Lane& lane, TimePoint due) noexcept;
   LaneSleep(const LaneSleep&) = delete;
   LaneSleep& operator=(const LaneSleep&) = delete;
   // A sleep still pending (the frame is destroyed while suspended): cancelled.
@@ -163,8 +173,16 @@ class [[nodiscard]] LaneSleep {
   friend struct LaneSleepResumer;
   void suspend(std::coroutine_handle<> h, bool owns_frame);
   void wait_scheduled() const noexcept;
+  bool runtime_alive() const noexcept { return alive_ != nullptr && (*alive_)(); }
 
-  Lane* lane_;
+  // The lane itself, not the Lane handle, which may be moved or destroyed
+  // while the coroutine sleeps (as a Timer holds it, chime/timer.hpp): both
+  // cores live as long as the Runtime, which alive_ tells; the generation
+  // tells whether the Lane is still open (runtime/lane_core.hpp).
+  detail::RuntimeCore* core_;
+  detail::LaneCore* lane_;
+  std::shared_ptr<const detail::RuntimeAlive> alive_;
+  std::uint32_t lane_generation_ = 0;
   TimePoint due_;
   TimerId id_;
   std::coroutine_handle<> handle_;

@@ -14,10 +14,13 @@
 // - Every sample line carries `labels`, in the order given (a histogram's
 //   `le` comes last); label values are escaped (`\\`, `\"`, `\n`). The text
 //   ends with `# EOF`.
-// - Throws std::invalid_argument, before writing anything, if `prefix` is not
-//   a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`) or a label name is not a label
-//   name (`[a-zA-Z_][a-zA-Z0-9_]*`), is `le`, is `shard` while Stats::shards
-//   is not empty, or appears twice.
+// - Throws std::invalid_argument, before writing anything, naming the
+//   offender, if `prefix` is not a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+//   or a label name is not a label name (`[a-zA-Z_][a-zA-Z0-9_]*`), is `le`,
+//   starts with `__` (reserved: `__name__` and Prometheus's internal
+//   labels), is `shard` while Stats::shards is not empty, or appears twice;
+//   or if a label value is not valid UTF-8 (the format's text is UTF-8;
+//   strict parsers refuse anything else).
 // - Per shard (design.md, "Metrics"): when Stats::shards is not empty (a
 //   runtime's stats() always has one entry per shard; today one),
 //   `chime_queue_depth` has one sample per shard, labelled `shard="k"`

@@ -285,8 +285,9 @@ struct RuntimeOptions {
   // on the wheel threads, never wait for each other to close a Lane); the
   // Runtime's own schedule calls use the calling thread's shard (chosen once
   // per thread). 0 means the default: the environment variable CHIME_SHARDS
-  // if it is set and not empty (a number from 1 to max_shards), else 1, because one
-  // shard is fastest until one wheel thread is the bottleneck
+  // if it is set and not empty (decimal digits, no sign or spaces, leading
+  // zeros allowed: "064" and "0064" are 64; a number from 1 to max_shards),
+  // else 1, because one shard is fastest until one wheel thread is the bottleneck
   // (docs/benchmarks.md, "Shards"). Above max_shards, or a CHIME_SHARDS
   // that is not such a number, throws std::invalid_argument.
   unsigned shards = 0;

@@ -11,10 +11,11 @@
 //   // loop's next iteration frees the handle, then uv_run returns once
 //   // nothing else is active
 //
-// A uv_poll_t watches lane.ready_fd() for reading (libuv's poll is
-// level-triggered: the fd stays readable while runs are ready) and its
-// callback calls lane.run_ready(max_per_wake). While the poll is open,
-// uv_run does not return (it is an active handle).
+// A uv_poll_t watches a duplicate of lane.ready_fd() for reading (libuv's
+// poll is level-triggered: the fd stays readable while runs are ready), so
+// the lane's own eventfd is closed only by the lane and libuv never polls a
+// closed fd; its callback calls lane.run_ready(max_per_wake). While the poll
+// is open, uv_run does not return (it is an active handle).
 //
 // Threads: the loop's thread is the lane's thread. LaneDriver is used on it,
 // or while no thread runs the loop, as libuv's handles are; the lane's
@@ -27,10 +28,20 @@
 // closes); the loop must run once more (uv_run, any mode) before
 // uv_loop_close, which returns UV_EBUSY until then. The Lane outlives the
 // LaneDriver (until close()); after close() no callback touches the lane.
+// The Runtime outlives the Lane. Detected: a Runtime destroyed first wakes
+// the poll (a lane's eventfd is written as the runtime frees it), whose
+// run_ready throws std::logic_error; the driver keeps it (failure()),
+// stops the poll and calls uv_stop, so uv_run returns and the caller can
+// rethrow it. An exception cannot cross libuv's C frames: any other one
+// run_ready throws (another thread inside run_ready of the lane) is kept
+// the same way.
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <uv.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -47,14 +58,16 @@ class LaneDriver {
   // callbacks one poll callback runs (the rest stay ready, the fd readable).
   // Thread: the loop's, or any while no thread runs it. Blocking: no.
   // Allocation: one heap block (the uv_poll_t). Throws std::system_error
-  // with libuv's error if uv_poll_init or uv_poll_start fails.
+  // if the fd cannot be duplicated, or with libuv's error if uv_poll_init
+  // or uv_poll_start fails; std::logic_error for an empty Lane or one whose
+  // Runtime is gone.
   LaneDriver(uv_loop_t* loop, Lane& lane, std::size_t max_per_wake = SIZE_MAX)
-      : handle_(new Handle{{}, &lane, max_per_wake, 0}) {
+      : handle_(new Handle{{}, &lane, max_per_wake, 0, dup_fd(lane), {}}) {
     handle_->poll.data = handle_;
-    int rc = uv_poll_init(loop, &handle_->poll, lane.ready_fd());
+    int rc = uv_poll_init(loop, &handle_->poll, handle_->fd);
     if (rc != 0) {
-      delete handle_;  // never initialised: no close needed
-      handle_ = nullptr;
+      ::close(handle_->fd);
+      delete std::exchange(handle_, nullptr);  // never initialised: no close needed
       throw std::system_error(-rc, std::generic_category(), "chime::uv::LaneDriver: uv_poll_init");
     }
     rc = uv_poll_start(&handle_->poll, UV_READABLE, &on_poll);
@@ -80,8 +93,9 @@ class LaneDriver {
   // Stops the poll at once (no run_ready from this driver starts
   // afterwards; one in progress, when close() is called from a lane
   // callback, finishes its batch) and uv_close()s the handle; its close
-  // callback frees it on the loop's next iteration. Idempotent. Thread: the
-  // loop's, or any while no thread runs it. Blocking: no. Allocation: none.
+  // callback frees it (and closes the duplicate fd) on the loop's next
+  // iteration. Idempotent. Thread: the loop's, or any while no thread runs
+  // it. Blocking: no. Allocation: none.
   void close() noexcept {
     if (handle_ == nullptr) return;
     uv_close(reinterpret_cast<uv_handle_t*>(&std::exchange(handle_, nullptr)->poll), &on_close);
@@ -92,6 +106,12 @@ class LaneDriver {
   // The libuv error (negative) that the poll reported, 0 if none; after one,
   // the poll is stopped (close() is still needed). Thread: the loop's.
   int error() const noexcept { return handle_ != nullptr ? handle_->error : 0; }
+  // The exception lane.run_ready threw inside the poll's callback (a
+  // std::logic_error: the Runtime destroyed before the lane, another thread
+  // inside run_ready of the lane), null if none; after one the poll is
+  // stopped and uv_stop() made uv_run return (close() is still needed).
+  // Rethrow it with std::rethrow_exception. Thread: the loop's.
+  std::exception_ptr failure() const noexcept { return handle_ != nullptr ? handle_->failure : nullptr; }
 
  private:
   struct Handle {
@@ -99,10 +119,17 @@ class LaneDriver {
     Lane* lane;
     std::size_t max_per_wake;
     int error;
+    int fd;                      // the duplicate of lane.ready_fd() the poll watches
+    std::exception_ptr failure;  // what run_ready threw
   };
 
-  // A misuse that makes run_ready throw (another thread inside run_ready of
-  // the lane) cannot cross libuv's C frames: std::terminate.
+  static int dup_fd(const Lane& lane) {
+    const int fd = ::fcntl(lane.ready_fd(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "chime::uv::LaneDriver: dup of ready_fd");
+    return fd;
+  }
+
+  // run_ready's exception cannot cross libuv's C frames: kept for failure().
   static void on_poll(uv_poll_t* poll, int status, int /*events*/) noexcept {
     auto* h = static_cast<Handle*>(poll->data);
     if (status < 0) {
@@ -110,9 +137,19 @@ class LaneDriver {
       uv_poll_stop(poll);
       return;
     }
-    h->lane->run_ready(h->max_per_wake);
+    try {
+      h->lane->run_ready(h->max_per_wake);
+    } catch (...) {
+      h->failure = std::current_exception();
+      uv_poll_stop(poll);
+      uv_stop(poll->loop);
+    }
   }
-  static void on_close(uv_handle_t* handle) noexcept { delete static_cast<Handle*>(handle->data); }
+  static void on_close(uv_handle_t* handle) noexcept {
+    auto* h = static_cast<Handle*>(handle->data);
+    ::close(h->fd);
+    delete h;
+  }
 
   Handle* handle_;
 };
