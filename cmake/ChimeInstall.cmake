@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Install rules and the CMake package: find_package(chime CONFIG) gives chime::wheel
 # (and every other target in `chime_installed_targets`, see the top-level CMakeLists.txt).
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # CPack: `cpack -G DEB` in a build tree makes chime-dev_<version>_<arch>.deb from the install
 # rules (cmake/ChimeInstall.cmake): the headers, the static chime::runtime library, the CMake
 # package, chime.pc and tsan.supp, under /usr. scripts/check-deb builds it and checks that a

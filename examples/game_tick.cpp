@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // game_tick: a 60 Hz game loop on a chime::Lane. A fixed-rate world tick and 100,000 entities
 // thinking on their own timers all run on the game thread, one callback at a time, so they share
 // entity state without a lock.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // idle_timeout_server: a TCP echo server on 127.0.0.1 that closes connections idle for T, and
 // connections that leave a request (a line) unfinished for R, with both timers on its epoll threads.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::asio (include/chime/asio.hpp): a Lane driven by a real
 // boost::asio::io_context on its own thread runs its timers there, in due
 // order, never early; cancels win; stop and destruction leave no handler

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Runtime::schedule_every (runtime.hpp): fixed
 // rate (the n-th run is due at first + n*period exactly, no drift over 10,000
 // periods), Missed::skip coalescing (one run, Firing::due the latest due run,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/asio.hpp: a chime::Lane inside a Boost.Asio io_context (optional:
 // header-only, needs only Boost.Asio's headers; chime::runtime does not use it).
 //

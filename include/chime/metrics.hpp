@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/metrics.hpp: Stats in the text format Prometheus scrapes.
 //
 // Contract:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/runtime.hpp: the multi-threaded timer runtime.
 //
 // What it is: producer threads post schedule/cancel/reschedule commands into
