@@ -8,11 +8,11 @@
 // io_context's thread to run the lane.
 #include <chime/asio.hpp>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/system/system_error.hpp>
-#include <atomic>
 #include <future>
 #include <memory>
 #include <mutex>

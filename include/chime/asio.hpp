@@ -27,10 +27,11 @@
 // threads in io.run(), so a second thread is caught within a wake or two
 // (tests/runtime_asio_test.cpp). To move the lane to another thread, stop
 // the driver and construct a new one. To use several threads, run several
-// io_contexts, each with its own lane and driver. LaneDriver and
-// LaneTimer, like Asio's I/O objects, are used on that thread (or while no
-// thread runs the io_context); the lane's schedule, cancel and reschedule
-// calls still come from any thread.
+// io_contexts, each with its own lane and driver
+// (examples/asio_multi_loop.cpp). LaneDriver and LaneTimer, like Asio's I/O
+// objects, are used on that thread (or while no thread runs the
+// io_context); the lane's schedule, cancel and reschedule calls still come
+// from any thread.
 //
 // Lifetimes: the Runtime outlives the Lane, the Lane outlives its LaneDriver
 // and LaneTimers, and the io_context outlives every pending wait of a
