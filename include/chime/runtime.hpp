@@ -155,7 +155,7 @@ enum class ShutdownMode { cancel_pending, fire_pending };
 enum class CommandQueueBackend { moodycamel, boost_lockfree };
 
 struct PeriodicOptions {
-  std::optional<TimePoint> first_due;  // default: now + period
+  std::optional<TimePoint> first_due{};  // empty: now + period
   Missed on_missed = Missed::skip;
 };
 
