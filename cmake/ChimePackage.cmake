@@ -63,8 +63,10 @@ include(CPack)
 # no name, no timestamp).
 configure_file(${PROJECT_SOURCE_DIR}/cmake/debian/changelog.in ${PROJECT_BINARY_DIR}/debian/changelog @ONLY)
 find_program(CHIME_GZIP gzip REQUIRED)
-add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/debian/changelog.gz
-                   COMMAND ${CHIME_GZIP} -9nfk ${PROJECT_BINARY_DIR}/debian/changelog
-                   DEPENDS ${PROJECT_BINARY_DIR}/debian/changelog)
-add_custom_target(chime_debian_changelog ALL DEPENDS ${PROJECT_BINARY_DIR}/debian/changelog.gz)
+# At configure time, so that an install needs no build step for it.
+execute_process(COMMAND ${CHIME_GZIP} -9nc ${PROJECT_BINARY_DIR}/debian/changelog
+                OUTPUT_FILE ${PROJECT_BINARY_DIR}/debian/changelog.gz RESULT_VARIABLE chime_gzip_rc)
+if(NOT chime_gzip_rc EQUAL 0)
+  message(FATAL_ERROR "gzip of debian/changelog failed (${chime_gzip_rc})")
+endif()
 install(FILES ${PROJECT_BINARY_DIR}/debian/changelog.gz DESTINATION ${CMAKE_INSTALL_DOCDIR})
