@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // bench/bench_support.hpp: what runtime_bench.cpp and lane_bench.cpp both
 // use: the check that aborts a run whose figures would be wrong, duration
 // labels for benchmark names, a fixed pseudo-random spread, the callbacks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // lane_adapter_bench: what the loop adapters (include/chime/asio.hpp,
 // include/chime/uv.hpp) cost per timer against the bare lane, in one binary
 // and one run (issue 26, item 1, "The cost").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // lane_bench: chime::Lane (timer callbacks on the user's own loop thread)
 // beside Boost.Asio's io_context + steady_timer and libuv's uv_timer, each on
 // ONE loop thread, and beside chime's worker-pool delivery, in one binary and

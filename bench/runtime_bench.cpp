@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime_bench: chime::Runtime beside the timer services a user would
 // otherwise pick, in one binary and one run.
 //

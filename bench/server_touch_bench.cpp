@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The per-request timer work of bench/http_server/http_timeouts_server.cpp, alone: re-arming one
 // connection's idle timeout (the touch), with N connections' timers armed 30 s ahead and
 // touched in turn, on one thread, as the server's loop does it per request.

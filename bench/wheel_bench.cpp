@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // wheel_bench: chime's timing wheel beside the timers it replaces, in one binary.
 //
 // Two families of benchmarks; every name is built from the parameters that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # cmake -DSOURCE_DIR=<checkout> -P ChimeCheckDocs.cmake        (ctest docs_references, scripts/check-docs)
 #
 # Words that cannot drift: fails, naming each one, on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # cmake -DCOMPILER=clang++ -DINCLUDE_DIR=<src>/include -DWORK_DIR=<dir> "-DFLAGS=-Wall;-Wextra;-Werror"
 #       [-DSKIP=chime/uv.hpp] -P ChimeCheckHeaders.cmake
 # Compiles a translation unit that includes each header of INCLUDE_DIR/chime/ twice, as C++20,

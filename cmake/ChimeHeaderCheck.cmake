@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Header self-containment: every header under include/chime/ must compile on its own, as
 # C++20, with -Wall -Wextra -Werror, and must tolerate being included twice.
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Install rules and the CMake package: find_package(chime CONFIG) gives chime::wheel
 # (and every other target in `chime_installed_targets`, see the top-level CMakeLists.txt).
 #
@@ -10,6 +11,10 @@
 #                                         (README "Using chime under ThreadSanitizer")
 #   lib/pkgconfig/chime.pc                pkg-config: the headers and chime::runtime's library
 #                                         (with -pthread, and -latomic when TimerId needs it)
+#   share/doc/chime/copyright             the licences (DEP-5, cmake/debian/copyright.in):
+#                                         chime's and those of what libchime_runtime.a compiles in
+# `lib` is GNUInstallDirs' CMAKE_INSTALL_LIBDIR: lib/<multiarch triplet> on Debian when the
+# prefix is /usr (the `package` preset), and CMAKE_INSTALL_DOCDIR names the doc folder.
 include(CMakePackageConfigHelpers)
 
 set(CHIME_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/chime
@@ -50,3 +55,10 @@ if(CHIME_LINK_LIBATOMIC)
 endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/chime.pc.in ${PROJECT_BINARY_DIR}/chime.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/chime.pc DESTINATION ${CHIME_PKGCONFIG_DIR})
+
+# The licences: chime's (BSL-1.0) and the notices of moodycamel's queue and Boost.Lockfree,
+# which libchime_runtime.a compiles in (README, "License").
+set(CHIME_PACKAGE_MAINTAINER "chime developers <chime-dev@lists.example.org>"
+    CACHE STRING "Maintainer field of the .deb, and contact of the copyright file: \"Name <address>\"")
+configure_file(${PROJECT_SOURCE_DIR}/cmake/debian/copyright.in ${PROJECT_BINARY_DIR}/copyright @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})

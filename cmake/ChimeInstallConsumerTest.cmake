@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # ctest `install_consumer`: installs the build tree BUILD_DIR into WORK_DIR/prefix, then
 # configures, builds and runs the consumer project CONSUMER_DIR against that prefix, with the
 # same generator, compiler, flags and build type as the main build; then, if pkg-config is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # Whether a std::atomic of a 12-byte trivially copyable type (chime::TimerId: slot,
 # generation, runtime tag) links without libatomic. GCC and Clang compile its load, store
 # and compare-exchange to calls (__atomic_load, __atomic_compare_exchange) that only

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # libuv for the optional adapter include/chime/uv.hpp (its tests, its example and the header
 # check): found with pkg-config (Debian: libuv1-dev + pkg-config), as bench/CMakeLists.txt does.
 # Sets the global imported target PkgConfig::CHIME_LIBUV when found; without it, whatever needs

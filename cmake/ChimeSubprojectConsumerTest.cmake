@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # ctests `subproject_consumer_add_subdirectory` and `subproject_consumer_fetchcontent`:
 # configures, builds and runs tests/subproject_consumer, which takes the chime source tree
 # SOURCE_DIR into its own build (MODE add_subdirectory or FetchContent with SOURCE_DIR: no

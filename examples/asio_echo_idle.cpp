@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // asio_echo_idle: a TCP echo server on Boost.Asio whose connections are
 // closed after --idle-ms without input. Each connection's idle timeout is a
 // chime::Timer on a chime::Lane, and the lane runs inside the io_context

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // game_tick: a 60 Hz game loop on a chime::Lane. A fixed-rate world tick and 100,000 entities
 // thinking on their own timers all run on the game thread, one callback at a time, so they share
 // entity state without a lock.
@@ -252,7 +253,7 @@ int main(int argc, char** argv) {
   g.entities.resize(args.entities);
   for (std::shared_ptr<Entity>& slot : g.entities) spawn(g, slot);
   world = g.lane.schedule_every(kTickPeriod, [&g](const chime::Firing& f) { world_tick(g, f); },
-                                {.first_due = {}, .on_missed = chime::Missed::skip});  // first: now + period
+                                {.on_missed = chime::Missed::skip});  // first: now + period
 
   // The game loop: sleep on the lane until a think or the world tick is due, run it, here. A
   // game that renders would wait_and_run(next_frame) and render when it returns past it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // idle_timeout_server: a TCP echo server on 127.0.0.1 that closes connections idle for T, and
 // connections that leave a request (a line) unfinished for R, with both timers on its epoll threads.
 //
@@ -16,8 +17,9 @@
 // No lock, and no defence against a callback racing the close: the table is the loop's alone, and
 // on the lane's thread a cancel of a run that has not started always wins, even when the run
 // already waits in the lane's ready queue. A read or an EOF that comes after a timer's due but
-// before its callback ran simply wins. The one rule left is chime::Timer's: a Timer is not
-// destroyed from its own callback, so a connection a timer closed is freed after run_ready.
+// before its callback ran simply wins. Destroying a Timer from its own callback is allowed
+// (chime/timer.hpp); still, a connection a timer closed is freed after run_ready, so that nothing
+// a running callback captured is freed under it.
 //
 // Prints "listening on 127.0.0.1:PORT", serves until SIGINT or SIGTERM, closes what is still open
 // and prints a "stopped:" line: connections accepted, closed by each reason, how late the closes
@@ -197,7 +199,7 @@ class EventLoop {
     }
   }
 
-  // Closes c and takes it out of the table; the caller frees it (not inside c's own callback).
+  // Closes c and takes it out of the table; the caller frees it (a timer's callback: after run_ready).
   std::unique_ptr<Conn> close_conn(Conn& c, Closed why) {
     // On the lane's thread, outside a run of these timers, a disarm always wins: neither callback
     // runs after this, even if its run is already in the lane's ready queue. From one of the two

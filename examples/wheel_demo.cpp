@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // wheel_demo: the timing wheel at work on a simulated clock.
 //
 // A TimingWheel<std::string> with 1 ms precision gets two dozen request deadlines within

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/fuzz_input.hpp: what the fuzz targets share: a reader that turns the
 // fuzzer's bytes into choices, the failure hook, and an optional trace.
 //

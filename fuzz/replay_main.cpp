@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/replay_main.cpp: a main() for the fuzz targets without libFuzzer.
 //
 // What this is: the driver of the corpus replays (ctest

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz.cpp: libFuzzer target that drives chime::Runtime with a
 // ManualClock from the fuzzer's bytes, and checks every outcome against a
 // model. Most inputs use workers = 0 (callbacks run on the wheel thread, in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_sim_fuzz.cpp: libFuzzer target that drives chime::Runtime in
 // the deterministic simulation (runtime/simulation.hpp, a test seam: no
 // wheel thread, no workers; the operations run the wheel thread's passes)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/wheel_fuzz.cpp: libFuzzer target that decodes bytes into wheel
 // operations and replays them on chime's TimingWheel<T> or KeyWheel<T> and on
 // the plain reference model of tests/reference_wheel.hpp (an ordered

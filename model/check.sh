@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # model/check.sh: the exhaustive SPIN check of chime's timer slot protocol
 # (model/chime.pml) and of its shard routing (model/shards.pml; configurations
 # and mutations named s1, s2, ...; docs/model-check.md says what each models
@@ -103,7 +104,7 @@ MUTATIONS=(
 )
 
 usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'
+  sed -n '3,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'
   exit 2
 }
 

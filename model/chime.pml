@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSL-1.0 */
 /*
  * model/chime.pml: a SPIN model of chime's timer slot protocol.
  *

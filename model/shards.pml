@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSL-1.0 */
 /*
  * model/shards.pml: a SPIN model of what shards add to chime's timer slot
  * protocol: which wheel thread owns a timer, how commands reach it, and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/backoff.hpp: how a thread waits for another thread's few stores.
 //
 // Some states are a few stores from done, owned by one thread: a slot in

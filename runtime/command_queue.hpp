@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/command_queue.hpp: the lock-free queue that carries commands from
 // producer threads to the wheel thread.
 //

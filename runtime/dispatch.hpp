@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/dispatch.hpp: the record of one claimed run, as the wheel thread
 // hands it to a worker or to a lane's ready queue (state Handed until the
 // run starts: B1). Trivially copyable: it travels through lock-free queues.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/free_slot_stack.hpp: the free list of timer slots, a LIFO of
 // batches.
 //

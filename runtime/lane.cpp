@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/lane.cpp: lanes (include/chime/lane.hpp): runs handed to a ready
 // queue and run by the thread that asks for them.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/lane_core.hpp: a lane's shared state (chime::Lane, include/chime/lane.hpp).
 //
 // What this is: the ready queue through which the wheel thread hands a

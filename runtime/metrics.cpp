@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/metrics.cpp: chime::write_openmetrics (include/chime/metrics.hpp).
 //
 // The text is built in a string and written with one call, so a rejected

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/producer_ops.cpp: schedule, cancel, reschedule and state: the calls
 // any thread makes. Each decides its outcome with one transition of the
 // slot's state word (timer_state.hpp: S1, C1-C3, R1-R3) and never waits for

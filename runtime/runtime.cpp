@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/runtime.cpp: chime::Runtime and chime::Producer (thin forwards to
 // RuntimeCore), and the lifecycle: construction, flush, drain, shutdown,
 // stats.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/runtime_core.hpp: the runtime's shared state and the three roles
 // that act on it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/runtime_invariants.cpp: Runtime::check_invariants, the runtime's
 // own structural check (for tests and fuzzing).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/runtime_stats.hpp: the counters behind Runtime::stats().
 //
 // What this is: striped counters (a thread owns a stripe, one cache line

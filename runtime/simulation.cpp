@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/simulation.cpp: the deterministic simulation's passes (a test
 // seam; simulation.hpp says what it covers and what it does not). The pass
 // itself is the wheel thread's (wheel_thread.cpp, run_pass); this file is

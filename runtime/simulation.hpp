@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/simulation.hpp: chime::detail::Simulation, a test seam: a Runtime
 // with no threads, whose wheel-thread passes the test runs itself.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/timer.cpp: chime::Timer (include/chime/timer.hpp), a reusable
 // handle on top of the runtime's one-shot and periodic timers.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/timer_slab.hpp: the slots that hold every timer's state.
 //
 // What this is: a growable array of TimerSlot addressed by a 32-bit index,

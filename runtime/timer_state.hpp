@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/timer_state.hpp: the timer state machine. THE one place that
 // defines it; docs/state-machine.md mirrors this table and argues the races.
 //

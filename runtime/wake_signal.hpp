@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/wake_signal.hpp: how the wheel thread sleeps and is woken.
 //
 // What this is: a futex word. The sleeper reads the word (`prepare`), checks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/wheel_thread.cpp: a shard's wheel thread and its loop
 // (WheelThread, wheel_thread.hpp). Only this thread touches its own data
 // (WheelThreadState, wheel_thread_state.hpp, through wt(): the wheel, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/wheel_thread.hpp: one shard: a wheel thread, its wheel and its
 // command queue (design.md, "Shards").
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/wheel_thread_state.hpp: everything only the wheel thread touches.
 //
 // What this is: a wheel thread's own data (each shard, a WheelThread in

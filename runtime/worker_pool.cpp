@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/worker_pool.cpp: the workers, and what happens around one run.
 //
 // Who runs what: the wheel thread claims timers (W1: Handed) and hands their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime/worker_pool.hpp: what the workers share with the wheel thread.
 //
 // What this is: the hand-off queue and the worker threads (runtime_core.hpp

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime-stress: a multi-producer load on chime::Runtime (steady clock) that
 // reports throughput, lateness, wake-ups and memory, and checks the runtime's
 // guarantees on every timer (include/chime/runtime.hpp,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # ctest chime_stress_bad_args: chime-stress rejects each bad argument with exit
 # code 2 and a one-line message naming it, and --help exits 0.
 # Usage: cmake -DCHIME_STRESS=<path to chime-stress> -P chime_stress_bad_args.cmake

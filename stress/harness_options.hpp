@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // stress/harness_options.hpp: the command line of chime-stress.
 //
 // What this is: the options of one chime-stress run, their defaults, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // stress/harness_rss.hpp: how much memory chime-stress holds, as the kernel sees it.
 //
 // What this is: readers of the process's resident set size. Linux only

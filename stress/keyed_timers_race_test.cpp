@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Stress tests for chime::KeyedTimers (include/chime/keyed_timers.hpp): several
 // threads set / move / remove (and now and then drain) overlapping keys with
 // delays of 0-5 ms on a SteadyClock runtime with 1 ms precision, so keys

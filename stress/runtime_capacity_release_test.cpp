@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // max_pending counts a timer until its last run ended (chime/runtime.hpp,
 // RuntimeOptions::max_pending): a thread that sees a one-shot Fired
 // (Runtime::state) and schedules at once must find its slot in the count

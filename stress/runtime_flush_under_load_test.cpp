@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // flush() under a flood of commands (runtime.hpp "flush"): when flush()
 // returns, every run due by the clock time it read has completed, periodic
 // catch-up runs included, even while other threads keep the command queue

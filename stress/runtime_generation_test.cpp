@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Stress 7: slot reuse across generations (runtime.hpp: a TimerId is
 // {slot, generation}, a stale id is detected, never dereferenced into a newer
 // timer; docs/state-machine.md "The word"). Threads schedule timers and

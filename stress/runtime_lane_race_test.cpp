@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Lanes under races (include/chime/lane.hpp; design.md, "Lanes"), on the
 // steady clock, under ThreadSanitizer in CI: two producer threads schedule
 // timers on a lane, one thread runs the lane, a third cancels; every timer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Lazy reclaim under races (docs/state-machine.md: C1-C4, the zombie sweep,
 // "Cancel vs a run handed over"): producers schedule timers due 30-300 ms
 // ahead while one thread cancels them (some before their ADD is filed, most

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Stress 8: flush(), drain() and stats() called in loops from their own
 // threads while producers schedule, cancel and reschedule (design.md "Layer
 // 2": flush, drain, stats; runtime.hpp). Checked for every timer:

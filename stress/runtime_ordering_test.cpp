@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Stress 3: command ordering of chime::Runtime, per producer and across
 // producers, on the real (steady) clock (runtime.hpp, ordering
 // guarantees; docs/state-machine.md "Cancel before the ADD is

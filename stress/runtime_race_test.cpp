@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Multi-threaded races of chime::Runtime on the real (steady) clock, bounded
 // to a few seconds under ThreadSanitizer (runtime.hpp):
 // - schedule vs cancel vs fire: exactly one of {fire, successful cancel}

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Reschedule into the past vs the wheel thread looking at the timer
 // (docs/state-machine.md, "Reschedule later vs fire"): a timer whose
 // reschedule returned true with a due already passed runs by the next

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // cancel() racing shutdown() (runtime.hpp "shutdown"; docs/state-machine.md,
 // "Shutdown vs producers"): every filed timer ends exactly one way, a cancel
 // that returned true or shutdown()'s count, and once shutdown() has returned

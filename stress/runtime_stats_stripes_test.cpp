@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Exact statistics across threads (runtime/runtime_stats.hpp, ThreadStripe):
 // a thread that owns a counter stripe adds with a plain load and store (it is
 // the stripe's only writer); threads beyond the owned stripes share the last

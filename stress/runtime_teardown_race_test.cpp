@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Safe teardown under races (runtime.hpp: cancel_and_wait; chime/timer.hpp;
 // docs/state-machine.md: WB, F1-F4, C3, C4): on the real clock, with 2
 // workers, under ThreadSanitizer and AddressSanitizer in CI.

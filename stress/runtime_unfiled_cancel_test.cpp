@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Cancels that beat the wheel thread's filing (docs/state-machine.md, "Who
 // frees the slot": the filed bit, A1): a timer cancelled before the wheel
 // thread applied its ADD has its slot freed by the canceller, into the

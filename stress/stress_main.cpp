@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // main() of chime_stress_tests: GoogleTest plus a --seed=N option (see stress_seed.hpp).
 #include "stress_seed.hpp"
 

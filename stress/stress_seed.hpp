@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The seed of a stress run: given with --seed=N (or CHIME_STRESS_SEED=N),
 // otherwise drawn at random once per process. Every stress test prints it, so
 // any failure can be replayed.

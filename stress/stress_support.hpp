@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // stress/stress_support.hpp: small helpers shared by the stress tests and
 // chime-stress: a TimerId packed into one 64-bit word (so ids can travel
 // through std::atomic<std::uint64_t> between threads), nanosecond counts,

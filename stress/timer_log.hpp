@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // stress/timer_log.hpp: what one one-shot timer of a stress test saw
 // (TimerLog: its id, its runs, its winning cancels, what its callback read),
 // what one periodic timer saw (PeriodicTimerLog: its runs and whether they

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSL-1.0
 """Drives an echo server with idle timeouts (examples/asio_echo_idle.cpp,
 examples/uv_echo_idle.cpp): usage
 check_echo_idle.py SERVER [IDLE_MS]. Starts SERVER --port 0 --idle-ms IDLE_MS, then over

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSL-1.0
 """Parses chime::write_openmetrics output with the Prometheus client's OpenMetrics parser.
 
 Usage: check_openmetrics.py PROGRAM   (runs PROGRAM, e.g. tests/metrics_print.cpp, and reads

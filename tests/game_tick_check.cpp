@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // game_tick_check: the checked simulation behind examples/game_tick.cpp (ctests
 // example_game_tick_manual, _live, _live_slack, _coroutines, _coroutines_live). The example's
 // world (the same moods, think delays, stuns and despawns, seeded its own way): 100,000 entities

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // http_timeouts_check: starts bench/http_server/http_timeouts_server.cpp (the executable given as the
 // first argument) on an ephemeral 127.0.0.1 port and checks it with real sockets:
 //   keep_alive           two requests on one connection, then Connection: close ends it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // idle_timeout_load: the load client and judge of examples/idle_timeout_server.cpp (ctest
 // example_idle_timeout_server). Usage: idle_timeout_load SERVER [options below].
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Unit tests for chime::KeyWheel<T> (Jane Street's Timing_wheel.Priority_queue):
 // bounds of the allowed keys, add/remove/change_key, generation-checked handles,
 // increase_min_allowed_key (what fires, in which order, and what it leaves),

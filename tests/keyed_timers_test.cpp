@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Unit tests for chime::KeyedTimers (include/chime/keyed_timers.hpp).
 //
 // Deterministic: a ManualClock that moves only when the test says so, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Unit tests for chime::LevelBits: what create() accepts and rejects (with
 // messages that name the offending values), default_bits(), and durations()
 // with its saturation instead of overflow. Written from the contract

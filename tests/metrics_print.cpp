@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Prints chime::write_openmetrics of a live runtime (steady clock, callbacks on the
 // wheel thread, max_queue_depth at its minimum) that has refused 3 schedules while a
 // callback held its wheel thread (the fillers it accepted then are cancelled), has

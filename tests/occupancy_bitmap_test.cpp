@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The wheel's slot bitmap (include/chime/detail/occupancy_bitmap.hpp): find_next / find_prev agree
 // with a plain vector<bool> under random set/reset at sizes that end inside, on and past word and layer
 // boundaries, and check() holds throughout and names a bit set beyond the size.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A plain reference model for the wheel tests: exact 128-bit interval
 // arithmetic and an ordered multiset of (key, id) with O(1) random access to
 // ids. It knows nothing about levels, slots or bitmaps; the differential tests

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // No heap allocation per timer (runtime.hpp: "No heap allocation per
 // timer in steady state"; task.hpp: a Task up to 48 bytes is stored inline).
 //

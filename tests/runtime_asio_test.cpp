@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::asio (include/chime/asio.hpp): a Lane driven by a real
 // boost::asio::io_context on its own thread runs its timers there, in due
 // order, never early; cancels win; stop and destruction leave no handler
@@ -7,6 +8,7 @@
 // io_context's thread to run the lane.
 #include <chime/asio.hpp>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -15,6 +17,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -164,6 +168,59 @@ TEST_F(AsioLaneTest, driver_and_lane_destroyed_with_the_wait_pending_leave_no_ha
 }
 
 // A LaneTimer's wait completes with success on the io_context's thread, not
+
+// A second thread running the io_context of a LaneDriver gets std::logic_error, never a lane callback.
+TEST(AsioLaneDriver, a_second_thread_running_the_io_context_throws_logic_error) {
+  chime::Runtime rt{steady_options(0)};
+  chime::Lane lane = rt.lane();
+  boost::asio::io_context io;  // the default concurrency hint: built for several threads
+  auto work = boost::asio::make_work_guard(io);
+  chime::asio::LaneDriver driver(io, lane);
+  std::mutex m;
+  std::vector<std::thread::id> run_threads;
+  std::atomic<int> runs{0};
+  const auto record = [&] {
+    const std::lock_guard<std::mutex> lock(m);
+    run_threads.push_back(std::this_thread::get_id());
+    ++runs;
+  };
+  struct Outcome {
+    std::atomic<bool> threw{false};
+    std::string what;
+  };
+  const auto run_io = [&io](Outcome& o) {
+    try {
+      io.run();
+    } catch (const std::logic_error& e) {
+      o.what = e.what();
+      o.threw = true;
+    }
+  };
+  Outcome first_outcome;
+  Outcome second_outcome;
+  std::thread first([&] { run_io(first_outcome); });
+  const std::thread::id first_id = first.get_id();
+  lane.schedule_after(0ns, record);
+  ASSERT_TRUE(eventually([&] { return runs.load() == 1; }));  // first is the lane's thread now
+  std::thread second([&] { run_io(second_outcome); });
+  // Each wake of the lane is handled by whichever thread runs Asio's reactor, and Asio hands the
+  // reactor to the other thread while one runs a handler: the driver's handler reaches `second`
+  // within a wake or two. Wakes are spaced so that none arrives while the handler re-arms.
+  for (int i = 0; i < 1000 && !second_outcome.threw && !first_outcome.threw; ++i) {
+    lane.schedule_after(1ms, record);
+    std::this_thread::sleep_for(5ms);
+  }
+  work.reset();
+  io.stop();
+  first.join();
+  second.join();
+  EXPECT_TRUE(second_outcome.threw) << "no std::logic_error after " << runs.load() << " lane runs";
+  EXPECT_FALSE(first_outcome.threw) << first_outcome.what;
+  EXPECT_NE(second_outcome.what.find("a second thread runs the io_context"), std::string::npos) << second_outcome.what;
+  const std::lock_guard<std::mutex> lock(m);
+  for (const std::thread::id t : run_threads) EXPECT_EQ(t, first_id) << "a lane callback ran on another thread";
+}
+
 // before its expiry on the runtime's clock.
 TEST_F(AsioLaneTest, lane_timer_wait_completes_on_the_io_thread_not_before_expiry) {
   std::unique_ptr<chime::asio::LaneTimer> timer;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // How a thread waits for another thread's few stores (runtime/backoff.hpp):
 // a few yields, then sleeps that double up to a bound, so a waiter never
 // keeps the owner of the stores from running (the priority inversion of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Safe teardown (runtime.hpp: try_cancel, cancel_and_wait, state; design
 // "Safe teardown"): every result of try_cancel and cancel_and_wait, state()
 // while a run is in progress, ids bound to their runtime, Missed::delay, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Runtime::cancel (runtime.hpp): returns true iff
 // it won (the callback has not started and never will); false for a timer that
 // fired, started, was cancelled, the default id, an id never issued, or a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime clocks (clock.hpp): ManualClock moves only when
 // told, rejects going backwards with std::invalid_argument naming the values,
 // and concurrent advances add up; SteadyClock is std::chrono::steady_clock.

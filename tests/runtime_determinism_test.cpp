@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A ManualClock run is deterministic (design.md, the runtime's due-now rule):
 // "due now" is judged by the clock's time read in the call that schedules or
 // reschedules a timer, never by when the wheel thread applies its command, so

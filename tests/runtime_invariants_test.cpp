@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Runtime::check_invariants (include/chime/runtime.hpp): the runtime's own
 // structural check holds on a runtime in every shape the wheel thread
 // keeps (filed, overdue, zombies, mid-reschedule, lanes, periodic), while

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Coroutines on a lane (include/chime/lane.hpp): `co_await lane.sleep_for(d)`
 // resumes on the lane's thread when the sleep is due (never early), chains of
 // sleeps keep their order, destroying a suspended frame cancels its sleep,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Lane (include/chime/lane.hpp; design.md, "Lanes"): runs go to the
 // thread that runs the lane, appear on ready_fd only once the wheel has
 // advanced to them, run in due order, lose every race to a cancel until they

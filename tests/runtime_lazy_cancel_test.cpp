@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The hand-off and lazy-reclaim rules of the runtime (runtime.hpp,
 // docs/state-machine.md): a cancel posts no command and the wheel thread
 // reclaims cancelled timers lazily (when their due comes up, or in one

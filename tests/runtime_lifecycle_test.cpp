@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Runtime lifecycle and errors (runtime.hpp):
 // construction errors; schedule errors in their documented order (StoppedError,
 // then std::out_of_range, then CapacityError, periodic timers counted); flush()

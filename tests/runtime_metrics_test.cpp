@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::write_openmetrics (chime/metrics.hpp): the exact text for a known Stats
 // (families, _total counters, gauges, cumulative histogram buckets in exact seconds
 // ending in +Inf, _count, _sum, labels on every sample, # EOF), label escaping, the

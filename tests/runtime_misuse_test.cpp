@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The mistakes users make, made safe or caught (issue 23; design.md,
 // "chime::Timer", "Lanes", "chime::Runtime"): a Timer destroyed or assigned
 // over from its own callback, a Timer whose Lane is gone, a lane run from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Runtime observers (runtime.hpp): state() through
 // pending, running, fired, cancelled and unknown; stats() counters adding up;
 // the lateness histogram; and "idle costs nothing": no wheel-thread wake-ups

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Overload (design.md, "Overload"; runtime.hpp): a schedule that finds the
 // command queue at RuntimeOptions::max_queue_depth throws CapacityError
 // naming the depth and the bound, and queues nothing; cancels, touches,

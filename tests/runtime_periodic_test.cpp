@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Runtime::schedule_every (runtime.hpp): fixed
 // rate (the n-th run is due at first + n*period exactly, no drift over 10,000
 // periods), Missed::skip coalescing (one run, Firing::due the latest due run,
@@ -73,6 +74,16 @@ TEST_P(PeriodicTest, first_due_option_sets_the_first_run) {
 }
 
 // Fixed rate, catch_up: over 10,000 periods (1.7 ms, not a multiple of the precision) the n-th run is due at
+// PeriodicOptions designating one member compiles without -Wextra's missing-initializer warning.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wmissing-field-initializers"
+TEST(RuntimePeriodic, options_designating_only_on_missed_leave_first_due_empty_without_a_warning) {
+  const chime::PeriodicOptions options{.on_missed = chime::Missed::catch_up};
+  EXPECT_FALSE(options.first_due.has_value());
+  EXPECT_EQ(options.on_missed, chime::Missed::catch_up);
+}
+#pragma GCC diagnostic pop
+
 // first + n*period exactly, no run starts before interval_start(due) + precision, and none is left behind.
 TEST(RuntimePeriodic, fixed_rate_has_no_drift_over_10000_periods_catch_up) {
   ManualClock clock{kStart};

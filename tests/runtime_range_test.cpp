@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Runtime at the ends of representable time (runtime.hpp "Error
 // model", docs/guarantees.md "Range"): the horizon (the wheel advances into
 // interval H = min(K_max, 2^61 - 1) - 1 and no further; due times from its

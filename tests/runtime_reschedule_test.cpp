@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Runtime::reschedule_at / reschedule_after
 // (runtime.hpp): true iff the timer was still pending and now has the new due
 // time; a later due time never fires before it (the idle-timeout "touch"), an

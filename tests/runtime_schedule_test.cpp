@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Runtime: schedule_at / schedule_after (runtime.hpp):
 // when a one-shot timer fires (on the first wheel advance to a time >=
 // interval_start(due) + precision, never earlier), past-due timers, the

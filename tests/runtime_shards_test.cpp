@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Shards (design.md, "Shards"; RuntimeOptions::shards): several wheel
 // threads over one slab and one worker pool. Each test names the guarantee:
 // - a Producer and a Lane bind to a shard when made, round-robin, and a

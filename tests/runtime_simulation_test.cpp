@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The deterministic simulation (runtime/simulation.hpp, a test seam): a
 // Runtime with no threads whose wheel-thread passes the test runs. These
 // tests pin what the fuzz target fuzz/runtime_sim_fuzz.cpp relies on.

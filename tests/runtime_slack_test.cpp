@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // RuntimeOptions::slack (design.md, "Slack"): with a slack below the
 // precision a timer runs once the clock has reached its exact due, not when
 // its precision interval ends; never before its due; with a slack at or above

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Task (task.hpp): a move-only type-erased callable
 // made from anything invocable as void() or void(const Firing&); callables of
 // sizeof <= 48, alignof <= alignof(max_align_t) with a nothrow move are stored

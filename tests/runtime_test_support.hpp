@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Helpers shared by the chime::Runtime unit tests (tests/runtime_*_test.cpp).
 //
 // Every test drives the runtime with a ManualClock and flush(), so it is

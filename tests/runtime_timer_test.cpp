@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::Timer (chime/timer.hpp; design "chime::Timer"): arm, re-arm (the
 // reschedule fast path), arm again after a run or a disarm (Go's
 // Timer.Reset), arm from inside its own callback (takes effect after the run

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime::uv (include/chime/uv.hpp): a Lane driven by a real libuv loop
 // (uv_run on its own thread) runs its timers there, in due order, never
 // early; cancels win; close() from a callback lets uv_run return, and the

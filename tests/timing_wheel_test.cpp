@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Unit tests for chime::TimingWheel<T> (Jane Street's Timing_wheel semantics,
 // time.hpp and timing_wheel.hpp): construction, exact integer interval
 // arithmetic, alarm_upper_bound (including its saturation), add/reschedule/

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Randomized differential tests: chime's TimingWheel<T> and KeyWheel<T> against
 // the plain reference model of tests/reference_wheel.hpp (an ordered multiset),
 // with fixed seeds. Every operation is applied to both; every call's fired set

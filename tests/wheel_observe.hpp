@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // tests/wheel_observe.hpp: the checks of a wheel's observable state against
 // the reference model (reference_wheel.hpp) that the differential tests
 // (tests/wheel_differential_test.cpp) and the wheel fuzz target

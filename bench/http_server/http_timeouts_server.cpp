@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // http_timeouts_server: an HTTP/1.1 keep-alive server on 127.0.0.1 with the three timeouts a
 // real server keeps per connection, for measuring a timer service under a load generator
 // nobody here wrote (scripts/bench-server runs wrk against it; docs/server-benchmark.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // http_timer_service.hpp: the timer service of bench/http_server/http_timeouts_server.cpp, chosen at
 // compile time by HTTP_TIMER_SERVICE (one executable per choice, bench/http_server/CMakeLists.txt):
 //

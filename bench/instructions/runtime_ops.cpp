@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // runtime_ops: a fixed amount of one runtime operation, for instruction
 // counts under `valgrind --tool=callgrind` (repeatable on a noisy machine,
 // where wall-clock times are not). Every thread of the process is counted:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // AsioLoop: Boost.Asio's single-threaded event loop (one io_context run by
 // one thread) with steady timers, as a peer of chime::Lane in
 // bench/lane_bench.cpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // ChimeLaneLoop: the event loop a user of chime::Lane writes, as a peer of
 // Asio's io_context and libuv's loop in bench/lane_bench.cpp.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // LoopJob: work handed to an event loop's own thread in slices, shared by the
 // loop peers of bench/lane_bench.cpp (chime_lane_loop.hpp, asio_loop.hpp,
 // uv_loop.hpp).

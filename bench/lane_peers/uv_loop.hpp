@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // UvLoop: libuv's event loop (uv_run on one thread) with uv_timer_t timers,
 // as a peer of chime::Lane in bench/lane_bench.cpp.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // HeapTimer: the seed's "timer by heap" peer, an indexed binary min-heap.
 //
 // The heap is an array of Item*; every item knows its index in it, so

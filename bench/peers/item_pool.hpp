@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // ItemPool: the slab that holds the peers' per-alarm items.
 //
 // The seed's peers are intrusive: the caller owns an array of items and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // MultimapTimer: a std::multimap<deadline, Item*> peer.
 //
 // Each item stores the iterator of its map node, so remove-by-handle is an

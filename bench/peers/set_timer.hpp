@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // SetTimer: the seed's "timer by std::set" peer.
 //
 // Items are ordered in a std::set<Item*> by (deadline, address), exactly as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // AsioTimerService: Boost.Asio steady timers driven from many threads, the way
 // the Asio documentation says is safe, as a peer of chime::Runtime in
 // bench/runtime_bench.cpp.

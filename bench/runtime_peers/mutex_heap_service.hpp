@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // MutexHeapService: the timer service most teams write by hand, as a peer of
 // chime::Runtime in bench/runtime_bench.cpp.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // WorkerPool: the callback pool of the hand-written peer (MutexHeapService):
 // N threads taking std::function<void()> jobs from one std::deque guarded by
 // one std::mutex, woken by one std::condition_variable. This is the textbook

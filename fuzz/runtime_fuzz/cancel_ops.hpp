@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/cancel_ops.hpp: RuntimeFuzz: cancel, try_cancel,
 // cancel_and_wait and reschedule_at / reschedule_after: each answer against
 // the model (a timer due now may have run; one that is neither due now nor

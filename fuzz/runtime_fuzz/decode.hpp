@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/decode.hpp: RuntimeFuzz: what the input's bytes mean:
 // the clock's start, due times, delays, periods, callback actions, the
 // clock's next time, the id an operation targets, and forged ids (this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/flush_ops.hpp: RuntimeFuzz: moving the clock (flush,
 // move, flush), flush, drain and shutdown: what must have run by each, what
 // must not have, the counts drain() and shutdown() return, and the behaviour

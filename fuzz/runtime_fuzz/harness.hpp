@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/harness.hpp: the runtime fuzz target's shared parts:
 // the model's types (one MTimer per timer, one Run per callback run), the
 // callbacks' actions, and class RuntimeFuzz, the harness: its state (the

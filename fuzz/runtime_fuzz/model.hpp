@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/model.hpp: RuntimeFuzz: the model's judgement: the runs
 // a flush may make (the work budget), the timers certainly and possibly live
 // (max_pending, stats().pending), what try_cancel / cancel_and_wait may

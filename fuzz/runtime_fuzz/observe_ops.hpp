@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/observe_ops.hpp: RuntimeFuzz: state(), forged ids, and
 // stats(): the counters after each flush (exact), run_time and slow_runs,
 // and after shutdown. Part of the runtime fuzz target; see harness.hpp.

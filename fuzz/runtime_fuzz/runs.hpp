@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/runs.hpp: RuntimeFuzz: the callback (on_run, on the
 // wheel thread or a worker: records the run and does its action) and the
 // check of every recorded run against the model (never early, Firing::due

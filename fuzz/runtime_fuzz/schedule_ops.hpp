@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/schedule_ops.hpp: RuntimeFuzz: schedule_at,
 // schedule_after and schedule_every through the Runtime or a Producer, and
 // the check of each outcome (accepted, StoppedError, out_of_range,

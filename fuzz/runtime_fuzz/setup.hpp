@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/setup.hpp: RuntimeFuzz: the configuration the input's
 // first bytes choose (fuzz/runtime_fuzz.cpp's header has the layout), and
 // the runtime under test: threaded (a Runtime) or simulated (the test seam

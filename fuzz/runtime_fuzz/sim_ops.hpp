@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/sim_ops.hpp: RuntimeFuzz: the operations only the
 // deterministic simulation has (runtime/simulation.hpp): one wheel-thread
 // pass, passes until idle, a clock move with no flush (the next pass reads

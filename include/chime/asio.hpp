@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/asio.hpp: a chime::Lane inside a Boost.Asio io_context (optional:
 // header-only, needs only Boost.Asio's headers; chime::runtime does not use it).
 //
@@ -18,10 +19,19 @@
 // driver's first handler calls run_ready there). Asio's epoll reactor waits
 // on descriptors edge-triggered: with several threads in io.run() a wake of
 // the lane can reach a thread before the driver has re-armed its wait, and
-// be lost, so an io_context with a LaneDriver is run by one thread at a time.
-// LaneDriver and LaneTimer, like Asio's I/O objects, are used on that thread
-// (or while no thread runs the io_context); the lane's schedule, cancel and
-// reschedule calls still come from any thread.
+// be lost, so an io_context with a LaneDriver is run by one thread. The
+// driver enforces it: the thread that runs its first handler is its thread
+// for as long as it runs, and its handler on any other thread throws
+// std::logic_error out of that thread's io.run() (before running anything
+// of the lane) and stops the driver. Asio moves the reactor between the
+// threads in io.run(), so a second thread is caught within a wake or two
+// (tests/runtime_asio_test.cpp). To move the lane to another thread, stop
+// the driver and construct a new one. To use several threads, run several
+// io_contexts, each with its own lane and driver
+// (examples/asio_multi_loop.cpp). LaneDriver and LaneTimer, like Asio's I/O
+// objects, are used on that thread (or while no thread runs the
+// io_context); the lane's schedule, cancel and reschedule calls still come
+// from any thread.
 //
 // Lifetimes: the Runtime outlives the Lane, the Lane outlives its LaneDriver
 // and LaneTimers, and the io_context outlives every pending wait of a
@@ -52,7 +62,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -115,8 +127,9 @@ class LaneDriver {
   }
 
   // False after stop(), after a wait failed (error() says why), or after
-  // run_ready threw (a misuse, std::logic_error: it propagates out of
-  // io.run(), as a handler's exception does). Thread: io's thread.
+  // run_ready threw or a second thread ran the driver's handler (misuses,
+  // std::logic_error: it propagates out of io.run(), as a handler's
+  // exception does). Thread: io's thread.
   bool running() const noexcept { return state_ && !state_->stopped; }
   // The error that stopped the wait (none after a plain stop()).
   boost::system::error_code error() const noexcept { return state_ ? state_->error : boost::system::error_code{}; }
@@ -129,6 +142,9 @@ class LaneDriver {
     boost::asio::posix::stream_descriptor fd;
     bool stopped = false;
     boost::system::error_code error;
+    // The thread that ran the first handler. The handlers never overlap (one
+    // wait at a time) and Asio orders each after the previous one.
+    std::thread::id thread;
   };
 
   static int dup_fd(const Lane& lane) {
@@ -139,6 +155,17 @@ class LaneDriver {
 
   static void on_ready(const std::shared_ptr<State>& s, const boost::system::error_code& ec) {
     if (s->stopped) return;  // stop() came first: the lane may be gone
+    const std::thread::id me = std::this_thread::get_id();
+    if (s->thread == std::thread::id{}) {
+      s->thread = me;
+    } else if (s->thread != me) {
+      s->stopped = true;
+      boost::system::error_code ignored;
+      s->fd.close(ignored);
+      throw std::logic_error(
+          "chime::asio::LaneDriver: a second thread runs the io_context of a lane's driver; an io_context with a "
+          "LaneDriver is run by one thread (the one that ran its first handler), or wake-ups of the lane are lost");
+    }
     if (ec) {
       s->error = ec;
       s->stopped = true;

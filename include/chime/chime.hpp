@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/chime.hpp: everything public in chime, both layers.
 //
 // What it brings:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/clock.hpp: where the runtime reads the time.
 //
 // Contract:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/key_wheel.hpp: a hierarchical timing wheel over integer keys
 // (Jane Street's `Timing_wheel.Priority_queue`).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/keyed_timers.hpp: timers named by a key, each carrying a value
 // (go-zero's keyed TimingWheel: SetTimer / MoveTimer / RemoveTimer / Drain),
 // as a header-only layer over the public chime::Runtime API.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/lane.hpp: chime::Lane, timer callbacks on your own thread (an epoll
 // loop, a game's main loop), and C++20 coroutines that sleep on it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/level_bits.hpp: the shape of a hierarchical timing wheel.
 //
 // Contract:

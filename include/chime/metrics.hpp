@@ -1,9 +1,17 @@
-// chime/metrics.hpp: Stats in the text format Prometheus scrapes.
+// SPDX-License-Identifier: BSL-1.0
+// chime/metrics.hpp: Stats in the OpenMetrics text format, for Prometheus.
+//
+// Formats: OpenMetrics 1.0.0 text only. Serve it with the Content-Type
+// `application/openmetrics-text; version=1.0.0; charset=utf-8` (Prometheus
+// asks for it and parses it as OpenMetrics). The classic Prometheus text
+// format (`text/plain; version=0.0.4`) is not supported: a classic-format
+// parser reads each counter family (`# TYPE chime_fired counter` over samples
+// `chime_fired_total`) as an empty counter plus an untyped `*_total` family.
+// README "Metrics" has a handler.
 //
 // Contract:
 // - `write_openmetrics(out, stats, prefix, labels)` writes `stats` in the
-//   OpenMetrics text format (which Prometheus reads as its text exposition
-//   format too), one family per field, for prefix `chime`:
+//   OpenMetrics text format, one family per field, for prefix `chime`:
 //   counters `chime_scheduled`, `chime_fired`, `chime_cancelled`,
 //   `chime_rescheduled`, `chime_callback_errors`, `chime_slow_runs`,
 //   `chime_wakeups`, `chime_refused_overload` (samples `..._total`);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/runtime.hpp: the multi-threaded timer runtime.
 //
 // What it is: producer threads post schedule/cancel/reschedule commands into
@@ -158,7 +159,7 @@ enum class ShutdownMode { cancel_pending, fire_pending };
 enum class CommandQueueBackend { moodycamel, boost_lockfree };
 
 struct PeriodicOptions {
-  std::optional<TimePoint> first_due;  // default: now + period
+  std::optional<TimePoint> first_due{};  // empty: now + period
   Missed on_missed = Missed::skip;
 };
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/task.hpp: the callable a timer runs, and what it is told when it runs.
 //
 // Contract:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/time.hpp: the time types every chime layer speaks.
 //
 // Contract:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/timer.hpp: chime::Timer, a reusable timer handle (RAII).
 //
 // What it is: the object a server or a game holds per connection or entity

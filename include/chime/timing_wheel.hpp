@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/timing_wheel.hpp: a hierarchical timing wheel of alarms
 // (Jane Street's `Timing_wheel`), single-threaded.
 //

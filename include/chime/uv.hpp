@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/uv.hpp: a chime::Lane inside a libuv loop (optional: header-only,
 // needs libuv's uv.h and its library, e.g. pkg-config libuv; chime::runtime
 // does not use it).

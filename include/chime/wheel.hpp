@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/wheel.hpp: the wheel layer, header-only (CMake target chime::wheel).
 //
 // What it brings: the single-threaded hierarchical timing wheel and what it is

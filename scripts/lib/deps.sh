@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # shellcheck shell=bash
 # Shared by scripts/test, scripts/demo and scripts/bench-server (sourced, not run).
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSL-1.0
 # The allocation counter of tests/ and bench/ (alloc_counter.hpp: what it measures), two builds
 # of the one alloc_counter.cpp, as OBJECT libraries so that their replacement allocation
 # functions are always linked. tests/CMakeLists.txt and bench/CMakeLists.txt include this file,

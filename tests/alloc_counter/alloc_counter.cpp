@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The counters and the replacement allocation functions of alloc_counter.hpp
 // (what is measured, and the two builds of this file: chime_alloc_counter
 // counts in operator new/delete, chime_alloc_counter_malloc, built with

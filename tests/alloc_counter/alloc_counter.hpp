@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // alloc_counter: the one allocation counter of tests/ and bench/. It counts the
 // heap allocations of the whole binary it is linked into, on every thread, while
 // a CountScope is alive, and can make every allocation fail (OutOfMemoryScope).

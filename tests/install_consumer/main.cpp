@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Uses an installed chime: one alarm, the clock advanced past it, the alarm must fire.
 #include <chime/wheel.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Uses an installed chime::runtime: a timer scheduled on a lane runs on this
 // thread once the runtime has been flushed, and only then; and a TimerId kept in
 // a std::atomic, handed to another thread, links with chime::runtime alone (the

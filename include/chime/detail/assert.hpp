@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/detail/assert.hpp: CHIME_ASSERT, the check for what "cannot happen".
 //
 // CHIME_ASSERT(cond, "what broke") is active when NDEBUG is not defined: the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/detail/element_pool.hpp: the slab that stores a KeyWheel's elements.
 //
 // What this is: a growable array of fixed-size nodes, addressed by a 32-bit

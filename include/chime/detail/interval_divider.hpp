@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/detail/interval_divider.hpp: exact unsigned division by the alarm precision.
 //
 // What this is: `n / d` for a divisor fixed at construction, without a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // chime/detail/occupancy_bitmap.hpp: which slots of one wheel level are non-empty.
 //
 // What this is: a fixed-size set of bit indices [0, size), stored as a 64-ary
