@@ -152,7 +152,11 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
     const std::uint32_t index = wt().wheel.value(a);
     if (core_.slab_[index].lane.load(std::memory_order_relaxed) == lane && core_.lane_closed(core_.slab_[index])) {
-      wt().sweep_buffer.push_back(index);
+      // Out of memory, one not listed is cancelled when its alarm comes up (L2).
+      try {
+        wt().sweep_buffer.push_back(index);
+      } catch (const std::bad_alloc&) {
+      }
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
@@ -349,7 +353,7 @@ ThreadLanes RuntimeCore::lanes_of_this_thread() {
 // flush() on a lane's thread: the flush waits for runs only this thread can
 // run, so it runs them while it waits, sleeping on its lanes' eventfds and
 // the flush's own.
-void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard) {
+bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard) {
   // Polls the flush's eventfd and up to kInline lanes' (more are run, and
   // looked at every 1 ms instead).
   pollfd fds[ThreadLanes::kInline + 1];
@@ -366,10 +370,17 @@ void RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
       if (!entry.busy()) run_lane(*lanes[i], SIZE_MAX);
     }
     if (request.completion.is_done() || shard.exited_.load(std::memory_order_acquire)) break;
+    // Out of memory too long: give up (Completion::abandon); the wheel
+    // thread then writes no more to the eventfd for it.
+    if (shard.out_of_memory_too_long() && request.completion.abandon()) {
+      drain_eventfd(request.completion.notify_fd);
+      return false;
+    }
     const timespec ts{0, wait_ns};  // also re-checks exited_ (Completion::wait's race)
     ::ppoll(fds, nfds, &ts, nullptr);
   }
   drain_eventfd(request.completion.notify_fd);
+  return true;
 }
 
 int lane_flush_notify_fd() { return tls_flush_notify.get(); }

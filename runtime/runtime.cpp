@@ -254,6 +254,22 @@ void throw_runtime_gone(const char* what) {
 
 // Every shard in turn, each with the same target: every timer due at or
 // before the call's clock reading has run, whatever its shard.
+namespace {
+// Each thread's flush and drain request, reused (no allocation per call):
+// taken while in use, given back when served. One given up on (out of
+// memory) belongs to the wheel thread, and the thread's next call makes a
+// new one.
+thread_local std::unique_ptr<FlushRequest> tls_flush_request;
+thread_local std::unique_ptr<DrainRequest> tls_drain_request;
+template <class Request>
+std::unique_ptr<Request> take_request(std::unique_ptr<Request>& cached) {
+  if (!cached) return std::make_unique<Request>();
+  std::unique_ptr<Request> r = std::move(cached);
+  r->reset();
+  return r;
+}
+}  // namespace
+
 void RuntimeCore::flush() {
   throw_if_in_callback("flush");
   if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
@@ -262,17 +278,25 @@ void RuntimeCore::flush() {
   const ThreadLanes lanes = lanes_of_this_thread();
   const std::int64_t target_ns = clock_->now().time_since_epoch().count();
   for (auto& shard : shards_) {
-    FlushRequest request;
-    if (!lanes.empty() && !simulated_) request.completion.notify_fd = lane_flush_notify_fd();
-    request.target_ns = target_ns;
-    post_request(*shard, CommandKind::flush, &request);
+    // On the heap: a flush that gives up on a wheel thread out of memory
+    // leaves it to that thread (Completion). Reused: one per thread.
+    std::unique_ptr<FlushRequest> request = take_request(tls_flush_request);
+    if (!lanes.empty() && !simulated_) request->completion.notify_fd = lane_flush_notify_fd();
+    request->target_ns = target_ns;
+    post_request_or_throw(*shard, CommandKind::flush, request.get());
+    bool served = true;
     if (simulated_) [[unlikely]] {
-      simulate_until(request.completion, lanes);
+      simulate_until(request->completion, lanes);
     } else if (lanes.empty()) {
-      request.completion.wait(shard->exited_);
+      served = request->completion.wait_or_abandon(shard->exited_, [&] { return shard->out_of_memory_too_long(); });
     } else {
-      run_flush_on_lanes(request, lanes, *shard);
+      served = run_flush_on_lanes(*request, lanes, *shard);
     }
+    if (!served) [[unlikely]] {
+      [[maybe_unused]] FlushRequest* const abandoned = request.release();  // the wheel thread deletes it
+      throw WheelOutOfMemory();
+    }
+    tls_flush_request = std::move(request);
   }
 }
 
@@ -281,9 +305,17 @@ std::size_t RuntimeCore::drain() {
   if (stopped_.load(std::memory_order_acquire)) return 0;
   std::size_t count = 0;
   for (auto& shard : shards_) {
-    DrainRequest request;
-    post_request_and_wait(*shard, CommandKind::drain, &request, request.completion);
-    count += request.count;
+    std::unique_ptr<DrainRequest> request = take_request(tls_drain_request);  // as flush's
+    post_request_or_throw(*shard, CommandKind::drain, request.get());
+    if (simulated_) [[unlikely]] {
+      simulate_until(request->completion, ThreadLanes{});
+    } else if (!request->completion.wait_or_abandon(shard->exited_, [&] { return shard->out_of_memory_too_long(); }))
+        [[unlikely]] {
+      [[maybe_unused]] DrainRequest* const abandoned = request.release();  // the wheel thread deletes it
+      throw WheelOutOfMemory();
+    }
+    count += request->count;
+    tls_drain_request = std::move(request);
   }
   return count;
 }
@@ -292,6 +324,17 @@ std::size_t RuntimeCore::drain() {
 // request's push comes before the wake, against the sleeper's look.
 void RuntimeCore::post_request(WheelThread& shard, CommandKind kind, void* request) {
   shard.commands_.push_retrying(Command::for_request(kind, request), nullptr);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
+  shard.wake_.wake();
+}
+
+void RuntimeCore::post_request_or_throw(WheelThread& shard, CommandKind kind, void* request) {
+  const Command c = Command::for_request(kind, request);
+  const auto give_up = std::chrono::steady_clock::now() + kOutOfMemoryTimeout;
+  while (!shard.commands_.try_push(c, nullptr)) {
+    if (std::chrono::steady_clock::now() >= give_up) throw std::bad_alloc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   shard.wake_.wake();
 }

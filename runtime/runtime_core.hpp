@@ -27,11 +27,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <ctime>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -71,11 +73,17 @@ bool report_to_running_callback(std::exception_ptr e) noexcept;  // producer_ops
 int lane_flush_notify_fd();
 
 // A blocking caller's wait for the wheel thread (flush, drain, shutdown).
+// A flush or drain may give up on a wheel thread that is out of memory
+// (abandon): the request, on the heap, then belongs to the wheel thread,
+// which deletes it when it would have signalled it. Whoever comes second,
+// under the mutex, frees it.
 struct Completion {
   // Notifies under the lock: the waiter owns this object and destroys it as
   // soon as it sees `done`, so the notify must finish before it can look.
-  void signal() {
+  // True iff the waiter abandoned the request: the caller deletes it.
+  [[nodiscard]] bool signal() {
     std::lock_guard<std::mutex> lock(mutex);
+    if (abandoned) return true;
     done = true;
     cv.notify_all();
     if (notify_fd >= 0) {
@@ -84,10 +92,25 @@ struct Completion {
       const std::uint64_t one = 1;
       [[maybe_unused]] const ssize_t r = ::write(notify_fd, &one, sizeof one);
     }
+    return false;
+  }
+  // The waiter gives up: true iff it was not signalled yet (the request is
+  // the wheel thread's to delete now); false if it was (the waiter's).
+  bool abandon() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (done) return false;
+    abandoned = true;
+    return true;
   }
   bool is_done() {
     std::lock_guard<std::mutex> lock(mutex);
     return done;
+  }
+  // The waiter gave up before the wheel thread took the request up: it is
+  // dropped (deleted by the caller), not served.
+  bool was_abandoned() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return abandoned;
   }
   // Waits until signalled, or until the wheel thread has exited (a request
   // posted just as shutdown stopped it is never served; polling the flag
@@ -98,10 +121,44 @@ struct Completion {
       cv.wait_for(lock, std::chrono::milliseconds(10));
     }
   }
+  // As wait, but gives up, abandoning the request, once `give_up()` says so
+  // (looked at every 10 ms). False iff it gave up.
+  template <class GiveUp>
+  bool wait_or_abandon(const std::atomic<bool>& wheel_exited, GiveUp give_up) {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!done && !wheel_exited.load(std::memory_order_acquire)) {
+      cv.wait_for(lock, std::chrono::milliseconds(10));
+      if (!done && give_up()) {
+        abandoned = true;
+        return false;
+      }
+    }
+    return true;
+  }
   std::mutex mutex;
   std::condition_variable cv;
   bool done = false;
+  bool abandoned = false;  // the waiter gave up (abandon)
+  // For reuse by its waiter, once served (nobody else refers to it).
+  void reset() noexcept {
+    done = false;
+    abandoned = false;
+    notify_fd = -1;
+  }
   int notify_fd = -1;  // also written to when signalled, if set
+};
+
+// How long flush() and drain() wait on a wheel thread that is out of memory
+// (wheel_thread.cpp, "Out of memory") before they give up with
+// std::bad_alloc; also how long they retry posting their request.
+inline constexpr std::chrono::seconds kOutOfMemoryTimeout{1};
+// What flush() and drain() throw then (a std::bad_alloc that says why).
+class WheelOutOfMemory : public std::bad_alloc {
+ public:
+  const char* what() const noexcept override {
+    return "chime::Runtime: a wheel thread has been out of memory for 1 s; every accepted timer is kept and "
+           "applied once memory is available (flush() or drain() may be called again)";
+  }
 };
 
 struct FlushRequest {
@@ -109,10 +166,20 @@ struct FlushRequest {
   std::uint64_t mark = 0;      // dispatch count it must see completed
   bool seen = false;           // wheel thread: mark initialised
   Completion completion;
+  void reset() noexcept {
+    target_ns = 0;
+    mark = 0;
+    seen = false;
+    completion.reset();
+  }
 };
 struct DrainRequest {
   std::size_t count = 0;
   Completion completion;
+  void reset() noexcept {
+    count = 0;
+    completion.reset();
+  }
 };
 // The lanes a thread runs (flush runs them while it waits): inline up to
 // kInline, so a flush allocates nothing in the usual case.
@@ -232,6 +299,9 @@ class RuntimeCore {
   // (check_on_wheel) and throws std::logic_error with what it found.
   void check_invariants();
   void post_request(WheelThread& shard, CommandKind kind, void* request);  // queues it and wakes the shard
+  // The same for flush and drain: out of memory for kOutOfMemoryTimeout,
+  // throws std::bad_alloc having queued nothing.
+  void post_request_or_throw(WheelThread& shard, CommandKind kind, void* request);
   void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
   // A Producer's token: on the next shard, round-robin (design.md, "Shards").
   std::unique_ptr<ProducerQueueToken> make_token();
@@ -323,7 +393,8 @@ class RuntimeCore {
 
   // lane.cpp
   bool lane_closed(const TimerSlot& slot) const noexcept;
-  void run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard);
+  // False iff it gave up on a wheel thread out of memory (abandoned the request).
+  bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard);
   ThreadLanes lanes_of_this_thread();
 
   // Configuration.

@@ -281,33 +281,50 @@ class TimerSlab {
 class RetiredSlots {
  public:
   static constexpr std::uint32_t kSize = FreeSlotStack::kBatch;
-  explicit RetiredSlots(TimerSlab& slab) : slab_(slab) {}
+  // What a full batch does when the free list cannot take it (out of memory,
+  // no batch container): wait_for_memory retries every millisecond, so a
+  // slot is never lost (a worker's); never_wait keeps the batch and retries
+  // at the next flush, and a slot retired while the batch is full stays out
+  // of use for good, never used twice (the wheel thread's, which never waits
+  // for memory: wheel_thread.cpp, "Out of memory").
+  enum class OutOfMemory { wait_for_memory, never_wait };
+  explicit RetiredSlots(TimerSlab& slab, OutOfMemory on_out_of_memory = OutOfMemory::wait_for_memory)
+      : slab_(slab), wait_(on_out_of_memory == OutOfMemory::wait_for_memory) {}
   RetiredSlots(const RetiredSlots&) = delete;
   RetiredSlots& operator=(const RetiredSlots&) = delete;
   ~RetiredSlots() { flush(); }
 
   // The slot's task must already be reset. Owning thread only.
   void add(std::uint32_t index) {
+    if (count_ == kSize) [[unlikely]] {
+      flush();
+      if (count_ == kSize) return;  // never_wait, out of memory: stays out of use
+    }
     index_[count_++] = index;
     if (count_ == kSize) flush();
   }
-  // Owning thread only. Out of memory (no batch container), retries every
-  // millisecond: a slot is never lost.
+  // Owning thread only.
   void flush() {
     if (count_ == 0) return;
-    retry_until_memory([&] {
+    const auto give_back = [&] {
       try {
         slab_.release(index_, count_);
         return true;
       } catch (const std::bad_alloc&) {
         return false;
       }
-    });
+    };
+    if (wait_) {
+      retry_until_memory(give_back);
+    } else if (!give_back()) {
+      return;
+    }
     count_ = 0;
   }
 
  private:
   TimerSlab& slab_;
+  bool wait_;
   std::uint32_t index_[kSize];
   std::uint32_t count_ = 0;
 };

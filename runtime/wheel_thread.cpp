@@ -46,6 +46,23 @@
 // next_alarm_fires_at, or at most kLingerNs from now while commands keep
 // coming): a timer due before B needs the wheel earlier; one due at or after
 // it is filed at W soon enough, so it does not wake it (producer_ops.cpp).
+//
+// Out of memory: the wheel thread never dies of a failed allocation, and
+// never waits for memory. Everything a step may add to a list or to the
+// wheel is made room for before the step takes its work (make_room,
+// room_for_commands, room_for_advance); an allocation that fails leaves the
+// work where it was, which loses nothing: commands stay in the queue (an ADD
+// stays Pending, a cancel still wins against it), the wheel's alarms stay in
+// the wheel (an advance is cut short when the fired list cannot grow), and
+// claimed runs stay in the pass's batches until a hand-over succeeds. Such a
+// pass is marked (pass_out_of_memory); the thread then naps 1 ms and tries
+// again. Flushes and drains waiting on a shard that has been out of memory
+// for kOutOfMemoryTimeout are answered with a failure (flush() and drain()
+// throw std::bad_alloc): their outcome is bounded. What still allocates
+// without room made first only gives up optional work: a zombie sweep or a
+// lane close stops early (those timers are reclaimed or cancelled when
+// their alarms come up), and a retired slot that cannot be given back stays
+// out of use (timer_slab.hpp, RetiredSlots).
 #include "wheel_thread.hpp"
 
 #include <pthread.h>
@@ -92,6 +109,42 @@ constexpr std::size_t kCascadeAheadPerPass = 1024;
 // How far ahead the wheel thread asks for the slot lines it will act on
 // (apply_commands, advance_and_dispatch): a few misses in flight at once.
 constexpr std::size_t kPrefetchAhead = 8;
+// Room for `extra` more elements in `v` (growing geometrically), so that the
+// pushes that follow never allocate. False out of memory, `v` unchanged.
+template <class V>
+bool make_room(V& v, std::size_t extra) noexcept {
+  const std::size_t need = v.size() + extra;
+  if (v.capacity() >= need) return true;
+  try {
+    v.reserve(std::max(need, 2 * v.capacity()));
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+}
+// Capacity for `n` elements whatever `v` holds now (a list about to be cleared and refilled).
+template <class V>
+bool make_capacity(V& v, std::size_t n) noexcept {
+  return v.capacity() >= n || make_room(v, n - v.size());
+}
+template <class V>
+std::size_t spare(const V& v) noexcept {
+  return v.capacity() - v.size();
+}
+// Pushes `x`; false out of memory, `v` unchanged.
+template <class V, class T>
+bool try_push_back(V& v, const T& x) noexcept {
+  try {
+    v.push_back(x);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+}
+// Thrown from an advance's handle_fired to cut the advance short: the fired
+// list is at fired_limit and cannot grow (TimingWheel::advance_clock keeps
+// every alarm not yet fired).
+struct AdvanceCutShort {};
 // The shard whose wheel thread this thread is (null on every other thread):
 // close_lane must not wait for a pass of the thread it runs on.
 thread_local const WheelThread* tls_wheel_thread_of = nullptr;
@@ -123,7 +176,7 @@ WheelThread::WheelThread(RuntimeCore& core, unsigned index)
   wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(core.pool_.handoff);
   // A simulated runtime has no thread: its passes (on the caller's thread)
   // use this from the start.
-  if (core.simulated_) wt_.retired = std::make_unique<RetiredSlots>(core.slab_);
+  if (core.simulated_) wt_.retired = std::make_unique<RetiredSlots>(core.slab_, RetiredSlots::OutOfMemory::never_wait);
 }
 
 void WheelThread::start() {
@@ -166,7 +219,14 @@ void WheelThread::main() {
   } exit_flag{*this};
   // Timer slack: let futex timeouts expire on time (default slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  wt().retired = std::make_unique<RetiredSlots>(core_.slab_);
+  retry_until_memory([&] {
+    try {
+      wt().retired = std::make_unique<RetiredSlots>(core_.slab_, RetiredSlots::OutOfMemory::never_wait);
+      return true;
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  });
   bool busy = false;
   for (;;) {
     const PassEnd end = run_pass(busy);
@@ -210,6 +270,8 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   // The clock at application: read by file() the first time a command needs
   // it, again after each batch of commands is dequeued (apply_commands).
   wt().application_now_ns = INT64_MIN;
+  wt().pass_out_of_memory = false;
+  wt().advance_cut_short = false;
   bool exhausted = false;
   busy = apply_commands(exhausted);
   const std::int64_t now = pass_clock();
@@ -228,6 +290,10 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   if (wt().deferred_adds.empty() && !wt().awaiting_writer) wt().writer_backoff.reset();  // no writer awaited
   if (!exhausted) {
     wt().retired->flush();
+    if (wt().pass_out_of_memory) [[unlikely]] {
+      note_out_of_memory();
+      return PassEnd::idle;  // sleep() naps, then the commands are tried again
+    }
     // An ADD waits for a reschedule's two stores (apply): let its thread run.
     if (!wt().deferred_adds.empty()) wt().writer_backoff.wait();
     return PassEnd::more_commands;
@@ -235,8 +301,10 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   if (wt().stop != nullptr) {
     if (wt().stop->mode == ShutdownMode::fire_pending) {
       std::size_t count = 0;
-      drain_all(Dispatch::drained | Dispatch::final, count);
-      hand_over();
+      // Out of memory, shutdown waits for it (runtime.hpp, error model).
+      while (!drain_all(Dispatch::drained | Dispatch::final, count)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
     }
     stop_passes();
     return PassEnd::stopped;
@@ -244,6 +312,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   sweep_zombies_if_many();
   wt().retired->flush();
   settle_flushes(completed_snapshot);
+  note_out_of_memory();
   // Runs dispatched by passes that did not empty the queue count towards
   // the next settle: reset only after one.
   wt().pass_min_due_ns = INT64_MAX;
@@ -263,8 +332,17 @@ std::int64_t WheelThread::pass_clock() {
 
 // No pass after this one: release the flushes that wait (shutdown answers them).
 void WheelThread::stop_passes() {
+  // Runs claimed and not yet handed over (out of memory) go first: only
+  // their runs end them. Until memory allows.
+  hand_over();
+  while (!wt().dispatch_batch.empty() || !wt().touched_lanes.empty() || !wt().lane_spill.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    hand_over();
+  }
   wt().running = false;
-  for (FlushRequest* f : wt().flushes) f->completion.signal();
+  for (FlushRequest* f : wt().flushes) {
+    if (f->completion.signal()) delete f;  // abandoned (Completion)
+  }
   wt().flushes.clear();
 }
 
@@ -280,7 +358,12 @@ bool WheelThread::apply_commands(bool& exhausted) {
   // ADDs that met a reschedule in flight last pass (apply): before any
   // command posted after them, so a producer's commands stay in order.
   if (!wt().deferred_adds.empty()) {
+    const std::size_t m = wt().deferred_adds.size();
     wt().retry_adds.swap(wt().deferred_adds);
+    if (room_for_commands(m) < m) [[unlikely]] {
+      wt().retry_adds.swap(wt().deferred_adds);  // out of memory: they wait, and so do the commands after them
+      return false;
+    }
     for (const Command& c : wt().retry_adds) apply(c);
     wt().retry_adds.clear();
     any = true;
@@ -290,7 +373,11 @@ bool WheelThread::apply_commands(bool& exhausted) {
     // ADDs stay Pending, and the sweep cancels them (run_pass stops).
     if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
       break;
-    const std::size_t n = commands_.pop_bulk(wt().command_buffer.data(), wt().command_buffer.size());
+    // Out of memory, fewer commands (none: they stay queued).
+    const std::size_t room = room_for_commands(wt().command_buffer.size());
+    if (room == 0) [[unlikely]]
+      break;
+    const std::size_t n = commands_.pop_bulk(wt().command_buffer.data(), room);
     if (n == 0) {
       exhausted = true;
       break;
@@ -312,19 +399,35 @@ bool WheelThread::apply_commands(bool& exhausted) {
       if (i + kPrefetchAhead < n) prefetch_slot(batch[i + kPrefetchAhead]);
       const Command& c = batch[i];
       switch (c.kind) {
-        case CommandKind::flush:
-          wt().flushes.push_back(static_cast<FlushRequest*>(c.request));
+        case CommandKind::flush: {
+          auto* request = static_cast<FlushRequest*>(c.request);
+          if (request->completion.was_abandoned()) [[unlikely]] {
+            delete request;  // its caller gave up (out of memory): Completion
+          } else {
+            wt().flushes.push_back(request);
+          }
           break;
-        case CommandKind::drain:
-          wt().drains.push_back(static_cast<DrainRequest*>(c.request));
+        }
+        case CommandKind::drain: {
+          auto* request = static_cast<DrainRequest*>(c.request);
+          if (request->completion.was_abandoned()) [[unlikely]] {
+            delete request;  // its caller gave up (out of memory): not served
+          } else {
+            wt().drains.push_back(request);
+          }
           break;
+        }
         case CommandKind::stop:
           wt().stop = static_cast<StopRequest*>(c.request);
           break;
         case CommandKind::check: {
           auto* request = static_cast<CheckRequest*>(c.request);
-          request->failure = check_on_wheel();
-          request->completion.signal();
+          try {
+            request->failure = check_on_wheel();
+          } catch (const std::bad_alloc&) {
+            request->failure = "out of memory";  // short: no allocation
+          }
+          [[maybe_unused]] const bool abandoned = request->completion.signal();  // never: waited for
           break;
         }
         case CommandKind::close_lane: {
@@ -332,7 +435,7 @@ bool WheelThread::apply_commands(bool& exhausted) {
           // one from another thread that comes later finds the lane closed.
           auto* request = static_cast<CloseLaneRequest*>(c.request);
           close_lane_on_wheel(request->lane);
-          request->completion.signal();
+          [[maybe_unused]] const bool abandoned = request->completion.signal();  // never: waited for
           break;
         }
         default:
@@ -344,21 +447,138 @@ bool WheelThread::apply_commands(bool& exhausted) {
   // RESCHEDULEs that came before their timer's ADD (apply): again, now that
   // this pass's commands are applied (usually their ADD was among them).
   if (!wt().reschedules_before_add.empty()) {
+    const std::size_t m = wt().reschedules_before_add.size();
     wt().retry_reschedules.swap(wt().reschedules_before_add);
-    for (const Command& c : wt().retry_reschedules) apply(c);
-    wt().retry_reschedules.clear();
+    if (room_for_commands(m) >= m) [[likely]] {
+      for (const Command& c : wt().retry_reschedules) apply(c);
+      wt().retry_reschedules.clear();
+    } else {
+      wt().retry_reschedules.swap(wt().reschedules_before_add);  // out of memory: again next pass
+    }
   }
   // An ADD or RESCHEDULE to apply again is a command not applied yet:
   // requests wait for it (a flush must see that timer filed, or due now).
   if (!wt().deferred_adds.empty() || !wt().reschedules_before_add.empty()) exhausted = false;
   if (exhausted) {
+    // Out of memory, a drain waits for a pass with room (its caller may give up).
+    std::size_t kept = 0;
     for (DrainRequest* d : wt().drains) {
-      drain_all(Dispatch::drained, d->count);
-      d->completion.signal();
+      if (!drain_all(Dispatch::drained, d->count)) [[unlikely]] {
+        wt().drains[kept++] = d;
+      } else if (d->completion.signal()) {
+        delete d;  // abandoned (Completion)
+      }
     }
-    wt().drains.clear();
+    wt().drains.resize(kept);
   }
   return any;
+}
+
+// How many commands may be applied with no allocation, up to `n`: room is
+// made first for what applying one may add (an alarm, an overdue entry, a
+// deferred ADD or RESCHEDULE, a request). Fewer out of memory (the pass is
+// marked).
+std::size_t WheelThread::room_for_commands(std::size_t n) noexcept {
+  WheelThreadState& s = wt();
+  const bool ok = make_wheel_room(n) & make_room(s.overdue, n) & make_room(s.deferred_adds, n) &
+                  make_room(s.reschedules_before_add, n) & make_room(s.flushes, n) & make_room(s.drains, n);
+  if (ok) [[likely]]
+    return n;
+  s.pass_out_of_memory = true;
+  return std::min({n, s.wheel.capacity() - s.wheel.size(), spare(s.overdue), spare(s.deferred_adds),
+                   spare(s.reschedules_before_add), spare(s.flushes), spare(s.drains)});
+}
+
+// Free alarm nodes for `extra` adds, which then never allocate.
+bool WheelThread::make_wheel_room(std::size_t extra) noexcept {
+  TimingWheel<std::uint32_t>& wheel = wt().wheel;
+  if (wheel.capacity() - wheel.size() >= extra) return true;
+  try {
+    wheel.reserve(wheel.size() + extra);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  } catch (const std::length_error&) {  // 2^32 alarms: no more room, as out of memory
+    return false;
+  }
+}
+
+// Room for an advance (advance_and_dispatch) to consider every overdue
+// timer and up to fired_limit fired alarms with no allocation: each may be
+// re-filed (an alarm: a fired one reuses its own node), put on the overdue
+// list again, or claimed (a dispatch, for the workers or a lane). False if
+// not even one alarm can be fired (out of memory: the advance waits).
+bool WheelThread::room_for_advance() noexcept {
+  WheelThreadState& s = wt();
+  const std::size_t n_overdue = s.overdue.size();
+  std::size_t k = s.wheel_fired.capacity();
+  if (make_capacity(s.overdue_order, n_overdue) & make_capacity(s.overdue_scratch, n_overdue) &
+      make_wheel_room(n_overdue) & make_room(s.dispatch_batch, n_overdue + k) & make_room(s.lane_spill, n_overdue + k) &
+      make_capacity(s.overdue, n_overdue + k)) [[likely]] {
+    s.fired_limit = k;
+    return true;
+  }
+  s.pass_out_of_memory = true;
+  if (s.overdue_order.capacity() < n_overdue || s.overdue_scratch.capacity() < n_overdue ||
+      s.wheel.capacity() - s.wheel.size() < n_overdue) {
+    return false;
+  }
+  for (const std::size_t room : {spare(s.dispatch_batch), spare(s.lane_spill), s.overdue.capacity()}) {
+    k = std::min(k, room > n_overdue ? room - n_overdue : 0);
+  }
+  s.fired_limit = k;
+  return k != 0;
+}
+
+// The fired list reached fired_limit: room for twice as many, or false
+// (out of memory: the advance is cut short).
+bool WheelThread::grow_fired_limit() noexcept {
+  WheelThreadState& s = wt();
+  const std::size_t n_overdue = s.overdue_order.size();
+  const std::size_t k = 2 * s.fired_limit;
+  if (make_capacity(s.wheel_fired, k) && make_capacity(s.overdue, n_overdue + k) &&
+      make_capacity(s.dispatch_batch, s.dispatch_batch.size() + n_overdue + k) &&
+      make_capacity(s.lane_spill, s.lane_spill.size() + n_overdue + k)) {
+    s.fired_limit = k;
+    return true;
+  }
+  s.pass_out_of_memory = true;
+  return false;
+}
+
+// The alarm `a` fired in this advance: onto the fired list (room was made),
+// and the advance is cut short once the list is at fired_limit and cannot
+// grow. Inside handle_fired: reads the wheel only.
+void WheelThread::record_fired(TimingWheel<std::uint32_t>::Alarm a) {
+  WheelThreadState& s = wt();
+  s.wheel_fired.emplace_back(s.wheel.at(a).time_since_epoch().count(), s.wheel.value(a));
+  if (s.wheel_fired.size() >= s.fired_limit && !grow_fired_limit()) throw AdvanceCutShort{};
+}
+
+// After a pass: since when passes have been out of memory, published for
+// the flushes and drains that wait (out_of_memory_too_long). Stored only on
+// a change.
+void WheelThread::note_out_of_memory() {
+  WheelThreadState& s = wt();
+  if (!s.pass_out_of_memory) [[likely]] {
+    if (s.out_of_memory_since_ns != 0) {
+      s.out_of_memory_since_ns = 0;
+      out_of_memory_since_ns_.store(0, std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (s.out_of_memory_since_ns == 0) {
+    s.out_of_memory_since_ns = core_.steady_clock_.now().time_since_epoch().count();
+    out_of_memory_since_ns_.store(s.out_of_memory_since_ns, std::memory_order_relaxed);
+  }
+}
+
+// A waiting flush or drain gives up: this shard's passes have been out of
+// memory for kOutOfMemoryTimeout. Any thread.
+bool WheelThread::out_of_memory_too_long() const noexcept {
+  const std::int64_t since = out_of_memory_since_ns_.load(std::memory_order_relaxed);
+  return since != 0 && core_.steady_clock_.now().time_since_epoch().count() - since >=
+                           std::chrono::nanoseconds(kOutOfMemoryTimeout).count();
 }
 
 // A cancelled timer (C1 then K1, or C2 then R3) that the wheel thread owns
@@ -561,6 +781,8 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   // filed (posting order for one producer), as Go's runtime does. Copied,
   // not swapped: a swap would hand each buffer's capacity to the other
   // every pass, and the smaller one would allocate again.
+  if (!room_for_advance()) [[unlikely]]
+    return;  // out of memory: the overdue list and the wheel wait for the next pass
   wt().overdue_order.clear();
   bool sorted = true;
   for (std::uint32_t index : wt().overdue) {
@@ -573,19 +795,24 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   wt().awaiting_writer = false;
   wt().wheel_fired.clear();
   if (now_ns > wt().wheel.now().time_since_epoch().count()) {
-    wt().wheel.advance_clock(TimePoint(Duration(now_ns)), [&](TimingWheel<std::uint32_t>::Alarm a) {
-      wt().wheel_fired.emplace_back(wt().wheel.at(a).time_since_epoch().count(), wt().wheel.value(a));
-    });
+    try {
+      wt().wheel.advance_clock(TimePoint(Duration(now_ns)),
+                               [&](TimingWheel<std::uint32_t>::Alarm a) { record_fired(a); });
+    } catch (const AdvanceCutShort&) {
+      // Out of room: the wheel stopped at the start of the last fired
+      // alarm's interval; the rest of it, and what follows, fire next pass.
+      wt().advance_cut_short = true;
+    }
     // Only ever grows: each shard raises it to its own wheel's limit, and
     // one behind the others files a due beyond its range at the last time
     // it accepts (file()). Relaxed: runtime_core.hpp, due_limit_ns_.
-    const std::int64_t limit = core_.due_limit_for(now_ns);
+    const std::int64_t limit = core_.due_limit_for(wt().wheel.now().time_since_epoch().count());
     std::int64_t published = core_.due_limit_ns_.load(std::memory_order_relaxed);
     while (published < limit &&
            !core_.due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
     }
   }
-  if (core_.exact()) fire_past_due();
+  if (core_.exact() && !wt().advance_cut_short) fire_past_due();
   // The interval rule: a wheel alarm runs iff its due is before the
   // boundary. With slack, also iff it is at or before the clock's time.
   const std::int64_t wheel_due_now = core_.exact() ? now_ns : INT64_MIN;
@@ -632,9 +859,11 @@ void WheelThread::fire_past_due() {
   const auto min_time = wheel.min_alarm_time();
   if (!min_time || *min_time > wheel.now()) return;
   const std::size_t first = wt().wheel_fired.size();
-  wheel.fire_past_alarms([&](TimingWheel<std::uint32_t>::Alarm a) {
-    wt().wheel_fired.emplace_back(wheel.at(a).time_since_epoch().count(), wheel.value(a));
-  });
+  try {
+    wheel.fire_past_alarms([&](TimingWheel<std::uint32_t>::Alarm a) { record_fired(a); });
+  } catch (const AdvanceCutShort&) {
+    wt().advance_cut_short = true;  // the rest of the interval's past alarms fire next pass
+  }
   // std::sort on (time, slot): never allocates (std::stable_sort may).
   std::sort(wt().wheel_fired.begin() + static_cast<std::ptrdiff_t>(first), wt().wheel_fired.end());
 }
@@ -750,44 +979,94 @@ void WheelThread::dispatch(const Dispatch& d) {
     cancel_for_closed_lane(slot, d.slot);
     return;
   }
-  if (lane->batch.empty()) wt().touched_lanes.push_back(lane);
-  lane->batch.push_back(d);
+  // Out of memory (a lane's batch, or the list of touched lanes, cannot
+  // grow), the run waits on lane_spill, where room was made for it.
+  if (lane->batch.empty() && !try_push_back(wt().touched_lanes, lane)) [[unlikely]] {
+    spill_for_lane(d);
+    return;
+  }
+  if (!try_push_back(lane->batch, d)) [[unlikely]]
+    spill_for_lane(d);
+}
+
+void WheelThread::spill_for_lane(const Dispatch& d) {
+  CHIME_ASSERT(wt().lane_spill.size() < wt().lane_spill.capacity(), "room is made for every dispatch of a pass");
+  wt().lane_spill.push_back(d);
+  wt().pass_out_of_memory = true;
 }
 
 // Hands this pass's claimed runs over in one batch: one bulk enqueue and one
 // semaphore signal for the workers (or, with workers = 0, runs them here,
-// in order, outside any wheel iteration). The dispatch count goes up once
-// per batch (flush marks compare against it, on this thread).
+// in order, outside any wheel iteration). The dispatch count goes up by the
+// runs handed over (flush marks compare against it, on this thread). Out of
+// memory, what could not be handed over stays in its batch for the next
+// pass (the timers are Handed: only their runs end that), and the pass is
+// marked.
 void WheelThread::hand_over() {
-  std::size_t n = wt().dispatch_batch.size();
-  for (LaneCore* lane : wt().touched_lanes) n += lane->batch.size();
-  if (n == 0) return;
-  wt().dispatched += n;
+  WheelThreadState& s = wt();
+  if (!s.lane_spill.empty()) [[unlikely]]
+    unspill_lanes();
   // Lanes first: their runs wait for their threads, the workers' start now.
   // One bulk enqueue and at most one eventfd write per lane and pass.
-  for (LaneCore* lane : wt().touched_lanes) {
-    // Out of memory, retry: they are Handed, and only their runs end that.
-    retry_until_memory(
-        [&] { return lane->ready.enqueue_bulk(*lane->wheel_token, lane->batch.data(), lane->batch.size()); });
-    lane->batch.clear();
-    lane->signal();
+  std::size_t kept = 0;
+  for (LaneCore* lane : s.touched_lanes) {
+    if (lane->ready.enqueue_bulk(*lane->wheel_token, lane->batch.data(), lane->batch.size())) [[likely]] {
+      s.dispatched += lane->batch.size();
+      lane->batch.clear();
+      lane->signal();
+    } else {
+      s.touched_lanes[kept++] = lane;
+      s.pass_out_of_memory = true;
+    }
   }
-  wt().touched_lanes.clear();
-  n = wt().dispatch_batch.size();
+  s.touched_lanes.resize(kept);
+  const std::size_t n = s.dispatch_batch.size();
   if (n == 0) return;
   if (core_.pool_.threads.empty()) {
-    core_.run_batch(wt().dispatch_batch.data(), n, *wt().retired, RuntimeCore::RunPlace::wheel_thread);
+    // A periodic run re-armed here is filed at once (RuntimeCore::end_run):
+    // room for it first.
+    if (!make_wheel_room(n) || !make_room(s.overdue, n)) [[unlikely]] {
+      s.pass_out_of_memory = true;
+      return;
+    }
+    s.dispatched += n;
+    core_.run_batch(s.dispatch_batch.data(), n, *s.retired, RuntimeCore::RunPlace::wheel_thread);
   } else {
-    // Out of memory, retry: the timers are Handed, and only their runs end that.
-    retry_until_memory(
-        [&] { return core_.pool_.handoff.enqueue_bulk(*wt().handoff_token, wt().dispatch_batch.data(), n); });
+    if (!core_.pool_.handoff.enqueue_bulk(*s.handoff_token, s.dispatch_batch.data(), n)) [[unlikely]] {
+      s.pass_out_of_memory = true;
+      return;
+    }
+    s.dispatched += n;
   }
-  wt().dispatch_batch.clear();
+  s.dispatch_batch.clear();
+}
+
+// Moves the runs that waited on lane_spill to their lanes' batches, as far
+// as memory allows; the rest wait again.
+void WheelThread::unspill_lanes() {
+  WheelThreadState& s = wt();
+  std::size_t kept = 0;
+  for (const Dispatch& d : s.lane_spill) {
+    LaneCore* lane = core_.slab_[d.slot].lane.load(std::memory_order_relaxed);
+    const bool listed = !lane->batch.empty() || try_push_back(s.touched_lanes, lane);
+    if (!listed || !try_push_back(lane->batch, d)) {
+      s.lane_spill[kept++] = d;
+      s.pass_out_of_memory = true;
+    }
+  }
+  s.lane_spill.resize(kept);
 }
 
 // Claims every filed timer for a run now, before its due time (drain(),
 // shutdown(fire_pending)), and hands them over. Counts the runs.
-void WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
+bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
+  // Room first: every filed timer may become a dispatch.
+  const std::size_t filed = wt().overdue.size() + wt().wheel.size();
+  if (!make_capacity(wt().drain_buffer, filed) || !make_room(wt().dispatch_batch, filed) ||
+      !make_room(wt().lane_spill, filed)) [[unlikely]] {
+    wt().pass_out_of_memory = true;
+    return false;
+  }
   std::vector<std::uint32_t>& all = wt().drain_buffer;
   all.assign(wt().overdue.begin(), wt().overdue.end());
   wt().overdue.clear();
@@ -820,6 +1099,7 @@ void WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
     }
   }
   hand_over();
+  return true;
 }
 
 // Go's rule for deleted timers: cancelled timers stay filed (zombies) until
@@ -839,8 +1119,11 @@ void WheelThread::sweep_zombies_if_many() {
     const std::uint32_t index = wt().wheel.value(a);
     // acquire: pairs with C1's acq_rel / R3's release: the canceller's
     // writes to the slot happen-before we free it.
-    if (StateWord::state(core_.slab_[index].word.load(std::memory_order_acquire)) == SlotState::cancelled) {
-      wt().sweep_buffer.push_back(index);
+    // Out of memory, the sweep reclaims what it listed; the rest are
+    // reclaimed when their alarms come up, or by a later sweep.
+    if (StateWord::state(core_.slab_[index].word.load(std::memory_order_acquire)) == SlotState::cancelled &&
+        !try_push_back(wt().sweep_buffer, index)) {
+      wt().pass_out_of_memory = true;
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
@@ -853,6 +1136,9 @@ void WheelThread::sweep_zombies_if_many() {
 
 void WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
   if (wt().flushes.empty()) return;
+  // Runs claimed but not yet handed over (out of memory) are still to come.
+  if (!wt().dispatch_batch.empty() || !wt().touched_lanes.empty() || !wt().lane_spill.empty()) [[unlikely]]
+    return;
   const std::uint64_t dispatched = wt().dispatched;
   std::size_t kept = 0;
   for (FlushRequest* f : wt().flushes) {
@@ -871,7 +1157,7 @@ void WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
       if (core_.slab_[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
     }
     if (completed_snapshot >= f->mark && !overdue_by_target) {
-      f->completion.signal();
+      if (f->completion.signal()) delete f;  // abandoned (Completion)
     } else {
       wt().flushes[kept++] = f;
     }
@@ -880,6 +1166,12 @@ void WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
 }
 
 void WheelThread::sleep(bool busy) {
+  if (wt().pass_out_of_memory) [[unlikely]] {
+    // Out of memory: try again in a while, whatever is queued or due.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  if (wt().advance_cut_short) return;  // the wheel is behind the clock: next pass at once
   if (!wt().overdue.empty()) {  // due now: next pass
     // Only a reschedule's two stores to wait for: let its thread run first
     // (yields, then short sleeps: backoff.hpp).

@@ -97,6 +97,13 @@ class WheelThread {
   // The wheel thread stores it (release) as it returns; a blocked flush /
   // drain / close acquires it and stops waiting (Completion::wait).
   std::atomic<bool> exited_{false};
+  // Since when (steady clock, ns) this shard's passes have been out of
+  // memory (wheel_thread.cpp, "Out of memory"); 0: they are not. Written by
+  // the wheel thread, read by a waiting flush or drain (out_of_memory_too_long).
+  // Relaxed: a hint to give up waiting; the request's own state is under
+  // its Completion's mutex.
+  std::atomic<std::int64_t> out_of_memory_since_ns_{0};
+  bool out_of_memory_too_long() const noexcept;
   // Written by the wheel thread only, read by stats(); relaxed.
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> zombie_sweeps_{0};
@@ -148,8 +155,18 @@ class WheelThread {
   bool claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d);  // W1, then dispatch
   void dispatch(const Dispatch& d);
   void hand_over();
-  void drain_all(std::uint8_t flags, std::size_t& count);
+  void spill_for_lane(const Dispatch& d);
+  void unspill_lanes();
+  // False, having done nothing, when there is no room for it (out of memory).
+  bool drain_all(std::uint8_t flags, std::size_t& count);
   void sweep_zombies_if_many();
+  // Out of memory (wheel_thread.cpp): room made before work is taken.
+  std::size_t room_for_commands(std::size_t n) noexcept;
+  bool make_wheel_room(std::size_t extra) noexcept;
+  bool room_for_advance() noexcept;
+  bool grow_fired_limit() noexcept;
+  void record_fired(TimingWheel<std::uint32_t>::Alarm a);
+  void note_out_of_memory();
   // A hint: the slot's first line (state word, due, wheel fields) will be
   // read and written soon. Timer commands only: a request names no slot.
   void prefetch_slot_line(std::uint32_t index) const noexcept;

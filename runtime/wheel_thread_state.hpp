@@ -69,6 +69,8 @@ struct WheelThreadState {
     drain_buffer.reserve(kScratchCapacity);
     flushes.reserve(64);
     drains.reserve(64);
+    touched_lanes.reserve(64);
+    lane_spill.reserve(64);
   }
 
   TimingWheel<std::uint32_t> wheel;
@@ -84,6 +86,18 @@ struct WheelThreadState {
   std::int64_t application_now_ns = INT64_MIN;  // the clock at this batch's application; MIN: not read yet
   std::vector<Dispatch> dispatch_batch;         // claimed this pass for the workers, handed over at its end (hand_over)
   std::vector<LaneCore*> touched_lanes;         // lanes with runs in their batch this pass
+  // Runs for lanes whose batch (or touched_lanes) could not grow (out of
+  // memory): room for them is made with dispatch_batch's, and hand_over
+  // moves them to their lanes' batches when it can.
+  std::vector<Dispatch> lane_spill;
+  // Out of memory (wheel_thread.cpp, "Out of memory"): this pass could not
+  // make room for all its work; since when passes have been (steady clock,
+  // ns; 0: not); the most alarms this advance may fire before it is cut
+  // short; whether it was.
+  bool pass_out_of_memory = false;
+  std::int64_t out_of_memory_since_ns = 0;
+  std::size_t fired_limit = 0;
+  bool advance_cut_short = false;
   std::vector<std::uint32_t> sweep_buffer;
   std::unique_ptr<RetiredSlots> retired;  // created on the wheel thread (its token)
   std::uint64_t reclaimed = 0;            // lazily cancelled timers the wheel thread (or shutdown) freed

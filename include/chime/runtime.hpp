@@ -89,9 +89,19 @@
 // when it lost). A callback's exception is caught on its worker, counted, and
 // passed to on_error; the runtime keeps running. Out of memory, schedule_*
 // throws std::bad_alloc and schedules nothing; commands that must arrive (a
-// periodic re-arm, a reschedule to an earlier due, flush/drain/shutdown)
-// are retried every millisecond until memory is available; a cancel still
-// takes effect, and its timer's slot is freed when its due time comes.
+// periodic re-arm, a reschedule to an earlier due, shutdown's stop) are
+// retried every millisecond until memory is available; a cancel still
+// takes effect, and its timer's slot is freed when its due time comes. A
+// wheel thread out of memory neither dies nor waits for memory: what it
+// cannot file, fire or hand over stays where it is (commands in the queue,
+// alarms in the wheel, claimed runs in its batches) and it tries again every
+// millisecond, so every accepted timer runs exactly once when memory is
+// back (a slot it cannot give back to the free list then stays out of use).
+// flush() and drain() wait for such a wheel thread for about 1 s, then throw
+// std::bad_alloc (nothing is lost; call again later); a drain that gave up
+// is not served, unless the wheel thread had already taken it up. They
+// throw std::bad_alloc too when their own request cannot be queued within
+// that second. shutdown() waits until memory is available.
 //
 // Range: due times are accepted up to 2^num_bits - 1 intervals past the
 // wheel's time, and never from the horizon on: the start of interval

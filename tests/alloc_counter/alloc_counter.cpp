@@ -27,7 +27,10 @@ constexpr std::size_t kChunkHeader = sizeof(std::size_t);
 // Both switches in one word, so that an allocation reads one.
 constexpr unsigned kCounting = 1;     // a CountScope is alive
 constexpr unsigned kOutOfMemory = 2;  // an OutOfMemoryScope is alive
+constexpr unsigned kOthersOnly = 4;   // ... made with Threads::others
 std::atomic<unsigned> g_switches{0};
+// The thread that made an OutOfMemoryScope with Threads::others.
+thread_local bool t_spared = false;
 
 std::atomic<std::size_t> g_allocations{0};
 std::atomic<std::size_t> g_live_bytes{0};
@@ -63,7 +66,7 @@ void note_free(std::size_t footprint) noexcept {
 template <class Allocate>
 void* counted(std::size_t n, Allocate allocate) noexcept {
   const unsigned s = switches();
-  if ((s & kOutOfMemory) != 0) return nullptr;
+  if ((s & kOutOfMemory) != 0 && ((s & kOthersOnly) == 0 || !t_spared)) return nullptr;
   void* p = allocate();
   if (p != nullptr) note_alloc(p, n, s);
   return p;
@@ -102,8 +105,14 @@ AllocStats CountScope::stats() const noexcept {
                     g_live_blocks.load(std::memory_order_relaxed)};
 }
 
-OutOfMemoryScope::OutOfMemoryScope() noexcept { g_switches.fetch_or(kOutOfMemory); }  // (B)
-OutOfMemoryScope::~OutOfMemoryScope() { g_switches.fetch_and(~kOutOfMemory); }        // (B)
+OutOfMemoryScope::OutOfMemoryScope(Threads threads) noexcept {
+  t_spared = threads == Threads::others;
+  g_switches.fetch_or(kOutOfMemory | (threads == Threads::others ? kOthersOnly : 0));  // (B)
+}
+OutOfMemoryScope::~OutOfMemoryScope() {
+  g_switches.fetch_and(~(kOutOfMemory | kOthersOnly));  // (B)
+  t_spared = false;
+}
 
 std::size_t big_allocations() noexcept { return g_big_allocations.load(std::memory_order_relaxed); }
 

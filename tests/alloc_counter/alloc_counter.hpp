@@ -45,7 +45,8 @@
 //                        growing slab.
 //   OutOfMemoryScope     every allocation through the replaced functions fails
 //                        (operator new throws std::bad_alloc, malloc returns
-//                        null) while one is alive.
+//                        null) while one is alive; with Threads::others, on
+//                        every thread but the one that made it.
 //
 // Not guaranteed: allocations a shared library makes with its own malloc calls
 // (not its operator new calls) are not seen by either build; scopes do not
@@ -105,8 +106,12 @@ class CountScope {
 // While alive, every allocation through the replaced functions fails.
 class OutOfMemoryScope {
  public:
+  // Whose allocations fail: every thread's, or every thread's but the one
+  // that made the scope (a test that keeps scheduling while the runtime's
+  // own threads run out of memory).
+  enum class Threads { all, others };
   // Any thread. Never allocates.
-  OutOfMemoryScope() noexcept;
+  explicit OutOfMemoryScope(Threads threads = Threads::all) noexcept;
   // Same thread as the constructor. Never allocates.
   ~OutOfMemoryScope();
   OutOfMemoryScope(const OutOfMemoryScope&) = delete;

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: BSL-1.0
+// Out of memory on the runtime's own threads (runtime.hpp, error model;
+// wheel_thread.cpp, "Out of memory"): a wheel thread never dies of a failed
+// allocation and never loses what it must file. Every accepted timer runs
+// exactly once when memory comes back, a cancel still takes effect, and a
+// flush() or drain() that cannot make progress throws std::bad_alloc after
+// about a second instead of waiting for ever. The allocation failures are
+// injected with chime_alloc::OutOfMemoryScope(Threads::others): every
+// allocation fails on every thread but the test's own, which keeps
+// scheduling and cancelling.
+
+#include "alloc_counter.hpp"
+#include "runtime_test_support.hpp"
+
+#include <chime/lane.hpp>
+#include <chime/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace {
+
+using namespace chime_test;
+using chime::Runtime;
+using chime::TimerId;
+using OutOfMemory = chime_alloc::OutOfMemoryScope;
+
+// More timers than the wheel's first allocations hold (its alarm pool
+// starts empty; its scratch lists hold 4,096), so filing and firing them
+// must allocate.
+constexpr int kTimers = 20'000;
+constexpr auto kGiveUpBound = std::chrono::seconds(30);  // "bounded": far above the documented 1 s
+
+// Every timer i counts its runs in runs[i]; every 7th is cancelled.
+struct Timers {
+  std::vector<std::atomic<int>> runs = std::vector<std::atomic<int>>(kTimers);
+  std::vector<TimerId> ids;
+  static bool cancelled(int i) { return i % 7 == 0; }
+  void expect_each_ran_once_unless_cancelled() const {
+    int wrong = 0;
+    for (int i = 0; i < kTimers; ++i) {
+      if (runs[i].load() != (cancelled(i) ? 0 : 1) && ++wrong <= 5) {
+        ADD_FAILURE() << "timer " << i << " ran " << runs[i].load() << " times";
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+  }
+};
+
+// Runs `f`, expecting it to throw std::bad_alloc or return, within the bound.
+template <class F>
+bool throws_bad_alloc_in_bounded_time(F f) {
+  const auto start = std::chrono::steady_clock::now();
+  bool threw = false;
+  try {
+    f();
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kGiveUpBound) << "a flush or drain out of memory hung";
+  return threw;
+}
+
+// The wheel threads cannot grow their alarm pools while timers are
+// scheduled: the ADDs wait in the queue, flush() gives up with
+// std::bad_alloc (in about a second), cancels still take effect, and once
+// memory is back every accepted timer is filed and runs exactly once.
+TEST(RuntimeOutOfMemory, a_wheel_thread_out_of_memory_keeps_every_accepted_timer) {
+  chime::ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, 1)};
+  rt.flush();  // the wheel threads are in their loops
+  Timers t;
+  {
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
+    for (int i = 0; i < kTimers; ++i) {
+      t.ids.push_back(rt.schedule_at(at(std::chrono::milliseconds(1 + i % 50)), [&t, i] { t.runs[i].fetch_add(1); }));
+    }
+    for (int i = 0; i < kTimers; i += 7) EXPECT_TRUE(rt.cancel(t.ids[i])) << "a cancel out of memory lost";
+    EXPECT_TRUE(throws_bad_alloc_in_bounded_time([&] { rt.flush(); }))
+        << "flush returned while the wheel threads could not file the timers";
+    EXPECT_TRUE(throws_bad_alloc_in_bounded_time([&] { rt.drain(); }));
+    EXPECT_EQ(rt.stats().pending, static_cast<std::uint64_t>(kTimers - (kTimers + 6) / 7));
+  }
+  rt.flush();
+  rt.check_invariants();
+  advance_to(clock, rt, at(100ms));
+  rt.flush();
+  t.expect_each_ran_once_unless_cancelled();
+  EXPECT_EQ(rt.stats().pending, 0u);
+  rt.check_invariants();
+}
+
+// The timers are filed, then memory runs out as they come due: the wheel
+// threads fire what their lists hold, hand over what the queues take, keep
+// the rest (an advance is cut short, a batch waits), and when memory is
+// back every timer has run exactly once; a flush meanwhile returns or
+// throws std::bad_alloc, in bounded time.
+TEST(RuntimeOutOfMemory, firing_out_of_memory_loses_no_run_and_runs_none_twice) {
+  for (unsigned workers : {0u, 1u}) {
+    SCOPED_TRACE(workers);
+    chime::ManualClock clock{kStart};
+    Runtime rt{manual_options(clock, workers)};
+    Timers t;
+    for (int i = 0; i < kTimers; ++i) {
+      t.ids.push_back(rt.schedule_at(at(std::chrono::milliseconds(1 + i % 3)), [&t, i] { t.runs[i].fetch_add(1); }));
+    }
+    for (int i = 0; i < kTimers; i += 7) ASSERT_TRUE(rt.cancel(t.ids[i]));
+    rt.flush();
+    {
+      const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
+      clock.set(at(10ms));
+      throws_bad_alloc_in_bounded_time([&] { rt.flush(); });
+    }
+    rt.flush();
+    t.expect_each_ran_once_unless_cancelled();
+    EXPECT_EQ(rt.stats().pending, 0u);
+    rt.check_invariants();
+  }
+}
+
+// A lane's runs out of memory: those the lane's batch cannot take wait, and
+// all run once, on the lane, when memory is back.
+TEST(RuntimeOutOfMemory, lane_runs_out_of_memory_wait_and_run_once) {
+  chime::ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, 1)};
+  chime::Lane lane = rt.lane();
+  Timers t;
+  for (int i = 0; i < kTimers; ++i) {
+    t.ids.push_back(lane.schedule_at(at(1ms), [&t, i] { t.runs[i].fetch_add(1); }));
+  }
+  for (int i = 0; i < kTimers; i += 7) ASSERT_TRUE(lane.cancel(t.ids[i]));
+  rt.flush();
+  {
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
+    clock.set(at(10ms));
+    throws_bad_alloc_in_bounded_time([&] { rt.flush(); });
+  }
+  rt.flush();
+  t.expect_each_ran_once_unless_cancelled();
+  EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+}  // namespace
