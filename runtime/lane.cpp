@@ -174,7 +174,49 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
     }
   }
   wt().overdue.resize(kept);
+  cancel_held_runs_of(lane);
   wt().retired->flush();
+}
+
+// Runs of a closing lane that this wheel thread claimed but holds (out of
+// memory, never handed over: hand_over) are cancelled as its ready runs
+// are (L3), so none reaches the lane's core once another Lane reuses it. A
+// record whose claim no longer holds (R4 took the run back) is stale:
+// dropped.
+void WheelThread::cancel_held_runs_of(LaneCore* lane) {
+  WheelThreadState& s = wt();
+  const auto cancel_held = [&](const Dispatch& d) {
+    TimerSlot& slot = core_.slab_[d.slot];
+    std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    if (!StateWord::holds_claim(w, d.generation, d.version)) return;
+    while (StateWord::state(w) != SlotState::cancelled) {  // C4 (or shutdown's X2) won: we only free it
+      CHIME_ASSERT(StateWord::state(w) == SlotState::handed, "a held run is handed or cancelled");
+      // (L3) acq_rel, as C4.
+      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+        core_.end_cancelled_timer();
+        break;
+      }
+    }
+    slot.task.reset();
+    s.retired->add(d.slot);
+  };
+  if (!lane->batch.empty()) [[unlikely]] {
+    for (const Dispatch& d : lane->batch) cancel_held(d);
+    lane->batch.clear();
+    s.touched_lanes.erase(std::remove(s.touched_lanes.begin(), s.touched_lanes.end(), lane), s.touched_lanes.end());
+  }
+  std::size_t kept = 0;
+  for (const Dispatch& d : s.lane_spill) {
+    const TimerSlot& slot = core_.slab_[d.slot];
+    if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
+    if (slot.lane.load(std::memory_order_relaxed) == lane) {
+      cancel_held(d);
+    } else {
+      s.lane_spill[kept++] = d;
+    }
+  }
+  s.lane_spill.resize(kept);
 }
 
 void RuntimeCore::close_lane(LaneCore* lane) {

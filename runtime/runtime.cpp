@@ -233,6 +233,7 @@ void RuntimeCore::stop_workers() {
     Dispatch stop;
     stop.flags = Dispatch::stop;
     retry_until_memory([&] { return pool_.handoff.enqueue(*shards_[0]->wt().handoff_token, stop); });
+    ++shards_[0]->wt().handoff_tail;  // the wheel thread has exited: its token's count is ours now
   }
   for (auto& t : pool_.threads) t.join();
 }

@@ -141,6 +141,30 @@ bool try_push_back(V& v, const T& x) noexcept {
     return false;
   }
 }
+// Enqueues `n` runs through a producer token, in pieces that each end at a
+// block boundary of the token's sub-queue (`tail`: the items enqueued
+// through the token so far, which starts with it at 0). Returns how many
+// went in: all, or a prefix (out of memory). Why in pieces: moodycamel's
+// bulk enqueue through a token is all or nothing, but one that fails (out
+// of memory) after taking two or more new blocks leaves the sub-queue
+// corrupt (libconcurrentqueue-dev 1.0.3: a later dequeue reads a null block
+// or trips Block::set_many_empty's assertion; reproduced with the queue
+// alone), while one that needs at most one new block fails cleanly. The
+// pieces cost one enqueue call per 32 runs.
+template <class Queue>
+std::size_t enqueue_in_blocks(Queue& queue, moodycamel::ProducerToken& token, std::uint64_t& tail, const Dispatch* runs,
+                              std::size_t n) {
+  constexpr std::size_t kBlock = moodycamel::ConcurrentQueueDefaultTraits::BLOCK_SIZE;
+  std::size_t done = 0;
+  while (done < n) {
+    const std::size_t k = std::min<std::size_t>(kBlock - tail % kBlock, n - done);
+    if (!queue.enqueue_bulk(token, runs + done, k)) [[unlikely]]
+      break;
+    done += k;
+    tail += k;
+  }
+  return done;
+}
 // Thrown from an advance's handle_fired to cut the advance short: the fired
 // list is at fired_limit and cannot grow (TimingWheel::advance_clock keeps
 // every alarm not yet fired).
@@ -816,7 +840,13 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   // The interval rule: a wheel alarm runs iff its due is before the
   // boundary. With slack, also iff it is at or before the clock's time.
   const std::int64_t wheel_due_now = core_.exact() ? now_ns : INT64_MIN;
-  const std::int64_t boundary = wt().wheel.now_interval_num_start().time_since_epoch().count();
+  // An advance cut short stopped at the start of its last fired alarm's
+  // interval; every alarm it fired is before the interval of now_ns, which
+  // is the boundary it would have reached.
+  const std::int64_t boundary = (wt().advance_cut_short ? wt().wheel.interval_start(TimePoint(Duration(now_ns)))
+                                                        : wt().wheel.now_interval_num_start())
+                                    .time_since_epoch()
+                                    .count();
   // Merge the two, each in nondecreasing interval order (the wheel's alarms
   // by the time they were filed at, overdue ones by due), so the runs go out
   // in nondecreasing interval order. An overdue timer is due now (its due
@@ -1010,11 +1040,14 @@ void WheelThread::hand_over() {
   // One bulk enqueue and at most one eventfd write per lane and pass.
   std::size_t kept = 0;
   for (LaneCore* lane : s.touched_lanes) {
-    if (lane->ready.enqueue_bulk(*lane->wheel_token, lane->batch.data(), lane->batch.size())) [[likely]] {
-      s.dispatched += lane->batch.size();
+    const std::size_t done =
+        enqueue_in_blocks(lane->ready, *lane->wheel_token, lane->wheel_tail, lane->batch.data(), lane->batch.size());
+    s.dispatched += done;
+    if (done != 0) lane->signal();
+    if (done == lane->batch.size()) [[likely]] {
       lane->batch.clear();
-      lane->signal();
     } else {
+      lane->batch.erase(lane->batch.begin(), lane->batch.begin() + static_cast<std::ptrdiff_t>(done));
       s.touched_lanes[kept++] = lane;
       s.pass_out_of_memory = true;
     }
@@ -1032,11 +1065,14 @@ void WheelThread::hand_over() {
     s.dispatched += n;
     core_.run_batch(s.dispatch_batch.data(), n, *s.retired, RuntimeCore::RunPlace::wheel_thread);
   } else {
-    if (!core_.pool_.handoff.enqueue_bulk(*s.handoff_token, s.dispatch_batch.data(), n)) [[unlikely]] {
+    const std::size_t done =
+        enqueue_in_blocks(core_.pool_.handoff, *s.handoff_token, s.handoff_tail, s.dispatch_batch.data(), n);
+    s.dispatched += done;
+    if (done != n) [[unlikely]] {
+      s.dispatch_batch.erase(s.dispatch_batch.begin(), s.dispatch_batch.begin() + static_cast<std::ptrdiff_t>(done));
       s.pass_out_of_memory = true;
       return;
     }
-    s.dispatched += n;
   }
   s.dispatch_batch.clear();
 }
@@ -1047,7 +1083,11 @@ void WheelThread::unspill_lanes() {
   WheelThreadState& s = wt();
   std::size_t kept = 0;
   for (const Dispatch& d : s.lane_spill) {
-    LaneCore* lane = core_.slab_[d.slot].lane.load(std::memory_order_relaxed);
+    const TimerSlot& slot = core_.slab_[d.slot];
+    // A record a reschedule took back meanwhile (R4) is stale, as it would
+    // be in the lane's ready queue, and the slot may already serve another timer.
+    if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
+    LaneCore* lane = slot.lane.load(std::memory_order_relaxed);
     const bool listed = !lane->batch.empty() || try_push_back(s.touched_lanes, lane);
     if (!listed || !try_push_back(lane->batch, d)) {
       s.lane_spill[kept++] = d;

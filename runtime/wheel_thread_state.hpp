@@ -70,7 +70,7 @@ struct WheelThreadState {
     flushes.reserve(64);
     drains.reserve(64);
     touched_lanes.reserve(64);
-    lane_spill.reserve(64);
+    lane_spill.reserve(kScratchCapacity);  // as dispatch_batch: room for a pass's runs (hand_over)
   }
 
   TimingWheel<std::uint32_t> wheel;
@@ -124,6 +124,7 @@ struct WheelThreadState {
   // The wheel thread's token on the hand-off queue (the worker pool's), so
   // its bulk enqueues stay FIFO. Made by RuntimeCore's constructor.
   std::unique_ptr<moodycamel::ProducerToken> handoff_token;
+  std::uint64_t handoff_tail = 0;  // runs enqueued through it (hand_over's enqueue_in_blocks; stop_workers)
 };
 
 }  // namespace chime::detail
