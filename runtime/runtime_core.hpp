@@ -248,6 +248,15 @@ class RuntimeCore {
   TimerId commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
                           Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post);
   void release_reservation(const ScheduleReservation& r) noexcept;
+
+ private:
+  // producer_ops.cpp: their bodies, inlined into schedule().
+  ScheduleReservation reserve_schedule_inline(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
+                                              std::size_t extra_pending);
+  TimerId commit_schedule_inline(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
+                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post);
+
+ public:
   bool cancel(TimerId id, ProducerQueueToken* token);
   CancelResult try_cancel(TimerId id);
   CancelResult cancel_and_wait(TimerId id);
