@@ -50,7 +50,7 @@
 // Out of memory: the wheel thread never dies of a failed allocation, and
 // never waits for memory. Everything a step may add to a list or to the
 // wheel is made room for before the step takes its work (make_room,
-// room_for_commands, room_for_advance); an allocation that fails leaves the
+// commands_with_room, room_for_advance); an allocation that fails leaves the
 // work where it was, which loses nothing: commands stay in the queue (an ADD
 // stays Pending, a cancel still wins against it), the wheel's alarms stay in
 // the wheel (an advance is cut short when the fired list cannot grow), and
@@ -376,104 +376,47 @@ void WheelThread::stop_passes() {
 // that emptied the queue: then every command posted before them, by any
 // thread, has been applied.
 bool WheelThread::apply_commands(bool& exhausted) {
+  WheelThreadState& s = wt();
   bool any = false;
   exhausted = false;
   std::size_t applied = 0;
   // ADDs that met a reschedule in flight last pass (apply): before any
   // command posted after them, so a producer's commands stay in order.
-  if (!wt().deferred_adds.empty()) {
-    const std::size_t m = wt().deferred_adds.size();
-    wt().retry_adds.swap(wt().deferred_adds);
-    if (room_for_commands(m) < m) [[unlikely]] {
-      wt().retry_adds.swap(wt().deferred_adds);  // out of memory: they wait, and so do the commands after them
+  if (!s.deferred_adds.empty()) {
+    const std::size_t m = s.deferred_adds.size();
+    s.retry_adds.swap(s.deferred_adds);
+    if (commands_with_room(s.retry_adds.data(), m) < m) [[unlikely]] {
+      s.retry_adds.swap(s.deferred_adds);  // out of memory: they wait, and so do the commands after them
       return false;
     }
-    for (const Command& c : wt().retry_adds) apply(c);
-    wt().retry_adds.clear();
+    for (const Command& c : s.retry_adds) apply(c);
+    s.retry_adds.clear();
     any = true;
+  }
+  // Then commands popped but not applied last pass (out of memory).
+  if (s.held_commands_begin != s.held_commands_end) [[unlikely]] {
+    if (!apply_batch(s.held_commands_begin, s.held_commands_end, any)) return any;
   }
   while (applied < kMaxCommandsPerPass) {
     // A backlog is not applied once shutdown(cancel_pending) was called: its
     // ADDs stay Pending, and the sweep cancels them (run_pass stops).
     if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
       break;
-    // Out of memory, fewer commands (none: they stay queued).
-    const std::size_t room = room_for_commands(wt().command_buffer.size());
-    if (room == 0) [[unlikely]]
-      break;
-    const std::size_t n = commands_.pop_bulk(wt().command_buffer.data(), room);
+    const std::size_t n = commands_.pop_bulk(s.command_buffer.data(), s.command_buffer.size());
     if (n == 0) {
       exhausted = true;
       break;
     }
     applied += n;
-    // Every command of this batch was posted before it was dequeued, so a
-    // clock read from now on is at or after its posting: a timer due by then
-    // (schedule_after(0ns, f)) is due now. A read cached from an earlier
-    // batch can precede a command's posting; it would file such a timer in
-    // the wheel's current interval, where it waits for the interval to end
-    // and a flush() that follows does not wait for it.
-    wt().application_now_ns = INT64_MIN;
-    // The slot lines this batch acts on were last written by the threads
-    // that posted (S1, R2): each first touch here is a cache miss. Asking
-    // for them kPrefetchAhead commands ahead overlaps those misses.
-    const Command* batch = wt().command_buffer.data();
-    for (std::size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) prefetch_slot(batch[i]);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (i + kPrefetchAhead < n) prefetch_slot(batch[i + kPrefetchAhead]);
-      const Command& c = batch[i];
-      switch (c.kind) {
-        case CommandKind::flush: {
-          auto* request = static_cast<FlushRequest*>(c.request);
-          if (request->completion.was_abandoned()) [[unlikely]] {
-            delete request;  // its caller gave up (out of memory): Completion
-          } else {
-            wt().flushes.push_back(request);
-          }
-          break;
-        }
-        case CommandKind::drain: {
-          auto* request = static_cast<DrainRequest*>(c.request);
-          if (request->completion.was_abandoned()) [[unlikely]] {
-            delete request;  // its caller gave up (out of memory): not served
-          } else {
-            wt().drains.push_back(request);
-          }
-          break;
-        }
-        case CommandKind::stop:
-          wt().stop = static_cast<StopRequest*>(c.request);
-          break;
-        case CommandKind::check: {
-          auto* request = static_cast<CheckRequest*>(c.request);
-          try {
-            request->failure = check_on_wheel();
-          } catch (const std::bad_alloc&) {
-            request->failure = "out of memory";  // short: no allocation
-          }
-          [[maybe_unused]] const bool abandoned = request->completion.signal();  // never: waited for
-          break;
-        }
-        case CommandKind::close_lane: {
-          // Every ADD the closing thread posted before is applied (FIFO);
-          // one from another thread that comes later finds the lane closed.
-          auto* request = static_cast<CloseLaneRequest*>(c.request);
-          close_lane_on_wheel(request->lane);
-          [[maybe_unused]] const bool abandoned = request->completion.signal();  // never: waited for
-          break;
-        }
-        default:
-          any = true;
-          apply(c);
-      }
-    }
+    if (!apply_batch(0, n, any)) [[unlikely]]
+      break;  // out of memory: the rest waits in command_buffer
   }
   // RESCHEDULEs that came before their timer's ADD (apply): again, now that
   // this pass's commands are applied (usually their ADD was among them).
   if (!wt().reschedules_before_add.empty()) {
     const std::size_t m = wt().reschedules_before_add.size();
     wt().retry_reschedules.swap(wt().reschedules_before_add);
-    if (room_for_commands(m) >= m) [[likely]] {
+    if (commands_with_room(wt().retry_reschedules.data(), m) == m) [[likely]] {
       for (const Command& c : wt().retry_reschedules) apply(c);
       wt().retry_reschedules.clear();
     } else {
@@ -498,19 +441,112 @@ bool WheelThread::apply_commands(bool& exhausted) {
   return any;
 }
 
-// How many commands may be applied with no allocation, up to `n`: room is
-// made first for what applying one may add (an alarm, an overdue entry, a
-// deferred ADD or RESCHEDULE, a request). Fewer out of memory (the pass is
-// marked).
-std::size_t WheelThread::room_for_commands(std::size_t n) noexcept {
+// Applies command_buffer[begin, end), a batch just popped (or held from the
+// last pass): as many as there is room for (commands_with_room); the rest
+// are held for the next pass (false).
+bool WheelThread::apply_batch(std::size_t begin, std::size_t end, bool& any) {
   WheelThreadState& s = wt();
-  const bool ok = make_wheel_room(n) & make_room(s.overdue, n) & make_room(s.deferred_adds, n) &
-                  make_room(s.reschedules_before_add, n) & make_room(s.flushes, n) & make_room(s.drains, n);
-  if (ok) [[likely]]
+  const Command* batch = s.command_buffer.data() + begin;
+  const std::size_t n = commands_with_room(batch, end - begin);
+  if (n == end - begin) [[likely]] {
+    s.held_commands_begin = s.held_commands_end = 0;
+  } else {
+    s.held_commands_begin = begin + n;
+    s.held_commands_end = end;
+  }
+  // Every command of this batch was posted before it was dequeued, so a
+  // clock read from now on is at or after its posting: a timer due by then
+  // (schedule_after(0ns, f)) is due now. A read cached from an earlier
+  // batch can precede a command's posting; it would file such a timer in
+  // the wheel's current interval, where it waits for the interval to end
+  // and a flush() that follows does not wait for it.
+  s.application_now_ns = INT64_MIN;
+  // The slot lines this batch acts on were last written by the threads
+  // that posted (S1, R2): each first touch here is a cache miss. Asking
+  // for them kPrefetchAhead commands ahead overlaps those misses.
+  for (std::size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) prefetch_slot(batch[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) prefetch_slot(batch[i + kPrefetchAhead]);
+    const Command& c = batch[i];
+    switch (c.kind) {
+      case CommandKind::flush: {
+        auto* request = static_cast<FlushRequest*>(c.request);
+        if (request->completion.was_abandoned()) [[unlikely]] {
+          delete request;  // its caller gave up (out of memory): Completion
+        } else {
+          s.flushes.push_back(request);
+        }
+        break;
+      }
+      case CommandKind::drain: {
+        auto* request = static_cast<DrainRequest*>(c.request);
+        if (request->completion.was_abandoned()) [[unlikely]] {
+          delete request;  // its caller gave up (out of memory): not served
+        } else {
+          s.drains.push_back(request);
+        }
+        break;
+      }
+      case CommandKind::stop:
+        s.stop = static_cast<StopRequest*>(c.request);
+        break;
+      case CommandKind::check: {
+        auto* request = static_cast<CheckRequest*>(c.request);
+        try {
+          request->failure = check_on_wheel();
+        } catch (const std::bad_alloc&) {
+          request->failure = "out of memory";  // short: no allocation
+        }
+        [[maybe_unused]] const bool abandoned = request->completion.signal();  // never: waited for
+        break;
+      }
+      case CommandKind::close_lane: {
+        // Every ADD the closing thread posted before is applied (FIFO);
+        // one from another thread that comes later finds the lane closed.
+        auto* request = static_cast<CloseLaneRequest*>(c.request);
+        close_lane_on_wheel(request->lane);
+        [[maybe_unused]] const bool abandoned = request->completion.signal();  // never: waited for
+        break;
+      }
+      default:
+        any = true;
+        apply(c);
+    }
+  }
+  return s.held_commands_begin == s.held_commands_end;
+}
+
+// How many of the commands `c[0, n)` may be applied with no allocation:
+// room is made first for what applying them may add (a timer command: an
+// alarm, an overdue entry, a deferred ADD or RESCHEDULE; a flush or drain:
+// its entry). All of them, or out of memory the longest prefix there is
+// room for (the pass is marked).
+std::size_t WheelThread::commands_with_room(const Command* c, std::size_t n) noexcept {
+  WheelThreadState& s = wt();
+  const auto is_timer = [](CommandKind k) {
+    return k == CommandKind::add || k == CommandKind::rearm || k == CommandKind::reschedule;
+  };
+  const auto is_request = [](CommandKind k) { return k == CommandKind::flush || k == CommandKind::drain; };
+  std::size_t timers = 0, requests = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    timers += is_timer(c[i].kind) ? 1 : 0;
+    requests += is_request(c[i].kind) ? 1 : 0;
+  }
+  if (make_wheel_room(timers) & make_room(s.overdue, timers) & make_room(s.deferred_adds, timers) &
+      make_room(s.reschedules_before_add, timers) & make_room(s.flushes, requests) & make_room(s.drains, requests))
+      [[likely]] {
     return n;
+  }
   s.pass_out_of_memory = true;
-  return std::min({n, s.wheel.capacity() - s.wheel.size(), spare(s.overdue), spare(s.deferred_adds),
-                   spare(s.reschedules_before_add), spare(s.flushes), spare(s.drains)});
+  const std::size_t timer_room = std::min(
+      {s.wheel.capacity() - s.wheel.size(), spare(s.overdue), spare(s.deferred_adds), spare(s.reschedules_before_add)});
+  const std::size_t request_room = std::min(spare(s.flushes), spare(s.drains));
+  std::size_t t = 0, r = 0, k = 0;
+  for (; k < n; ++k) {
+    if (is_timer(c[k].kind) && t++ == timer_room) break;
+    if (is_request(c[k].kind) && r++ == request_room) break;
+  }
+  return k;
 }
 
 // Free alarm nodes for `extra` adds, which then never allocate.
@@ -530,27 +566,29 @@ bool WheelThread::make_wheel_room(std::size_t extra) noexcept {
 // Room for an advance (advance_and_dispatch) to consider every overdue
 // timer and up to fired_limit fired alarms with no allocation: each may be
 // re-filed (an alarm: a fired one reuses its own node), put on the overdue
-// list again, or claimed (a dispatch, for the workers or a lane). False if
-// not even one alarm can be fired (out of memory: the advance waits).
+// list again, or claimed (a dispatch, for the workers or a lane). The limit
+// is what the lists hold now, beyond the overdue timers; an advance that
+// reaches it grows them (grow_fired_limit), so steady state allocates no
+// more than the lists' own growth did. False if not even one alarm can be
+// fired (out of memory: the advance waits).
 bool WheelThread::room_for_advance() noexcept {
   WheelThreadState& s = wt();
   const std::size_t n_overdue = s.overdue.size();
+  if (!(make_capacity(s.overdue_order, n_overdue) & make_capacity(s.overdue_scratch, n_overdue) &
+        make_wheel_room(n_overdue) & make_room(s.dispatch_batch, n_overdue + 1) &
+        make_room(s.lane_spill, n_overdue + 1) & make_capacity(s.overdue, n_overdue + 1))) [[unlikely]] {
+    s.pass_out_of_memory = true;
+    if (s.overdue_order.capacity() < n_overdue || s.overdue_scratch.capacity() < n_overdue ||
+        s.wheel.capacity() - s.wheel.size() < n_overdue) {
+      return false;
+    }
+  }
   std::size_t k = s.wheel_fired.capacity();
-  if (make_capacity(s.overdue_order, n_overdue) & make_capacity(s.overdue_scratch, n_overdue) &
-      make_wheel_room(n_overdue) & make_room(s.dispatch_batch, n_overdue + k) & make_room(s.lane_spill, n_overdue + k) &
-      make_capacity(s.overdue, n_overdue + k)) [[likely]] {
-    s.fired_limit = k;
-    return true;
-  }
-  s.pass_out_of_memory = true;
-  if (s.overdue_order.capacity() < n_overdue || s.overdue_scratch.capacity() < n_overdue ||
-      s.wheel.capacity() - s.wheel.size() < n_overdue) {
-    return false;
-  }
   for (const std::size_t room : {spare(s.dispatch_batch), spare(s.lane_spill), s.overdue.capacity()}) {
     k = std::min(k, room > n_overdue ? room - n_overdue : 0);
   }
   s.fired_limit = k;
+  if (k == 0) s.pass_out_of_memory = true;
   return k != 0;
 }
 

@@ -162,7 +162,8 @@ class WheelThread {
   bool drain_all(std::uint8_t flags, std::size_t& count);
   void sweep_zombies_if_many();
   // Out of memory (wheel_thread.cpp): room made before work is taken.
-  std::size_t room_for_commands(std::size_t n) noexcept;
+  bool apply_batch(std::size_t begin, std::size_t end, bool& any);
+  std::size_t commands_with_room(const Command* c, std::size_t n) noexcept;
   bool make_wheel_room(std::size_t extra) noexcept;
   bool room_for_advance() noexcept;
   bool grow_fired_limit() noexcept;

@@ -56,10 +56,12 @@ struct WheelThreadState {
 
   WheelThreadState(const WheelConfig& config, TimePoint start) : wheel(config, start) {
     command_buffer.resize(256);
-    deferred_adds.reserve(64);
-    retry_adds.reserve(64);
-    reschedules_before_add.reserve(64);
-    retry_reschedules.reserve(64);
+    // Room for a whole batch of commands (WheelThread::commands_with_room),
+    // so that a batch of any mix never grows these in steady state.
+    deferred_adds.reserve(command_buffer.size());
+    retry_adds.reserve(command_buffer.size());
+    reschedules_before_add.reserve(command_buffer.size());
+    retry_reschedules.reserve(command_buffer.size());
     dispatch_batch.reserve(kScratchCapacity);
     overdue_order.reserve(kScratchCapacity);
     overdue_scratch.reserve(kScratchCapacity);
@@ -67,8 +69,8 @@ struct WheelThreadState {
     sweep_buffer.reserve(kScratchCapacity);
     overdue.reserve(kScratchCapacity);
     drain_buffer.reserve(kScratchCapacity);
-    flushes.reserve(64);
-    drains.reserve(64);
+    flushes.reserve(command_buffer.size());
+    drains.reserve(command_buffer.size());
     touched_lanes.reserve(64);
     lane_spill.reserve(kScratchCapacity);  // as dispatch_batch: room for a pass's runs (hand_over)
   }
@@ -95,6 +97,10 @@ struct WheelThreadState {
   // ns; 0: not); the most alarms this advance may fire before it is cut
   // short; whether it was.
   bool pass_out_of_memory = false;
+  // command_buffer[held_commands_begin, held_commands_end): popped, not yet
+  // applied for want of room (apply_batch); applied first next pass.
+  std::size_t held_commands_begin = 0;
+  std::size_t held_commands_end = 0;
   std::int64_t out_of_memory_since_ns = 0;
   std::size_t fired_limit = 0;
   bool advance_cut_short = false;
