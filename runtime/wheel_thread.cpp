@@ -523,6 +523,14 @@ bool WheelThread::apply_batch(std::size_t begin, std::size_t end, bool& any) {
 // room for (the pass is marked).
 std::size_t WheelThread::commands_with_room(const Command* c, std::size_t n) noexcept {
   WheelThreadState& s = wt();
+  const auto timer_room = [&] {
+    return std::min({s.wheel.capacity() - s.wheel.size(), spare(s.overdue), spare(s.deferred_adds),
+                     spare(s.reschedules_before_add)});
+  };
+  const auto request_room = [&] { return std::min(spare(s.flushes), spare(s.drains)); };
+  // The common case: room for n commands of any kind already.
+  if (timer_room() >= n && request_room() >= n) [[likely]]
+    return n;
   const auto is_timer = [](CommandKind k) {
     return k == CommandKind::add || k == CommandKind::rearm || k == CommandKind::reschedule;
   };
@@ -538,13 +546,11 @@ std::size_t WheelThread::commands_with_room(const Command* c, std::size_t n) noe
     return n;
   }
   s.pass_out_of_memory = true;
-  const std::size_t timer_room = std::min(
-      {s.wheel.capacity() - s.wheel.size(), spare(s.overdue), spare(s.deferred_adds), spare(s.reschedules_before_add)});
-  const std::size_t request_room = std::min(spare(s.flushes), spare(s.drains));
+  const std::size_t timers_fit = timer_room(), requests_fit = request_room();
   std::size_t t = 0, r = 0, k = 0;
   for (; k < n; ++k) {
-    if (is_timer(c[k].kind) && t++ == timer_room) break;
-    if (is_request(c[k].kind) && r++ == request_room) break;
+    if (is_timer(c[k].kind) && t++ == timers_fit) break;
+    if (is_request(c[k].kind) && r++ == requests_fit) break;
   }
   return k;
 }
