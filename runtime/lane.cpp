@@ -395,7 +395,8 @@ ThreadLanes RuntimeCore::lanes_of_this_thread() {
 // flush() on a lane's thread: the flush waits for runs only this thread can
 // run, so it runs them while it waits, sleeping on its lanes' eventfds and
 // the flush's own.
-bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard) {
+bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard,
+                                     std::int64_t waiting_since) {
   // Polls the flush's eventfd and up to kInline lanes' (more are run, and
   // looked at every 1 ms instead).
   pollfd fds[ThreadLanes::kInline + 1];
@@ -414,7 +415,7 @@ bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
     if (request.completion.is_done() || shard.exited_.load(std::memory_order_acquire)) break;
     // Out of memory too long: give up (Completion::abandon); the wheel
     // thread then writes no more to the eventfd for it.
-    if (shard.out_of_memory_too_long() && request.completion.abandon()) {
+    if (shard.out_of_memory_too_long(waiting_since) && request.completion.abandon()) {
       drain_eventfd(request.completion.notify_fd);
       return false;
     }

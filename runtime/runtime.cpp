@@ -282,6 +282,7 @@ void RuntimeCore::flush() {
     // On the heap: a flush that gives up on a wheel thread out of memory
     // leaves it to that thread (Completion). Reused: one per thread.
     std::unique_ptr<FlushRequest> request = take_request(tls_flush_request);
+    const std::int64_t waiting_since = steady_clock_.now().time_since_epoch().count();
     if (!lanes.empty() && !simulated_) request->completion.notify_fd = lane_flush_notify_fd();
     request->target_ns = target_ns;
     post_request_or_throw(*shard, CommandKind::flush, request.get());
@@ -289,9 +290,10 @@ void RuntimeCore::flush() {
     if (simulated_) [[unlikely]] {
       simulate_until(request->completion, lanes);
     } else if (lanes.empty()) {
-      served = request->completion.wait_or_abandon(shard->exited_, [&] { return shard->out_of_memory_too_long(); });
+      served = request->completion.wait_or_abandon(shard->exited_,
+                                                   [&] { return shard->out_of_memory_too_long(waiting_since); });
     } else {
-      served = run_flush_on_lanes(*request, lanes, *shard);
+      served = run_flush_on_lanes(*request, lanes, *shard, waiting_since);
     }
     if (!served) [[unlikely]] {
       [[maybe_unused]] FlushRequest* const abandoned = request.release();  // the wheel thread deletes it
@@ -307,11 +309,12 @@ std::size_t RuntimeCore::drain() {
   std::size_t count = 0;
   for (auto& shard : shards_) {
     std::unique_ptr<DrainRequest> request = take_request(tls_drain_request);  // as flush's
+    const std::int64_t waiting_since = steady_clock_.now().time_since_epoch().count();
     post_request_or_throw(*shard, CommandKind::drain, request.get());
     if (simulated_) [[unlikely]] {
       simulate_until(request->completion, ThreadLanes{});
-    } else if (!request->completion.wait_or_abandon(shard->exited_, [&] { return shard->out_of_memory_too_long(); }))
-        [[unlikely]] {
+    } else if (!request->completion.wait_or_abandon(
+                   shard->exited_, [&] { return shard->out_of_memory_too_long(waiting_since); })) [[unlikely]] {
       [[maybe_unused]] DrainRequest* const abandoned = request.release();  // the wheel thread deletes it
       throw WheelOutOfMemory();
     }

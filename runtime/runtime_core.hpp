@@ -403,7 +403,8 @@ class RuntimeCore {
   // lane.cpp
   bool lane_closed(const TimerSlot& slot) const noexcept;
   // False iff it gave up on a wheel thread out of memory (abandoned the request).
-  bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard);
+  bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard,
+                          std::int64_t waiting_since);
   ThreadLanes lanes_of_this_thread();
 
   // Configuration.

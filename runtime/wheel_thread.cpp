@@ -642,10 +642,10 @@ void WheelThread::note_out_of_memory() {
 }
 
 // A waiting flush or drain gives up: this shard's passes have been out of
-// memory for kOutOfMemoryTimeout. Any thread.
-bool WheelThread::out_of_memory_too_long() const noexcept {
+// memory for kOutOfMemoryTimeout while it waited. Any thread.
+bool WheelThread::out_of_memory_too_long(std::int64_t waiting_since) const noexcept {
   const std::int64_t since = out_of_memory_since_ns_.load(std::memory_order_relaxed);
-  return since != 0 && core_.steady_clock_.now().time_since_epoch().count() - since >=
+  return since != 0 && core_.steady_clock_.now().time_since_epoch().count() - std::max(since, waiting_since) >=
                            std::chrono::nanoseconds(kOutOfMemoryTimeout).count();
 }
 

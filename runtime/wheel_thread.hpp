@@ -103,7 +103,10 @@ class WheelThread {
   // Relaxed: a hint to give up waiting; the request's own state is under
   // its Completion's mutex.
   std::atomic<std::int64_t> out_of_memory_since_ns_{0};
-  bool out_of_memory_too_long() const noexcept;
+  // True once this shard's passes have been out of memory for
+  // kOutOfMemoryTimeout of a wait that began at `waiting_since` (steady ns):
+  // a flag left from before the wait counts only from its start.
+  bool out_of_memory_too_long(std::int64_t waiting_since) const noexcept;
   // Written by the wheel thread only, read by stats(); relaxed.
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> zombie_sweeps_{0};

@@ -73,9 +73,9 @@ bool throws_bad_alloc_in_bounded_time(F f) {
 // memory is back every accepted timer is filed and runs exactly once.
 TEST(RuntimeOutOfMemory, a_wheel_thread_out_of_memory_keeps_every_accepted_timer) {
   chime::ManualClock clock{kStart};
+  Timers t;  // outlives the runtime: its callbacks use it
   Runtime rt{manual_options(clock, 1)};
   rt.flush();  // the wheel threads are in their loops
-  Timers t;
   {
     const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
     for (int i = 0; i < kTimers; ++i) {
@@ -106,10 +106,10 @@ TEST(RuntimeOutOfMemory, firing_out_of_memory_loses_no_run_and_runs_none_twice) 
   for (unsigned workers : {0u, 1u}) {
     SCOPED_TRACE(workers);
     chime::ManualClock clock{kStart};
-    Runtime rt{manual_options(clock, workers)};
-    Gate gate;
-    if (workers == 1) rt.schedule_at(at(1ms), gate.blocker());
     Timers t;
+    Gate gate;
+    Runtime rt{manual_options(clock, workers)};
+    if (workers == 1) rt.schedule_at(at(1ms), gate.blocker());
     for (int i = 0; i < kTimers; ++i) {
       t.ids.push_back(rt.schedule_at(at(std::chrono::milliseconds(2 + i % 3)), [&t, i] { t.runs[i].fetch_add(1); }));
     }
@@ -135,9 +135,9 @@ TEST(RuntimeOutOfMemory, firing_out_of_memory_loses_no_run_and_runs_none_twice) 
 // is not run, so its ready queue must grow: the runs it cannot take wait on
 // the wheel thread, and every one runs once, on the lane, when memory is back.
 TEST(RuntimeOutOfMemory, lane_runs_out_of_memory_wait_and_run_once) {
+  Timers t;
   Runtime rt{steady_options(1)};
   chime::Lane lane = rt.lane();
-  Timers t;
   const chime::TimePoint due = rt.clock().now() + 50ms;
   for (int i = 0; i < kTimers; ++i) {
     t.ids.push_back(lane.schedule_at(due, [&t, i] { t.runs[i].fetch_add(1); }));
