@@ -187,9 +187,14 @@ TEST(RuntimeOverload, queue_depth_stays_within_bound_plus_64_per_producer) {
 // every accepted timer runs once.
 TEST(RuntimeOverload, queue_bound_holds_however_producers_are_made_kept_or_dropped) {
   ManualClock clock{kStart};
-  Gate gate;
+  std::vector<std::unique_ptr<Gate>> gates;  // each holds the wheel thread in turn; they outlive the runtime
   Runtime rt(bounded_options(clock));
-  hold_wheel_thread(rt, gate);
+  struct ReleaseOnExit {  // a failed ASSERT still lets the runtime shut down
+    std::vector<std::unique_ptr<Gate>>& gates;
+    ~ReleaseOnExit() {
+      for (auto& g : gates) g->release();
+    }
+  } release_on_exit{gates};
   std::atomic<std::size_t> ran{0};
   std::size_t accepted = 0;
   auto task = [&ran] { ran.fetch_add(1); };
@@ -207,6 +212,16 @@ TEST(RuntimeOverload, queue_bound_holds_however_producers_are_made_kept_or_dropp
   };
   auto depth = [&rt] { return rt.stats().shards[0].queue_depth; };
 
+  // Releases the wheel thread, lets it drain the queue, and holds it again.
+  gates.push_back(std::make_unique<Gate>());
+  hold_wheel_thread(rt, *gates.back());
+  const auto drain_and_hold = [&] {
+    gates.back()->release();
+    rt.flush();
+    gates.push_back(std::make_unique<Gate>());
+    hold_wheel_thread(rt, *gates.back());
+  };
+
   // A fresh Producer for every 63 schedules.
   std::optional<chime::Producer> fresh;
   ASSERT_TRUE(until_refused(20 * kBound,
@@ -218,11 +233,8 @@ TEST(RuntimeOverload, queue_bound_holds_however_producers_are_made_kept_or_dropp
   EXPECT_LE(depth(), kBound + kPostsPerLook);
   fresh.reset();
 
-  // The queue drains; then 500 live Producers, one schedule each in turn.
-  gate.release();
-  rt.flush();
-  Gate gate2;
-  hold_wheel_thread(rt, gate2);
+  // 500 live Producers, one schedule each in turn.
+  drain_and_hold();
   std::vector<chime::Producer> live;
   for (int i = 0; i < 500; ++i) live.push_back(rt.producer());
   ASSERT_TRUE(until_refused(20 * kBound, [&](std::size_t i) { live[i % live.size()].schedule_at(at(5ms), task); }))
@@ -230,11 +242,8 @@ TEST(RuntimeOverload, queue_bound_holds_however_producers_are_made_kept_or_dropp
   EXPECT_LE(depth(), kBound + kPostsPerLook);
   live.clear();
 
-  // Again, through the Runtime from short-lived threads of 10 schedules each.
-  gate2.release();
-  rt.flush();
-  Gate gate3;
-  hold_wheel_thread(rt, gate3);
+  // Through the Runtime from short-lived threads of 10 schedules each.
+  drain_and_hold();
   bool refused = false;
   for (int t = 0; t < 400 && !refused; ++t) {
     std::thread([&] { refused = until_refused(10, [&](std::size_t) { rt.schedule_at(at(5ms), task); }); }).join();
@@ -242,7 +251,7 @@ TEST(RuntimeOverload, queue_bound_holds_however_producers_are_made_kept_or_dropp
   EXPECT_TRUE(refused) << "no refusal after " << accepted << " schedules from short-lived threads";
   EXPECT_LE(depth(), kBound + kPostsPerLook);
 
-  gate3.release();
+  gates.back()->release();
   advance_to(clock, rt, at(10ms));
   rt.flush();
   EXPECT_EQ(ran.load(), accepted) << "an accepted timer was lost or ran twice";

@@ -303,6 +303,17 @@ TEST(RuntimeShards, racing_producers_on_two_shards_lose_and_double_fire_nothing)
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
+// A Runtime with CHIME_SHARDS = `bad` throws std::invalid_argument naming the value.
+void expect_chime_shards_refused(const char* bad) {
+  ScopedEnv env("CHIME_SHARDS", bad);
+  try {
+    Runtime rt(steady_options(1));
+    ADD_FAILURE() << "CHIME_SHARDS=\"" << bad << "\" was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(std::string("CHIME_SHARDS = \"") + bad + "\""), std::string::npos) << e.what();
+  }
+}
+
 // CHIME_SHARDS is decimal digits, leading zeros allowed at any length: "03", "003" and
 // "0000000000000000000003" are all 3; "065", "0065" and "000" are refused as 65 and 0 are.
 TEST(RuntimeShards, chime_shards_takes_leading_zeros_at_any_length) {
@@ -317,14 +328,7 @@ TEST(RuntimeShards, chime_shards_takes_leading_zeros_at_any_length) {
   }
   for (const char* bad :
        {"065", "0065", "000", "00000000000000000000", "0000000000000000000065", "99999999999999999999999"}) {
-    ScopedEnv env("CHIME_SHARDS", bad);
-    try {
-      Runtime rt(steady_options(1));
-      ADD_FAILURE() << "CHIME_SHARDS=\"" << bad << "\" was accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("CHIME_SHARDS = \"") + bad + "\""), std::string::npos)
-          << e.what();
-    }
+    expect_chime_shards_refused(bad);
   }
 }
 
@@ -345,14 +349,7 @@ TEST(RuntimeShards, default_comes_from_chime_shards_and_bad_values_throw_naming_
     EXPECT_EQ(rt.stats().shards.size(), 1u);
   }
   for (const char* bad : {"0", "65", "two", "2x", " 2", "-1"}) {
-    ScopedEnv env("CHIME_SHARDS", bad);
-    try {
-      Runtime rt(steady_options(1));
-      ADD_FAILURE() << "CHIME_SHARDS=\"" << bad << "\" was accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("CHIME_SHARDS = \"") + bad + "\""), std::string::npos)
-          << e.what();
-    }
+    expect_chime_shards_refused(bad);
   }
   try {
     Runtime rt(sharded(steady_options(1), RuntimeOptions::max_shards + 1));
