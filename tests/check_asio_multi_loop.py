@@ -19,15 +19,7 @@ import sys
 import threading
 import time
 
-
-def recv_exact(sock, n):
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise RuntimeError(f"connection closed after {len(data)} of {n} echoed bytes")
-        data += chunk
-    return data
+from check_echo_idle import recv_exact  # tests/, beside this script
 
 
 def main():
