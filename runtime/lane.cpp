@@ -252,7 +252,10 @@ void RuntimeCore::close_lane(LaneCore* lane) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   // No run of this lane is handed to it any more: cancel what is ready (L3).
-  RetiredSlots retired(slab_);
+  // On the wheel thread (a callback with workers = 0) it never waits for
+  // memory (wheel_thread.cpp, "Out of memory").
+  RetiredSlots retired(slab_, own.on_wheel_thread() ? RetiredSlots::OutOfMemory::never_wait
+                                                    : RetiredSlots::OutOfMemory::wait_for_memory);
   Dispatch batch[kLaneBatch];
   std::uint64_t drained = 0;
   for (std::size_t n; (n = lane->ready.try_dequeue_bulk(*lane->consumer_token, batch, kLaneBatch)) != 0;) {
@@ -415,8 +418,10 @@ bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
     if (request.completion.is_done() || shard.exited_.load(std::memory_order_acquire)) break;
     // Out of memory too long: give up (Completion::abandon); the wheel
     // thread then writes no more to the eventfd for it.
+    // The fd is read first: once abandoned, the request is the wheel thread's.
+    const int notify_fd = request.completion.notify_fd;
     if (shard.out_of_memory_too_long(waiting_since) && request.completion.abandon()) {
-      drain_eventfd(request.completion.notify_fd);
+      drain_eventfd(notify_fd);
       return false;
     }
     const timespec ts{0, wait_ns};  // also re-checks exited_ (Completion::wait's race)

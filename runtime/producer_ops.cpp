@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "runtime_core.hpp"
 
@@ -131,23 +132,31 @@ static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake fall
 // Each thread's count of its posts to each shard, whatever it posts through
 // (the Runtime's calls, any number of Producers, made and dropped, a Lane,
 // a Timer): the queue's bound and the count-wake are per posting thread, so
-// the count is too. Direct-mapped by the shard's serial: a thread that
-// posts to more than kEntries shards whose serials collide starts over on
-// the one it switches to, which only makes it look sooner (a fresh entry
-// looks at its first post).
+// the count is too. Two ways per set, by the shard's serial (the most
+// recent first): a thread that alternates among more than two shards whose
+// serials fall in one set (the serials of one Runtime's shards are
+// consecutive, so it takes 65 shards or three Runtimes made 32 apart)
+// starts over on the one it switches to, which only makes it look sooner
+// (a fresh entry looks at its first post).
 struct PostPacer {
-  static constexpr std::size_t kEntries = 64;
+  static constexpr std::size_t kSets = 32;
   struct Entry {
     std::uint32_t serial = 0;  // WheelThread::serial_; 0: unused
     std::uint32_t posts = 0;   // this thread's posts to it
   };
-  std::array<Entry, kEntries> entries{};
+  std::array<Entry, 2 * kSets> entries{};
 
   std::uint32_t& posts_to(const WheelThread& shard) noexcept {
-    Entry& e = entries[shard.serial_ % kEntries];
-    if (e.serial != shard.serial_) [[unlikely]]
-      e = Entry{shard.serial_, 0};
-    return e.posts;
+    Entry* set = &entries[2 * (shard.serial_ % kSets)];
+    if (set[0].serial == shard.serial_) [[likely]]
+      return set[0].posts;
+    if (set[1].serial == shard.serial_) {
+      std::swap(set[0], set[1]);
+    } else {
+      set[1] = set[0];
+      set[0] = Entry{shard.serial_, 0};
+    }
+    return set[0].posts;
   }
 };
 thread_local PostPacer tls_post_pacer;

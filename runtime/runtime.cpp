@@ -288,7 +288,14 @@ void RuntimeCore::flush() {
     post_request_or_throw(*shard, CommandKind::flush, request.get());
     bool served = true;
     if (simulated_) [[unlikely]] {
-      simulate_until(request->completion, lanes);
+      // Passes that give up (simulate_until throws) may leave the request
+      // in a shard's held commands: it is leaked, never freed under them.
+      try {
+        simulate_until(request->completion, lanes);
+      } catch (...) {
+        [[maybe_unused]] FlushRequest* const leaked = request.release();
+        throw;
+      }
     } else if (lanes.empty()) {
       served = request->completion.wait_or_abandon(shard->exited_,
                                                    [&] { return shard->out_of_memory_too_long(waiting_since); });
@@ -312,7 +319,12 @@ std::size_t RuntimeCore::drain() {
     const std::int64_t waiting_since = steady_clock_.now().time_since_epoch().count();
     post_request_or_throw(*shard, CommandKind::drain, request.get());
     if (simulated_) [[unlikely]] {
-      simulate_until(request->completion, ThreadLanes{});
+      try {  // as flush's
+        simulate_until(request->completion, ThreadLanes{});
+      } catch (...) {
+        [[maybe_unused]] DrainRequest* const leaked = request.release();
+        throw;
+      }
     } else if (!request->completion.wait_or_abandon(
                    shard->exited_, [&] { return shard->out_of_memory_too_long(waiting_since); })) [[unlikely]] {
       [[maybe_unused]] DrainRequest* const abandoned = request.release();  // the wheel thread deletes it

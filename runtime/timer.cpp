@@ -133,7 +133,9 @@ struct TimerHandleState {
       defer_locked(a);
       return;
     }
-    const bool replaces = current && !stopped;
+    // A run to replace: pending (one-shot), or pending or running (periodic).
+    const TimerState now = current && !stopped ? rt.state(current) : TimerState::unknown;
+    const bool replaces = now == TimerState::pending || (periodic && now == TimerState::running);
     // The fast path: a pending one-shot moved to the new due in place (a
     // later due posts no command). Throws std::out_of_range for a due
     // beyond the range, leaving the timer as it was.

@@ -314,10 +314,9 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   if (wt().deferred_adds.empty() && !wt().awaiting_writer) wt().writer_backoff.reset();  // no writer awaited
   if (!exhausted) {
     wt().retired->flush();
-    if (wt().pass_out_of_memory) [[unlikely]] {
-      note_out_of_memory();
+    note_out_of_memory();
+    if (wt().pass_out_of_memory) [[unlikely]]
       return PassEnd::idle;  // sleep() naps, then the commands are tried again
-    }
     // An ADD waits for a reschedule's two stores (apply): let its thread run.
     if (!wt().deferred_adds.empty()) wt().writer_backoff.wait();
     return PassEnd::more_commands;
@@ -335,11 +334,11 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   }
   sweep_zombies_if_many();
   wt().retired->flush();
-  settle_flushes(completed_snapshot);
+  const bool settled = settle_flushes(completed_snapshot);
   note_out_of_memory();
-  // Runs dispatched by passes that did not empty the queue count towards
-  // the next settle: reset only after one.
-  wt().pass_min_due_ns = INT64_MAX;
+  // Runs dispatched by passes that did not empty the queue, or held for
+  // want of memory, count towards the next settle: reset only after one.
+  if (settled) wt().pass_min_due_ns = INT64_MAX;
   return PassEnd::idle;
 }
 
@@ -368,6 +367,10 @@ void WheelThread::stop_passes() {
     if (f->completion.signal()) delete f;  // abandoned (Completion)
   }
   wt().flushes.clear();
+  for (DrainRequest* d : wt().drains) {
+    if (d->completion.signal()) delete d;  // abandoned (Completion)
+  }
+  wt().drains.clear();
 }
 
 // Applies up to kMaxCommandsPerPass commands; returns true iff it applied
@@ -430,10 +433,12 @@ bool WheelThread::apply_commands(bool& exhausted) {
     // Out of memory, a drain waits for a pass with room (its caller may give up).
     std::size_t kept = 0;
     for (DrainRequest* d : wt().drains) {
-      if (!drain_all(Dispatch::drained, d->count)) [[unlikely]] {
+      if (d->completion.was_abandoned()) [[unlikely]] {
+        delete d;  // its caller gave up (out of memory) while it waited for room: not served
+      } else if (!drain_all(Dispatch::drained, d->count)) [[unlikely]] {
         wt().drains[kept++] = d;
       } else if (d->completion.signal()) {
-        delete d;  // abandoned (Completion)
+        delete d;  // abandoned meanwhile (Completion)
       }
     }
     wt().drains.resize(kept);
@@ -1054,7 +1059,13 @@ void WheelThread::dispatch(const Dispatch& d) {
     return;
   }
   // Out of memory (a lane's batch, or the list of touched lanes, cannot
-  // grow), the run waits on lane_spill, where room was made for it.
+  // grow), the run waits on lane_spill, where room was made for it; while
+  // runs wait there, every later one does too, so that each lane gets its
+  // runs in the order they were claimed (unspill_lanes).
+  if (!wt().lane_spill.empty()) [[unlikely]] {
+    spill_for_lane(d);
+    return;
+  }
   if (lane->batch.empty() && !try_push_back(wt().touched_lanes, lane)) [[unlikely]] {
     spill_for_lane(d);
     return;
@@ -1121,22 +1132,26 @@ void WheelThread::hand_over() {
   s.dispatch_batch.clear();
 }
 
-// Moves the runs that waited on lane_spill to their lanes' batches, as far
-// as memory allows; the rest wait again.
+// Moves the runs that waited on lane_spill to their lanes' batches, in
+// order, as far as memory allows; from the first that does not fit on, they
+// wait again (so no lane gets a run before one claimed earlier).
 void WheelThread::unspill_lanes() {
   WheelThreadState& s = wt();
   std::size_t kept = 0;
+  bool stuck = false;
   for (const Dispatch& d : s.lane_spill) {
     const TimerSlot& slot = core_.slab_[d.slot];
     // A record a reschedule took back meanwhile (R4) is stale, as it would
     // be in the lane's ready queue, and the slot may already serve another timer.
     if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
-    LaneCore* lane = slot.lane.load(std::memory_order_relaxed);
-    const bool listed = !lane->batch.empty() || try_push_back(s.touched_lanes, lane);
-    if (!listed || !try_push_back(lane->batch, d)) {
-      s.lane_spill[kept++] = d;
-      s.pass_out_of_memory = true;
+    if (!stuck) {
+      LaneCore* lane = slot.lane.load(std::memory_order_relaxed);
+      const bool listed = !lane->batch.empty() || try_push_back(s.touched_lanes, lane);
+      stuck = !listed || !try_push_back(lane->batch, d);
+      if (!stuck) continue;
     }
+    s.lane_spill[kept++] = d;
+    s.pass_out_of_memory = true;
   }
   s.lane_spill.resize(kept);
 }
@@ -1218,11 +1233,12 @@ void WheelThread::sweep_zombies_if_many() {
   zombie_sweeps_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
-  if (wt().flushes.empty()) return;
-  // Runs claimed but not yet handed over (out of memory) are still to come.
+bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
+  if (wt().flushes.empty()) return true;
+  // Runs claimed but not yet handed over (out of memory) are still to come:
+  // no flush is settled, and their dues stay in pass_min_due_ns.
   if (!wt().dispatch_batch.empty() || !wt().touched_lanes.empty() || !wt().lane_spill.empty()) [[unlikely]]
-    return;
+    return false;
   const std::uint64_t dispatched = wt().dispatched;
   std::size_t kept = 0;
   for (FlushRequest* f : wt().flushes) {
@@ -1247,6 +1263,7 @@ void WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
     }
   }
   wt().flushes.resize(kept);
+  return true;
 }
 
 void WheelThread::sleep(bool busy) {

@@ -180,7 +180,8 @@ class WheelThread {
       prefetch_slot_line(c.slot);
     }
   }
-  void settle_flushes(std::uint64_t completed_snapshot);
+  // False, settling none, while runs are held for want of memory.
+  bool settle_flushes(std::uint64_t completed_snapshot);
   void sleep(bool busy);
   void record_final_busy() noexcept;  // the thread's CPU time as it returns
 
