@@ -96,7 +96,8 @@
 // cannot file, fire or hand over stays where it is (commands in the queue,
 // alarms in the wheel, claimed runs in its batches) and it tries again every
 // millisecond, so every accepted timer runs exactly once when memory is
-// back (a slot it cannot give back to the free list then stays out of use).
+// back (a slot it cannot give back to the free list then stays out of use;
+// runs may then go out in another order than their dues').
 // flush() and drain() wait for such a wheel thread for about 1 s, then throw
 // std::bad_alloc (nothing is lost; call again later); a drain that gave up
 // is not served, unless the wheel thread had already taken it up. They

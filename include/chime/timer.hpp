@@ -57,7 +57,9 @@
 // pending run (one-shot or periodic) is kept, because the new timer is
 // validated and its slot reserved before the pending run is replaced. A
 // re-arm that replaces a pending run counts in max_pending in its place
-// (the two may exceed it by one until the replaced run has ended).
+// (the two may exceed it by one until the replaced run has ended). The one
+// exception: an arm that races shutdown may throw StoppedError after its
+// pending run was cancelled (as shutdown(cancel_pending) would have).
 // An arm deferred until a run returns is checked when it is made,
 // and if the schedule then still fails (shutdown, or capacity or the queue's
 // bound reached meanwhile) the Timer is left disarmed. A re-arm to a later
