@@ -61,6 +61,14 @@ struct TimerHandleState {
   void run(const Firing& f) {
     {
       std::lock_guard<std::mutex> lock(mutex);
+      // A run of a timer this handle has replaced: it began (B1) before an
+      // arm on another thread cancelled it, but had not entered here, so
+      // the arm could not tell it from a run that had returned (a periodic
+      // timer's runs share its id). It does not run beside the replacing
+      // timer's runs: it ends without the task. (The destructor waits for
+      // it: it is last_run's timer, whose earlier run entered.)
+      if (f.id != current) [[unlikely]]
+        return;
       in_run = true;
       runner = std::this_thread::get_id();
       last_run = f.id;
