@@ -193,6 +193,25 @@ chime::Detached sleep_briefly(chime::Lane& lane, int& destroyed, int& resumed) {
   ++resumed;
 }
 
+// Makes the lane's brief sleeps ready (a flush on another thread; nobody
+// runs them), destroys the lane, and joins the flush.
+void destroy_with_ready_sleeps(chime::Runtime& rt, chime::Lane& lane) {
+  std::thread flusher([&] { rt.flush(); });
+  pollfd p{lane.ready_fd(), POLLIN, 0};
+  while (::poll(&p, 1, 0) != 1) std::this_thread::yield();
+  lane = chime::Lane();
+  flusher.join();
+}
+
+// The lane's destruction destroyed the 20 suspended Detached frames, resumed
+// none, and cancelled their sleeps.
+void expect_twenty_sleeping_frames_destroyed(chime::Runtime& rt, int destroyed, int resumed) {
+  EXPECT_EQ(destroyed, 20) << "suspended Detached frames leaked";
+  EXPECT_EQ(resumed, 0);
+  EXPECT_EQ(rt.stats().pending, 0u);
+  EXPECT_EQ(rt.stats().cancelled, 20u);
+}
+
 // Nobody holds a Detached coroutine's frame but its sleep: when the sleep is
 // cancelled by the lane's close (pending: the wheel thread; already ready:
 // the closing thread), the frame is destroyed, not leaked, and never resumed.
@@ -205,16 +224,9 @@ TEST(LaneCoroutineTeardown, destroying_a_lane_destroys_its_sleeping_detached_cor
     for (int i = 0; i < 10; ++i) sleep_forever(lane, destroyed, resumed);
     for (int i = 0; i < 10; ++i) sleep_briefly(lane, destroyed, resumed);
     clock.set(at(5ms));
-    std::thread flusher([&] { rt.flush(); });  // makes the brief sleeps ready; nobody runs them
-    pollfd p{lane.ready_fd(), POLLIN, 0};
-    while (::poll(&p, 1, 0) != 1) std::this_thread::yield();
-    lane = chime::Lane();
-    flusher.join();
+    destroy_with_ready_sleeps(rt, lane);
   }
-  EXPECT_EQ(destroyed, 20) << "suspended Detached frames leaked";
-  EXPECT_EQ(resumed, 0);
-  EXPECT_EQ(rt.stats().pending, 0u);
-  EXPECT_EQ(rt.stats().cancelled, 20u);
+  expect_twenty_sleeping_frames_destroyed(rt, destroyed, resumed);
 }
 
 TEST(LaneCoroutineTeardown, shutdown_cancel_pending_destroys_sleeping_detached_coroutines) {
@@ -387,16 +399,9 @@ TEST(LaneCoroutineTeardown, destroying_a_moved_lane_destroys_its_sleeping_detach
     chime::Lane second = std::move(*first);
     first.reset();
     clock.set(at(5ms));
-    std::thread flusher([&] { rt.flush(); });  // makes the brief sleeps ready; nobody runs them
-    pollfd p{second.ready_fd(), POLLIN, 0};
-    while (::poll(&p, 1, 0) != 1) std::this_thread::yield();
-    second = chime::Lane();
-    flusher.join();
+    destroy_with_ready_sleeps(rt, second);
   }
-  EXPECT_EQ(destroyed, 20) << "suspended Detached frames leaked";
-  EXPECT_EQ(resumed, 0);
-  EXPECT_EQ(rt.stats().pending, 0u);
-  EXPECT_EQ(rt.stats().cancelled, 20u);
+  expect_twenty_sleeping_frames_destroyed(rt, destroyed, resumed);
 }
 
 // A frame the caller owns may outlive its Lane: the Lane's destruction
