@@ -233,7 +233,7 @@ void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQu
 // decides (the wheel thread may have caught up since the flag was set; then
 // the look clears it and the schedule goes on). Refused: counted, and a
 // sleeping wheel thread is woken, so that a queue filled by posts that did
-// not need it earlier (far dues, fewer than kPostsPerWake per producer) is
+// not need it earlier (far dues, posted since the last count-wake) is
 // drained without waiting for its next alarm (not on a ManualClock, where
 // only a flush or a due-now timer wakes it: clock.hpp). Only schedules are
 // refused: a cancel and a touch post nothing; a reschedule to an earlier due

@@ -632,17 +632,15 @@ void WheelThread::record_fired(TimingWheel<std::uint32_t>::Alarm a) {
 // the flushes and drains that wait (out_of_memory_too_long). Stored only on
 // a change.
 void WheelThread::note_out_of_memory() {
-  WheelThreadState& s = wt();
-  if (!s.pass_out_of_memory) [[likely]] {
-    if (s.out_of_memory_since_ns != 0) {
-      s.out_of_memory_since_ns = 0;
+  if (!wt().pass_out_of_memory) [[likely]] {
+    // Only this thread writes it: its own relaxed load reads its last store.
+    if (out_of_memory_since_ns_.load(std::memory_order_relaxed) != 0) {
       out_of_memory_since_ns_.store(0, std::memory_order_relaxed);
     }
     return;
   }
-  if (s.out_of_memory_since_ns == 0) {
-    s.out_of_memory_since_ns = core_.steady_clock_.now().time_since_epoch().count();
-    out_of_memory_since_ns_.store(s.out_of_memory_since_ns, std::memory_order_relaxed);
+  if (out_of_memory_since_ns_.load(std::memory_order_relaxed) == 0) {
+    out_of_memory_since_ns_.store(core_.steady_clock_.now().time_since_epoch().count(), std::memory_order_relaxed);
   }
 }
 

@@ -93,15 +93,14 @@ struct WheelThreadState {
   // moves them to their lanes' batches when it can.
   std::vector<Dispatch> lane_spill;
   // Out of memory (wheel_thread.cpp, "Out of memory"): this pass could not
-  // make room for all its work; since when passes have been (steady clock,
-  // ns; 0: not); the most alarms this advance may fire before it is cut
-  // short; whether it was.
+  // make room for all its work (since when passes have been:
+  // WheelThread::out_of_memory_since_ns_); the most alarms this advance may
+  // fire before it is cut short; whether it was.
   bool pass_out_of_memory = false;
   // command_buffer[held_commands_begin, held_commands_end): popped, not yet
   // applied for want of room (apply_batch); applied first next pass.
   std::size_t held_commands_begin = 0;
   std::size_t held_commands_end = 0;
-  std::int64_t out_of_memory_since_ns = 0;
   std::size_t fired_limit = 0;
   bool advance_cut_short = false;
   std::vector<std::uint32_t> sweep_buffer;
