@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 // lane_adapter_bench: what the loop adapters (include/chime/asio.hpp,
 // include/chime/uv.hpp) cost per timer against the bare lane, in one binary
-// and one run (issue 26, item 1, "The cost").
+// and one run (docs/benchmarks.md, "Loop adapters").
 //
 // Drivers (the template argument; each is one chime::Runtime with workers = 0,
 // one Lane, and the benchmark's thread as the lane's thread):

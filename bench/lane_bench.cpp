@@ -2,7 +2,7 @@
 // lane_bench: chime::Lane (timer callbacks on the user's own loop thread)
 // beside Boost.Asio's io_context + steady_timer and libuv's uv_timer, each on
 // ONE loop thread, and beside chime's worker-pool delivery, in one binary and
-// one run (issue 12, "Performance").
+// one run (docs/benchmarks.md, "Lanes").
 //
 // Services (each named by the parameters it is built with; see name()):
 //   chime_lane,precision=P,loop=poll     lane_peers/chime_lane_loop.hpp: a

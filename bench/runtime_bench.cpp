@@ -580,7 +580,7 @@ void BM_ScheduleToFire(benchmark::State& state, std::string bench, unsigned P) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * target));
   state.counters["cpu_ns_per_fired"] = static_cast<double>(used.cpu_ns) / total;
   // The one thread every timer passes through: its CPU per timer is the
-  // ceiling of a shard (issue 24, item 4).
+  // ceiling of a shard (docs/benchmarks.md, "Wheel-thread CPU per fired timer").
   if (s.timer_thread_cpu_ns())
     state.counters["timer_thread_ns_per_fired"] = static_cast<double>(timer_thread_ns) / total;
   state.counters["ctx_switches_per_fired"] = static_cast<double>(used.switches) / total;

@@ -75,7 +75,7 @@
 // and their inputs replay as fuzz/corpus/runtime/regression-*. Each input is
 // bounded: kMaxOps operations, kMaxRuns callback runs.
 //
-// Layout (issue 13): this file holds the operation table (step) and the
+// Layout: this file holds the operation table (step) and the
 // entry point; runtime_fuzz/harness.hpp declares the harness,
 // runtime_fuzz/setup.hpp decodes the configuration; each family of
 // operations is one file of runtime_fuzz/ (model, decode, schedule_ops,

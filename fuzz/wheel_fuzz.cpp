@@ -54,7 +54,7 @@ using chime_fuzz::Input;
 constexpr int kMaxOps = 256;
 
 // check_invariants() walks every slot of every level (7,168 with the default level bits) and the pool's
-// free list: after every operation it took 60-70 % of the target's time (perf, session 7). It runs after
+// free list: after every operation it took 60-70 % of the target's time (perf). It runs after
 // each of an input's first 4 operations, after every 8th one from then on, and after the last (700 ->
 // 1,130 executions/s). The model comparison (observe_timing_wheel / observe_key_wheel) still runs after
 // every operation, and a broken structure stays broken (nothing in the wheel repairs it), so a later

@@ -2,7 +2,7 @@
 // runtime/simulation.hpp: chime::detail::Simulation, a test seam: a Runtime
 // with no threads, whose wheel-thread passes the test runs itself.
 //
-// What it is: the deterministic simulation of issue 25 (item 2), for the
+// What it is: the deterministic simulation (docs/fuzzing.md), for the
 // fuzz target fuzz/runtime_sim_fuzz.cpp and for tests. Not part of chime's
 // public API (it lives in runtime/, not include/chime/), and it promises
 // nothing beyond what the tests use.

@@ -91,8 +91,8 @@ TEST(RuntimeShutdownCancel, cancels_racing_shutdown_leave_nothing_pending) {
 // timer whose due time is after the call runs, however many commands are
 // still queued; the queued ADDs end as cancelled (shutdown's count). Two
 // threads post 100,000 schedule_after(0-50 ms) each as fast as they can,
-// then shutdown is called at once, on the steady clock. Before the fix the
-// stop waited behind the backlog and timers due after the call ran.
+// then shutdown is called at once, on the steady clock. A stop that waited
+// behind the backlog would let timers due after the call run.
 TEST(RuntimeShutdownCancel, cancel_pending_runs_no_timer_due_after_the_call_however_long_the_backlog) {
   chime_stress::print_seed();
   constexpr std::size_t kPerThread = 100'000;

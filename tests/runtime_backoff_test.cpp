@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 // How a thread waits for another thread's few stores (runtime/backoff.hpp):
 // a few yields, then sleeps that double up to a bound, so a waiter never
-// keeps the owner of the stores from running (the priority inversion of
-// issue 25, item 3: a waiter under SCHED_FIFO that only yields starves a
-// SCHED_OTHER owner on its core).
+// keeps the owner of the stores from running (a priority inversion: a
+// waiter under SCHED_FIFO that only yields starves a SCHED_OTHER owner on
+// its core).
 
 #include <gtest/gtest.h>
 #include <pthread.h>

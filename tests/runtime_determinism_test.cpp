@@ -166,7 +166,7 @@ TEST(RuntimeDeterminism, the_same_calls_give_the_same_runs_with_two_producers) {
 }
 
 // A reading is a flag on the command, not a sentinel time: a ManualClock at
-// TimePoint::min() reads INT64_MIN, which until session 14 meant "not read"
+// TimePoint::min() reads INT64_MIN, which a sentinel would take for "not read"
 // (simulation fuzz, fuzz/corpus/runtime_sim/regression-sim_clock_at_min). The
 // simulation applies the ADD only at the flush, after the clock moved: judged
 // by that later clock, the timer ran at once, 1 ms before its interval ends.

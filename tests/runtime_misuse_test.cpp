@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// The mistakes users make, made safe or caught (issue 23; design.md,
+// The mistakes users make, made safe or caught (design.md,
 // "chime::Timer", "Lanes", "chime::Runtime"): a Timer destroyed or assigned
 // over from its own callback, a Timer whose Lane is gone, a lane run from
 // two threads at once, a Runtime that cannot start its threads, handles

@@ -214,9 +214,9 @@ TEST(RuntimeRange, far_deadline_on_another_clock_neither_overflows_nor_spins) {
 
 namespace {
 
-// The range is the clock's, not the idle wheel's (issue: with level_bits {8}
-// at 1 ms, after 300 ms with nothing due and no flush, schedule_after(0ms)
-// threw "beyond the wheel's range" every time). A due within 2^8 - 1
+// The range is the clock's, not the idle wheel's (judged by the idle wheel, with
+// level_bits {8} at 1 ms, after 300 ms with nothing due and no flush,
+// schedule_after(0ms) would throw "beyond the wheel's range" every time). A due within 2^8 - 1
 // intervals of the clock is accepted and runs, never early, however far the
 // wheel is behind the clock; one beyond that range is still refused by name.
 TEST(RuntimeRange, an_idle_wheel_behind_the_clock_accepts_dues_within_range_of_the_clock) {

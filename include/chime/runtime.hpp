@@ -380,8 +380,8 @@ class Producer {
   friend class Runtime;
   Producer(detail::RuntimeCore* core, std::unique_ptr<detail::ProducerQueueToken> token);
   // Throws if the Runtime is gone or this Producer was moved from. Inline:
-  // one load on every call (callgrind: out of line it was 36 instructions
-  // per schedule+cancel pair).
+  // one load on every call (an out-of-line call costs 36 instructions per
+  // schedule+cancel pair under callgrind).
   detail::RuntimeCore& core(const char* what) const {
     if (token_ && (*alive_)()) [[likely]]
       return *core_;
