@@ -12,7 +12,11 @@
 #   the quoted text);
 # - a top-level folder of the repository that README.md's "## Layout" section does not list;
 # - a file of include/chime/ or runtime/ that docs/map.md does not name;
-# - a test cited as `Suite.test_name` in a doc that no TEST, TEST_F or TEST_P defines.
+# - a test cited as `Suite.test_name` in a doc that no TEST, TEST_F or TEST_P defines;
+# - history narrated by work session or by chime's own issue numbers, in any tracked file
+#   ("Code and docs say what is" below: the patterns, and how another project's tracker is cited);
+# - a guarantee ID `G<n>` cited in README.md, CONTRIBUTING.md or docs/*.md that no header defines
+#   once as `// G<n> (name): ...` ("Guarantee IDs" below).
 #
 # How a citation resolves (first match wins): the path itself, the path relative to the citing
 # file's folder, a repository path ending in "/<path>" (`chime/runtime.hpp`,
@@ -373,6 +377,86 @@ foreach(f IN LISTS files)
       string(REGEX REPLACE "\\..*" "" suite "${c}")
       if(suite IN_LIST test_suites AND NOT c IN_LIST test_names)
         chime_problem("${f}: cites the test ${c}, which no TEST, TEST_F or TEST_P defines")
+      endif()
+    endforeach()
+  endif()
+endforeach()
+
+# ---------------------------------------------------------------------------------------------
+# Code and docs say what is, not how they came to be: no file the repository tracks (this one
+# aside: it holds the patterns) narrates its history by work session or by chime's own issue
+# numbers, which a reader cannot look up. Case-insensitive, anywhere in a file (comments,
+# strings, docs):
+#   "session" or "sessions" followed by a number; "until session", "this session",
+#   "previous session", "last session", "next session";
+#   "issue" or "issues" followed by a number (with or without '#').
+# A citation of another project's tracker is allowed: an owner/repo prefix right before it
+# (`boostorg/lockfree issue 78`, `cameron314/concurrentqueue issues 49 and 62`: only the first
+# number needs the prefix) or a URL. Binary data (fuzz corpora, plots) is not read.
+set(history_files)
+foreach(f IN LISTS files)
+  if(f STREQUAL "cmake/ChimeCheckDocs.cmake" OR f MATCHES "^fuzz/corpus/"
+     OR f MATCHES "\\.(png|jpg|jpeg|gif|svg|json|gz|xz|zip|pdf|bin)$")
+    continue()
+  endif()
+  list(APPEND history_files "${f}")
+endforeach()
+set(sep "[ \t\n/#*]+")
+foreach(f IN LISTS history_files)
+  file(READ "${SOURCE_DIR}/${f}" raw)
+  string(REGEX REPLACE "[][;\\]" " " raw "${raw}")
+  string(TOLOWER "${raw}" low)
+  set(t "${low}")
+  string(REGEX REPLACE "[a-z]+://[^ \t\n)>\"'`]*" " " t "${t}")
+  string(REGEX REPLACE "[a-z0-9_.-]+/[a-z0-9_.-]+${sep}(issues?|pull requests?|prs?)${sep}#?[0-9]+" " " t "${t}")
+  foreach(re
+      "(^|[^a-z0-9_])sessions?[ \t\n/#*]+[0-9]+"
+      "(^|[^a-z0-9_])(until|this|previous|last|next)[ \t\n/#*]+session([^a-z0-9_]|$)"
+      "(^|[^a-z0-9_/])issues?[ \t\n/#*]+#?[0-9]+")
+    if(t MATCHES "${re}")
+      set(hit "${CMAKE_MATCH_0}")
+      string(REGEX REPLACE "^[^a-z]" "" hit "${hit}")
+      chime_line_of("${low}" "${hit}" line)
+      string(REGEX REPLACE "[ \t\n/#*]+" " " shown "${hit}")
+      chime_problem("${f}:${line}: narrates history (\"${shown}\"): say what is, or cite another project's tracker as owner/repo issue N")
+    endif()
+  endforeach()
+endforeach()
+
+# ---------------------------------------------------------------------------------------------
+# Guarantee IDs. Each guarantee is stated once, in the header that owns it, on a comment line of
+# the form
+#     // G7 (never early): <the guarantee>
+# (`//`, the ID `G<number>`, a short name in parentheses, a colon; continuation lines follow as
+# ordinary comment lines). An ID is defined exactly once across include/ and runtime/; every
+# `G<number>` that README.md, CONTRIBUTING.md or docs/*.md cites must be defined.
+set(guarantee_ids)
+foreach(f IN LISTS files)
+  if(f MATCHES "^(include|runtime)/.*\\.(hpp|h)$")
+    file(STRINGS "${SOURCE_DIR}/${f}" lines REGEX "^[ \t]*// G[0-9]+ \\([^)]+\\):")
+    foreach(line IN LISTS lines)
+      string(REGEX MATCH "G[0-9]+" id "${line}")
+      if(DEFINED "gdef:${id}")
+        chime_problem("${f}: ${id} is defined again (first in ${gdef:${id}}); each guarantee ID is defined once")
+      else()
+        set("gdef:${id}" "${f}")
+        list(APPEND guarantee_ids "${id}")
+      endif()
+    endforeach()
+  endif()
+endforeach()
+foreach(f IN LISTS files)
+  if(f MATCHES "^(README|CONTRIBUTING)\\.md$|^docs/[^/]+\\.md$")
+    file(READ "${SOURCE_DIR}/${f}" text)
+    string(REGEX REPLACE "[][;\\]" " " text "${text}")
+    string(REGEX MATCHALL "(^|[^A-Za-z0-9_])G[0-9]+([^A-Za-z0-9_]|$)" cited "${text}")
+    set(seen)
+    foreach(c IN LISTS cited)
+      string(REGEX MATCH "G[0-9]+" id "${c}")
+      if(NOT DEFINED "gdef:${id}" AND NOT id IN_LIST seen)
+        list(APPEND seen "${id}")
+        chime_line_of("${text}" "${id}" line)
+        chime_problem("${f}:${line}: cites ${id}, which no header defines (as `// ${id} (name): ...`)")
       endif()
     endforeach()
   endif()
