@@ -274,7 +274,8 @@ class KeyedTimers {
   // Removes a pending key; its value is destroyed on this thread and never
   // executes. Returns true iff the key was pending. Any thread. May block (the
   // key's shard mutex, for one map operation). Allocates nothing itself (the
-  // runtime's cancel posts a command, whose queue may allocate a block).
+  // runtime's cancel posts no command; a slot it frees may take a chunk of
+  // free-list containers, as Runtime::cancel says).
   bool remove(const Key& key) {
     Shard& s = shard_for(key);
     typename Map::node_type node;  // destroyed after the lock is released

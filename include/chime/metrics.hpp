@@ -30,7 +30,7 @@
 //   or if a label value is not valid UTF-8 (the format's text is UTF-8;
 //   strict parsers refuse anything else).
 // - Per shard (design.md, "Metrics"): when Stats::shards is not empty (a
-//   runtime's stats() always has one entry per shard; today one),
+//   runtime's stats() always has one entry per shard, one or more),
 //   `chime_queue_depth` has one sample per shard, labelled `shard="k"`
 //   (after `labels`), instead of the total, and the counter
 //   `chime_wheel_busy_seconds` gives each shard's wheel thread CPU time

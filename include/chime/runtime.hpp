@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSL-1.0
 // chime/runtime.hpp: the multi-threaded timer runtime.
 //
-// What it is: producer threads post schedule/cancel/reschedule commands into
-// lock-free queues; one wheel thread owns a TimingWheel, drains the commands,
-// sleeps until the next alarm is due, advances the wheel to the clock's time
-// and hands fired timers to a pool of worker threads, which run the callbacks.
+// What it is: producer threads post schedule and reschedule-earlier commands
+// into lock-free queues, one per shard (RuntimeOptions::shards, 1 by
+// default); each shard's wheel thread owns a TimingWheel, drains its
+// commands, sleeps until its next alarm is due, advances its wheel to the
+// clock's time and hands fired timers to one pool of worker threads, which
+// run the callbacks.
 //
-//   producers --(lock-free command queue)--> wheel thread --(hand-off queue)--> workers
+//   producers --(a shard's lock-free command queue)--> its wheel thread --(hand-off queue)--> workers
 //
 // Guarantees (the state machine behind them is in runtime/timer_state.hpp and
 // docs/state-machine.md; the races are argued there):
