@@ -17,7 +17,7 @@
 //   only ever to a lower level) plus O(levels) per non-empty slot crossed.
 //   Empty slots are skipped by bitmap, so the cost never depends on how far
 //   the key jumps nor on the number of elements that stay.
-// - `cascade_ahead(budget)`: O(budget). It moves the next level-0 block down
+// G9 (cascade ahead): `cascade_ahead(budget)`: O(budget). It moves the next level-0 block down
 //   ahead of time, so the increase that enters that block cascades only what
 //   is left (see "Moving the next block down ahead" below).
 // - Elements are removed in nondecreasing key order. Among equal keys, those

@@ -10,25 +10,25 @@
 // packet (the hot path), `remove(conn)` on close; `execute` closes the idle
 // ones.
 //
-// Guarantees (a key is *pending* from the `set` that inserts it until it fires,
+// Guarantees, each with its ID (a key is *pending* from the `set` that inserts it until it fires,
 // is removed, or is drained; `contains` reports exactly this):
-// - Exactly once per value: each value given to `set` ends in exactly one of
+// G50 (keyed exactly once): each value given to `set` ends in exactly one of
 //   {execute (it fired), destroyed by the `set` that replaced it, destroyed by
 //   the `remove` that removed it, passed to `drain`'s fn, destroyed by the
 //   destructor}. A replaced or removed value never executes; `execute` runs
 //   only for a key that was pending when it fired, with the value it held then.
-// - Never early, by the runtime's clock: a key set or moved with `delay` at
+// G51 (keyed never early): by the runtime's clock, a key set or moved with `delay` at
 //   time t does not execute before the runtime would fire a timer scheduled
 //   with schedule_after(delay) at t (see runtime.hpp); after `move(key, d)`
 //   returns true, the key does not execute at its old time unless that is
 //   also its new one (earlier or later both work).
-// - Return values are linearizable per key: each call takes effect at one
+// G52 (keyed return values): return values are linearizable per key: each call takes effect at one
 //   instant inside it, under the key's shard mutex, and a fire takes effect at
 //   the instant its callback removes the key from the map. `set` returns true
 //   iff the key was not pending; `move` and `remove` return true iff it was.
 //   Concurrent `move`s of one key: the key ends with the due time of one of
 //   them.
-// - `move` to a later time (the idle-timeout "touch") takes the key's shard
+// G53 (keyed touch): `move` to a later time (the idle-timeout "touch") takes the key's shard
 //   mutex once for a lookup, then calls Runtime::reschedule_after, which for a
 //   later due time is a lock-free CAS pair that never involves the wheel
 //   thread. Nothing allocates on that path.
@@ -38,7 +38,7 @@
 //   operation: never while calling into the runtime, `execute`, `drain`'s fn,
 //   or a Value's destructor. So `execute` and fn may call back into this
 //   object (re-arm a key, remove another one).
-// - Destruction cancels every pending key (their values are destroyed, never
+// G54 (keyed destruction): destruction cancels every pending key (their values are destroyed, never
 //   executed) and waits for every `execute` of this object in progress to
 //   return; no `execute` starts after the destructor returns.
 //

@@ -15,41 +15,41 @@
 // signalled), and they run only on the thread that calls run_ready or
 // wait_and_run: the lane's thread, one thread at a time.
 //
-// Guarantees (design.md, "Lanes"):
-// - Cancel wins until the callback starts: a cancel that returns true means
+// Guarantees (design.md, "Lanes"), each with its ID:
+// G30 (lane cancel wins): cancel wins until the callback starts: a cancel that returns true means
 //   the callback will not run, even if the run is already in the ready queue.
 //   On the lane's thread, where no run is in progress outside run_ready, a
 //   cancel of a timer that has not run returns true.
-// - So does a reschedule on the lane's thread: Lane::reschedule_* of a run
+// G31 (lane reschedule): so does a reschedule on the lane's thread: Lane::reschedule_* of a run
 //   of this lane already in the ready queue returns true, that run never
 //   happens, and the timer runs at its new due (as Timer::arm_* does). On
 //   any other thread (and through Runtime's or a Producer's reschedule) a
 //   run already handed over is as for workers: reschedule returns false and
 //   the run goes ahead at its old due.
-// - Never early; runs of one lane go in due order (interval order within one
+// G32 (lane order): never early; runs of one lane go in due order (interval order within one
 //   wheel advance, as for workers = 1).
-// - ready_fd() is readable whenever a run is ready (level-triggered: it stays
+// G33 (ready_fd): ready_fd() is readable whenever a run is ready (level-triggered: it stays
 //   readable until run_ready consumes the signal); it may be readable with
 //   nothing left to run (after a cancel), and run_ready then returns 0.
-// - A callback's exception never escapes run_ready: it is counted
+// G34 (lane errors): a callback's exception never escapes run_ready: it is counted
 //   (stats().callback_errors) and passed to on_error, on the lane's thread.
-// - flush() covers lanes: it returns once every run made ready before or by
+// G35 (lane flush): flush() covers lanes: it returns once every run made ready before or by
 //   its advance has run. Called on the lane's thread (the last thread that
 //   called run_ready or wait_and_run, or the thread that made the lane until
 //   another runs it), it runs them itself; called elsewhere,
 //   it waits for the lane's thread to run them, so a thread that blocks the
 //   lane's thread while it flushes deadlocks.
-// - shutdown(cancel_pending) cancels a lane's pending and ready runs;
+// G36 (lane shutdown): shutdown(cancel_pending) cancels a lane's pending and ready runs;
 //   shutdown(fire_pending) makes them ready at once (they run at the lane's
 //   next run_ready, as final runs: periodic timers are not re-armed) and
 //   does not wait for them. shutdown waits for a lane callback in progress.
-// - Destroying a Lane cancels its pending and ready runs (counted as
+// G37 (lane destruction): destroying a Lane cancels its pending and ready runs (counted as
 //   cancelled) and returns once none of them can run. It waits for one
 //   pass of the wheel thread, which looks at every filed timer once: lanes
 //   are meant to live as long as their loop, not to be made per request.
 //
 // Preconditions, and what is detected (in every build unless said):
-// - One thread at a time runs the lane: run_ready or wait_and_run entered
+// G39 (one lane thread): one thread at a time runs the lane: run_ready or wait_and_run entered
 //   while another thread is inside either of them throws std::logic_error
 //   (one CAS per call).
 // - run_ready and wait_and_run are not called from inside a callback of the
@@ -82,14 +82,22 @@
 // lane: everything one did inside run_ready or wait_and_run happens-before
 // the next one enters.
 //
-// Contract lines below: which threads may call, whether the call blocks
-// (waits for another thread), whether it allocates, what it throws. Every
-// call but operator bool, sleep_until and the moves throws std::logic_error
-// on an empty Lane or one whose Runtime is gone. "In steady state": a slot
-// slab that grows, a queue block, or a container for freed slots may be
-// allocated, rarely (runtime.hpp, schedule_at).
+// The nine timer operations (schedule_at, schedule_after, schedule_every,
+// cancel, try_cancel, cancel_and_wait, reschedule_at, reschedule_after,
+// state) have the contract of runtime.hpp's table, with the runs on this
+// lane. They differ in:
+// - order: from one thread in that thread's order; on the lane's thread
+//   through the lane's own queue token;
+// - cancel: true also for a run already in the ready queue (G30);
+// - cancel_and_wait: blocks only while the run is in progress on another
+//   thread;
+// - reschedule_*: on the lane's thread a run in this lane's ready queue is
+//   taken back (G31), which posts a command, as an earlier due does;
+// - every call but operator bool, sleep_until and the moves throws
+//   std::logic_error on an empty Lane or one whose Runtime is gone.
+// The other calls say their thread, blocking, allocation and errors below.
 //
-// Coroutines: `co_await lane.sleep_for(d)` / `co_await lane.sleep_until(tp)`
+// G38 (coroutines): `co_await lane.sleep_for(d)` / `co_await lane.sleep_until(tp)`
 // suspend the coroutine and resume it on the lane's thread, from inside
 // run_ready, when the sleep is due. Each sleep is one timer of the lane (no
 // allocation beyond the coroutine frame: the resumer is the 8-byte
@@ -212,37 +220,19 @@ class Lane {
   // (the close command). Never throws.
   ~Lane();
 
-  // As Runtime's, with the runs on this lane. Any thread; from one thread in
-  // that thread's order (on the lane's thread through the lane's own queue
-  // token). Lock-free and allocation-free in steady state. Throws as
-  // Runtime's: StoppedError, std::out_of_range, CapacityError (and
-  // std::invalid_argument for a period <= 0).
+  // The nine timer operations: runtime.hpp's table, and the differences above.
   TimerId schedule_at(TimePoint due, Task task);
   TimerId schedule_after(Duration delay, Task task);
   TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
-  // As Runtime's: true iff the callback will not run (a periodic timer's
-  // further runs will not start), also for a run already in the ready
-  // queue. Any thread. Lock-free; never blocks; no allocation in steady
-  // state. Throws only std::logic_error (above).
   bool cancel(TimerId id);
-  // As Runtime's. Any thread. Lock-free; never blocks; no allocation in
-  // steady state.
   CancelResult try_cancel(TimerId id);
-  // As Runtime's. Any thread. Blocks (futex) while the timer's run is in
-  // progress on another thread; from its own callback it returns `running`
-  // at once. No allocation in steady state.
   CancelResult cancel_and_wait(TimerId id);
   // True iff the timer was pending, or (on the lane's thread only) its run
   // was in this lane's ready queue and has been taken back, and it now has
   // the new due time; false once its run started, or for a run handed over
-  // when called on another thread. Any thread. Lock-free, except that two
-  // threads rescheduling the same timer at once serialize on it (yields,
-  // then short sleeps; never a lock). May allocate in steady state only to post a command (an
-  // earlier due, or a run taken back). Throws std::out_of_range for a due
-  // beyond the wheel's range.
+  // when called on another thread.
   bool reschedule_at(TimerId id, TimePoint due);
   bool reschedule_after(TimerId id, Duration delay);
-  // As Runtime's. Any thread. Lock-free; never blocks; never allocates.
   TimerState state(TimerId id) const;
 
   // An eventfd (non-blocking, close-on-exec), owned by the lane: readable

@@ -10,9 +10,11 @@
 //
 //   producers --(a shard's lock-free command queue)--> its wheel thread --(hand-off queue)--> workers
 //
-// Guarantees (the state machine behind them is in runtime/timer_state.hpp and
-// docs/state-machine.md; the races are argued there):
-// - Never early: a run never starts before its due time by the runtime's
+// Guarantees, each with its ID (README and docs cite the IDs;
+// docs/guarantees.md maps each to its tests; the state machine behind them is
+// in runtime/timer_state.hpp and docs/state-machine.md, where the races are
+// argued):
+// G10 (never early): a run never starts before its due time by the runtime's
 //   clock. A timer filed while its due was still ahead starts only after the
 //   clock has reached interval_start(d) + precision, as seen by the wheel
 //   thread (with the clock exactly at `d` it has not fired); one whose due
@@ -20,16 +22,16 @@
 //   reschedule to a later due (a touch, no command) keeps its filed alarm:
 //   the interval rule for the new due, except that a timer the wheel finds
 //   mid-reschedule with its new due already reached runs at once.
-// - Exactly one of {fire, successful cancel} happens to every one-shot timer:
+// G11 (fire or cancel): exactly one of {fire, successful cancel} happens to every one-shot timer:
 //   `cancel` returns true iff the callback has not started and never will.
 //   Cancel wins until the callback starts: a run already handed to a worker
 //   but not started is skipped. For a periodic timer, true iff no further
 //   run starts after cancel returns.
-// - Commands from one Producer (or one thread) take effect in the order
+// G12 (command order): commands from one Producer (or one thread) take effect in the order
 //   posted. Commands from different threads are applied in an order
 //   consistent with happens-before (a cancel of an id is never lost because
 //   its schedule has not been applied yet).
-// - Within one wheel advance, timers go to the workers in nondecreasing
+// G13 (run order, due now): within one wheel advance, timers go to the workers in nondecreasing
 //   interval order; with workers = 0 or 1 callbacks run in that order.
 //   A timer whose due time is at or before the clock's time when its command
 //   (schedule, or reschedule to an earlier time) is applied is due now: it
@@ -37,11 +39,11 @@
 //   runs f with a ManualClock that never moves); those applied in one pass
 //   go out in nondecreasing due order (ties: posting order), merged with the
 //   advance's timers in nondecreasing interval order.
-// - A periodic timer's runs never overlap; its n-th run is due at
+// G14 (periodic): a periodic timer's runs never overlap; its n-th run is due at
 //   first + n * period (fixed rate, no drift).
-// - No heap allocation per timer in steady state: timers live in a slab of
+// G15 (no allocation per timer): no heap allocation per timer in steady state: timers live in a slab of
 //   slots that are reused; a Task up to 48 bytes is stored inline.
-// - Memory is bounded: a cancel posts no command; it destroys the task (and
+// G16 (bounded memory): a cancel posts no command; it destroys the task (and
 //   what it captured) before it returns, and a timer cancelled after the
 //   wheel thread filed it keeps its slot (128 bytes) until its due time comes
 //   up, or until such timers exceed a quarter of the filed ones
@@ -49,13 +51,13 @@
 //   about 4/3 x pending + 1,024, plus commands in flight and 32 cached per
 //   Producer. stats().pending and max_pending count a cancelled timer out at
 //   once.
-// - Idle costs nothing: with nothing due the wheel thread sleeps without a
+// G17 (idle costs nothing): with nothing due a wheel thread sleeps without a
 //   timeout. A producer wakes it only for a timer whose interval ends before
 //   the wheel's next wake-up (one producer per sleep), or once 1,024 commands
 //   were posted to its shard since the last such wake (which bounds the
 //   queue). Each thread counts its own posts, 64 at a time and in advance,
 //   however many Producers it makes, keeps or drops, so every post counts.
-// - Overload is visible and bounded (design.md, "Overload"): stats() gives
+// G18 (overload; design.md, "Overload"): overload is visible and bounded: stats() gives
 //   the command queue's depth (and each shard's, with its wheel thread's
 //   CPU time); a schedule that finds its shard's queue at
 //   RuntimeOptions::max_queue_depth throws CapacityError and queues
@@ -66,7 +68,7 @@
 //   whatever it posts through (the Runtime, Producers, Lanes, Timers), so 64
 //   per posting thread, plus posts whose count is not yet visible. Refusals
 //   count in stats().refused_overload.
-// - Pushing a due time later (reschedule to a later time, the idle-timeout
+// G19 (touch): pushing a due time later (reschedule to a later time, the idle-timeout
 //   "touch") is one CAS pair on the timer's state word and a store; it does
 //   not go through the wheel thread.
 //
@@ -75,7 +77,7 @@
 // of callbacks across several workers; a TimerId is stale-checked by a 32-bit
 // generation, so an id kept across 2^32 reuses of its slot could alias.
 //
-// Misuse, and where it is detected (every build unless said): a Producer,
+// G20 (misuse): where misuse is detected (every build unless said): a Producer,
 // Timer, Lane or KeyedTimers used after its Runtime was destroyed throws
 // std::logic_error (one load per call; destroying it afterwards is safe); a
 // use racing the destruction is not detected. flush/drain/shutdown from a
@@ -83,14 +85,14 @@
 // other abort with a message in debug builds only. Using one Producer from
 // two threads at once is not detected.
 //
-// Error model: bad arguments (a due time beyond the wheel's range, a period
+// G21 (errors): bad arguments (a due time beyond the wheel's range, a period
 // <= 0) throw std::out_of_range / std::invalid_argument naming the values;
 // calls after shutdown throw chime::StoppedError; over max_pending or
 // max_queue_depth, chime::CapacityError; flush/drain/shutdown from inside a callback,
 // std::logic_error. Racing outcomes are return values (cancel returns false
 // when it lost). A callback's exception is caught on its worker, counted, and
-// passed to on_error; the runtime keeps running. Out of memory, schedule_*
-// throws std::bad_alloc and schedules nothing; commands that must arrive (a
+// passed to on_error; the runtime keeps running.
+// G22 (out of memory): schedule_* throws std::bad_alloc and schedules nothing; commands that must arrive (a
 // periodic re-arm, a reschedule to an earlier due, shutdown's stop) are
 // retried every millisecond until memory is available; a cancel still
 // takes effect, and its timer's slot is freed when its due time comes. A
@@ -106,7 +108,7 @@
 // throw std::bad_alloc too when their own request cannot be queued within
 // that second. shutdown() waits until memory is available.
 //
-// Range: due times are accepted up to 2^num_bits - 1 intervals past the
+// G23 (range): due times are accepted up to 2^num_bits - 1 intervals past the
 // wheel's time, and never from the horizon on: the start of interval
 // min(K_max, 2^61 - 1) - 1, K_max being the last interval whose start is a
 // representable TimePoint (at 1 ms precision, about 292 years past
@@ -117,7 +119,7 @@
 // std::invalid_argument for a clock with fewer than two intervals before
 // TimePoint::max().
 //
-// Memory ordering: everything a thread did before schedule_* happens-before
+// G24 (memory ordering): everything a thread did before schedule_* happens-before
 // the callback runs; everything a callback did happens-before a flush() that
 // waited for it returns, and before the next run of the same periodic timer.
 #pragma once
@@ -156,7 +158,8 @@ enum class TimerState { pending, running, fired, cancelled, unknown };
 // each; delay runs once, like skip, then restarts the fixed rate from the end
 // of that run (Tokio's MissedTickBehavior::Delay).
 enum class Missed { skip, catch_up, delay };
-// The outcome of try_cancel / cancel_and_wait (docs/state-machine.md):
+// G27 (cancel results; docs/state-machine.md): the outcome of try_cancel /
+// cancel_and_wait:
 // - cancelled: this call won; no run of the timer starts after it returns
 //   (a run handed to a worker but not started counts as not started);
 // - running: a run has started and not returned (one-shot: its only run;
@@ -267,7 +270,7 @@ struct RuntimeOptions {
   // ran it (an exception from on_slow_run is swallowed).
   Duration slow_run = std::chrono::milliseconds(10);
   std::function<void(TimerId, Duration)> on_slow_run{};
-  // Slack (design.md, "Slack"): below saturation a timer due at d runs no
+  // G25 (slack; design.md, "Slack"): below saturation a timer due at d runs no
   // earlier than d and no later than d + slack plus the OS's wake-up
   // latency; dues within `slack` of each other share a wake-up. A slack at
   // or above `precision` is the interval rule: a timer runs when its
@@ -292,7 +295,7 @@ struct RuntimeOptions {
   // Producers look at the depth every 64 posts, so a smaller bound would be
   // mostly that slack.
   static constexpr std::size_t min_max_queue_depth = 1024;
-  // Shards (design.md, "Shards"): this many wheel threads, each with its own
+  // G26 (shards; design.md, "Shards"): this many wheel threads, each with its own
   // wheel and command queue, over one slot slab and one worker pool. A
   // Producer or a Lane binds to a shard when made (round-robin; with
   // workers = 0 every Lane is on shard 0, so that callbacks, which then run
@@ -329,18 +332,56 @@ class Lane;  // chime/lane.hpp
 template <class Key, class Value, class Hash, class KeyEqual>
 class KeyedTimers;  // chime/keyed_timers.hpp
 
-// A per-thread handle with the producer calls. It owns its own queue token:
-// faster than the Runtime's calls, and FIFO for its commands. Movable, not
-// copyable; use it from one thread at a time (not detected). Must not
-// outlive its Runtime: detected in every build, each call afterwards (and
-// each call on a moved-from Producer) throws std::logic_error, and its
-// destructor touches nothing of the runtime (its queue token, a few hundred
-// bytes, is leaked); a call racing the Runtime's destruction is not.
+// The timer operations' contract. Runtime, Lane (chime/lane.hpp) and, but
+// for state, Producer have these nine; the table holds for each of them,
+// and Producer and Lane say only how theirs differ.
 //
-// Each call below has Runtime's meaning, results and errors; every call
-// throws std::logic_error on a moved-from Producer or once its Runtime is
-// gone. "The owning thread": one thread at a time, any thread. Memory
-// ordering: as Runtime's.
+//   operation            thread  blocks        allocates      throws          returns
+//   schedule_at,         any     never (a)     not in steady  (c)             the TimerId
+//   schedule_after                             state (b)
+//   schedule_every       any     never (a)     as above (b)   (c), and (d)    the TimerId
+//   cancel               any     never (e)     as above (b)   nothing         true iff this call stopped a run
+//                                                                             from starting (G11)
+//   try_cancel           any     never (e)     as above (b)   nothing         CancelResult (G27)
+//   cancel_and_wait      any     (f)           as above (b)   nothing         CancelResult (G27)
+//   reschedule_at,       any     never (g)     later: never;  (h)             true iff the timer was pending and
+//   reschedule_after                           earlier: (b)                   now has the new due
+//   state                any     never         never          nothing         TimerState (noexcept)
+//
+// (a) Lock-free in steady state; the slab's growth takes a mutex.
+// (b) "Steady state": slots come from the slab's free list and queue blocks
+//     are reused. Rarely the slab grows (a chunk, under a mutex, once per
+//     4,096 new slots), a command queue takes a new block, or the free list
+//     takes a chunk of containers. A later reschedule posts nothing (G19); an
+//     earlier one posts a command.
+// (c) In this order: StoppedError after shutdown; std::out_of_range for a due
+//     beyond the wheel's range (G23); CapacityError when the shard's queue is
+//     at max_queue_depth (G18), then over max_pending; std::bad_alloc out of
+//     memory (G22).
+// (d) std::invalid_argument for a period <= 0.
+// (e) One CAS loop on the timer's state word; no command (G16).
+// (f) Blocks (futex, never spins) while the timer's run is in progress, and
+//     returns once it returned; from the timer's own callback it does not
+//     wait and returns `running`.
+// (g) Lock-free, except that two threads rescheduling one timer at the same
+//     instant serialize on it (yields, then short sleeps; never a lock).
+// (h) std::out_of_range for a due beyond the wheel's range.
+//
+// A per-thread handle with the producer calls, faster than the Runtime's: it
+// owns its own queue token and a cache of free slots. Movable, not copyable.
+// It differs from the operations' table above in:
+// - thread: one thread at a time, any thread (not detected); its commands
+//   take effect in the order it posted them (G12);
+// - schedule_*: slots come from its own cache, refilled 32 at a time; a new
+//   block, when one is needed, is one of this Producer's queue;
+// - cancel: a slot it frees goes to its own cache (32 at a time go back to
+//   the shared list as one batch);
+// - no state(): Runtime::state answers for any id;
+// - every call throws std::logic_error on a moved-from Producer or once its
+//   Runtime is gone (G20). A Producer must not outlive its Runtime: its
+//   destructor then touches nothing of the runtime (its queue token, a few
+//   hundred bytes, is leaked); a call racing the Runtime's destruction is
+//   not detected.
 class Producer {
  public:
   // Never block, never allocate. Giving a token back (move-assigning over a
@@ -350,31 +391,12 @@ class Producer {
   Producer& operator=(Producer&&) noexcept;
   ~Producer();
 
-  // The owning thread; FIFO with this Producer's other commands. Lock-free
-  // in steady state; may allocate as Runtime::schedule_at does (a slab
-  // chunk under a mutex once per 4,096 new slots, a block of this
-  // Producer's queue), and refills its slot cache 32 at a time. Throws
-  // StoppedError, std::out_of_range, CapacityError (schedule_every also
-  // std::invalid_argument), as Runtime's.
   TimerId schedule_at(TimePoint due, Task task);
   TimerId schedule_after(Duration delay, Task task);
   TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
-  // The owning thread. Lock-free, never blocks; one CAS, no command. A slot
-  // it frees goes to this Producer's cache (32 of them go back to the shared
-  // list as one batch): no allocation in steady state.
   bool cancel(TimerId id);
-  // The owning thread. Lock-free, never blocks; no allocation in steady
-  // state (a slot it frees goes to the shared list).
   CancelResult try_cancel(TimerId id);
-  // The owning thread. Blocks (futex) while the timer's run is in progress,
-  // except from its own callback (returns `running` at once). No allocation
-  // in steady state.
   CancelResult cancel_and_wait(TimerId id);
-  // The owning thread; FIFO with this Producer's other commands. Lock-free,
-  // except that two threads rescheduling the same timer at once serialize
-  // on it (yields, then short sleeps; never a lock). A later due posts
-  // nothing; an earlier one posts a command (may allocate a queue block). Throws std::out_of_range
-  // for a due beyond the wheel's range.
   bool reschedule_at(TimerId id, TimePoint due);
   bool reschedule_after(TimerId id, Duration delay);
 
@@ -413,18 +435,13 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Schedules a one-shot timer. A due time in the past fires as soon as
-  // possible. Errors, in this order: StoppedError after shutdown;
-  // std::out_of_range for a due time beyond the wheel's range; CapacityError
-  // when the command queue is at max_queue_depth (the message names the
-  // depth and the bound; the wheel thread is behind, so retry later or shed
-  // the work), then CapacityError over max_pending. Any thread. Lock-free in steady state; not when it
-  // allocates: the slot slab's growth takes a mutex (once per 4,096 new
-  // slots), and moodycamel's queue may allocate a block when a producer's
-  // sub-queue grows.
+  // Schedules a one-shot timer; a due time in the past is due now (G13).
+  // CapacityError at max_queue_depth names the depth and the bound: the
+  // wheel thread is behind, so retry later or shed the work (G18). Thread,
+  // blocking, allocation, errors: the operations' table above.
   TimerId schedule_at(TimePoint due, Task task);
   TimerId schedule_after(Duration delay, Task task);
-  // Fixed-rate periodic timer. Throws std::invalid_argument if period <= 0.
+  // Fixed-rate periodic timer (G14).
   TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
 
   // Returns true iff this call stopped at least one run from starting: a
@@ -433,19 +450,17 @@ class Runtime {
   // will not start, though a run already in progress finishes (try_cancel
   // would say `cancelled`, or `running` for that periodic timer). False for
   // a one-shot that fired or started, a timer cancelled before (a second
-  // cancel returns false), or a stale/invalid id. Any thread. Never blocks:
-  // one CAS loop on the timer's state word, and no command to the wheel
-  // thread (which reclaims a filed timer's slot lazily). A timer the wheel
-  // thread has not filed yet is freed by this call: its slot goes back to
-  // the shared free list, which allocates a chunk of list containers (under
-  // a mutex) when none is empty. So no allocation and no lock in steady
-  // state; if that allocation fails the slot stays out of use (never reused
-  // twice, no timer lost).
+  // cancel returns false), or a stale/invalid id. The wheel thread reclaims
+  // a filed timer's slot lazily (G16); a timer it has not filed yet is freed
+  // by this call: its slot goes back to the shared free list, which takes a
+  // chunk of list containers (under a mutex) when none is empty; if that
+  // allocation fails the slot stays out of use (never reused twice, no timer
+  // lost).
   bool cancel(TimerId id);
 
   // The same decision, with the outcome told apart (CancelResult above):
   // `running` means a run is in progress now, so what its callback uses must
-  // not be freed yet. Any thread. Never blocks; allocates as cancel does.
+  // not be freed yet.
   CancelResult try_cancel(TimerId id);
 
   // Like try_cancel; when the result is `running` it returns only after that
@@ -456,7 +471,7 @@ class Runtime {
   // itself) and returns `running`. Deadlock the caller can still build: two
   // callbacks each waiting for the other's timer (debug builds abort with a
   // message on that form); a callback waiting for a timer whose callback
-  // blocks on something the first holds. Any thread.
+  // blocks on something the first holds.
   CancelResult cancel_and_wait(TimerId id);
 
   // True iff the timer was still pending and now has the new due time. A
@@ -464,9 +479,7 @@ class Runtime {
   // rescheduling (false; state() still says pending): only a Lane's own
   // reschedule_*, on the lane's thread, takes its handed run back. A
   // later due time is one CAS pair on the state word and never involves the
-  // wheel thread; an earlier one also posts a command. Any thread. Lock-free,
-  // except that two threads rescheduling the same timer at the same instant
-  // serialize on it. Throws std::out_of_range for a due time beyond range.
+  // wheel thread (G19); an earlier one also posts a command.
   bool reschedule_at(TimerId id, TimePoint due);
   bool reschedule_after(TimerId id, Duration delay);
 
@@ -474,7 +487,7 @@ class Runtime {
   // running (a run is in progress, cancelled meanwhile or not), fired,
   // cancelled (once a cancelled timer's last run returned); unknown for a
   // reused slot, an id never issued, an id from another runtime, or the
-  // default id. Any thread. Lock-free. Never allocates.
+  // default id.
   TimerState state(TimerId id) const noexcept;
 
   // Returns once every command posted before the call is applied, the wheel

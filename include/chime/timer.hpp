@@ -12,24 +12,24 @@
 //   t.disarm();              // true iff a pending run was prevented
 //   // ~Timer(): disarm_and_wait(): the task no longer runs, and is destroyed
 //
-// Guarantees:
-// - The task is invoked once per arm (or per period), never concurrently
+// Guarantees, each with its ID:
+// G40 (timer runs): the task is invoked once per arm (or per period), never concurrently
 //   with itself: an arm made while a run is in progress (from inside the
 //   callback, which is how variable-delay self-rescheduling is written, or
 //   from another thread) takes effect when that run returns.
-// - After a run finished or after a disarm, arming arms it again.
-// - Re-arming an armed one-shot to a later time takes the runtime's
+// G41 (timer re-arms): after a run finished or after a disarm, arming arms it again.
+// G42 (timer touch): re-arming an armed one-shot to a later time takes the runtime's
 //   reschedule fast path (a CAS on the timer's state word; no command).
-// - No allocation per arm: each arm schedules a runtime timer whose task is
+// G43 (timer allocation): no allocation per arm: each arm schedules a runtime timer whose task is
 //   an 8-byte trampoline to this handle's state (stored inline in the slot).
-// - The destructor is disarm_and_wait(): when it returns, no run is pending
+// G44 (timer destructor): the destructor is disarm_and_wait(): when it returns, no run is pending
 //   or in progress (a run that started finishes first; an arm its callback
 //   makes meanwhile is dropped), and the task is destroyed. This holds even
 //   when the destructor races a run that re-arms the timer on a worker.
-// - At shutdown an armed Timer's pending run is fired or cancelled as the
+// G45 (timer shutdown): at shutdown an armed Timer's pending run is fired or cancelled as the
 //   mode says, like any pending timer; arming after shutdown throws
 //   chime::StoppedError.
-// - Destroying a Timer, or assigning another Timer to it, from inside its
+// G46 (timer own callback): destroying a Timer, or assigning another Timer to it, from inside its
 //   own callback is allowed (the idle handler that erases the connection
 //   owning the Timer): as with Asio's timers, the running callback's closure
 //   stays alive until the callback returns, and nothing of the destroyed
@@ -48,7 +48,7 @@
 //   several threads are serialized by a small mutex in the handle
 //   (uncontended in the intended use), so they are safe, not ordered.
 //
-// Errors: arming an empty Timer (default-constructed or moved-from), one
+// G47 (timer errors): arming an empty Timer (default-constructed or moved-from), one
 // whose Runtime or Lane is gone, throws std::logic_error; a due time beyond the wheel's range throws
 // std::out_of_range, a period <= 0 std::invalid_argument, after shutdown
 // chime::StoppedError, with the command queue at max_queue_depth or over

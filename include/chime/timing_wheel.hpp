@@ -12,39 +12,40 @@
 // (key_wheel.hpp), and every alarm of an interval fires in the same
 // `advance_clock`, as soon as the clock reaches the start of the next interval.
 //
-// Guarantees, all exact (integer nanoseconds, no floating point):
-// - Never early: an alarm `a` fired by advance_clock(to) has
+// Guarantees, all exact (integer nanoseconds, no floating point), each with
+// its ID (docs/guarantees.md maps each to its tests):
+// G1 (wheel never early): an alarm `a` fired by advance_clock(to) has
 //   at(a) < interval_start(to) <= to.
-// - Never more than one interval late relative to the times given to
+// G2 (wheel lateness): never more than one interval late relative to the times given to
 //   advance_clock: every alarm `a` still in the wheel has
 //   interval_start(at(a)) >= interval_start(now()), hence the strict
 //   at(a) > now() - alarm_precision().
-// - advance_clock fires alarms in nondecreasing interval order; within an
+// G3 (wheel order): advance_clock fires alarms in nondecreasing interval order; within an
 //   interval, alarms added directly into level 0 fire in insertion order and
 //   alarms moved down from higher levels follow them.
-// - add, remove, reschedule: O(1). advance_clock: O(levels) plus O(1) per
+// G4 (wheel cost): add, remove, reschedule: O(1). advance_clock: O(levels) plus O(1) per
 //   alarm fired or moved down a level (at most once per level) plus O(levels)
 //   per non-empty slot crossed; empty slots are skipped by bitmap, so a jump
 //   far ahead costs nothing for the alarms that stay.
-// - next_alarm_fires_at, min_alarm_interval_num: O(levels) bitmap lookups
+//   next_alarm_fires_at, min_alarm_interval_num: O(levels) bitmap lookups
 //   and, on a cache miss, one scan of one slot above level 0.
-// - Stale handles (default, removed, fired, slot reused) are detected:
+// G5 (wheel stale handles): stale handles (default, removed, fired, slot reused) are detected:
 //   contains() is false and remove/reschedule/at/value throw
 //   std::invalid_argument.
-// - No allocation per alarm in steady state (chunked slab; see
+// G6 (wheel allocation): no allocation per alarm in steady state (chunked slab; see
 //   detail/element_pool.hpp). `WheelConfig::capacity` and reserve(n)
 //   allocate and pre-fault it, so the first adds take no page fault.
 //
 // Not guaranteed: the wheel has no idea of real time; how late an alarm fires
 // depends entirely on when the owner calls advance_clock.
 //
-// Range: `add` accepts at in [now(), alarm_upper_bound()). The bound is
+// G7 (wheel range): `add` accepts at in [now(), alarm_upper_bound()). The bound is
 // interval_num_start(min(max_allowed_key + 1, K_max)) where K_max is the last
 // interval whose start is representable as a TimePoint; it saturates (never
 // throws, never overflows) when 2^level_bits intervals exceed int64
 // nanoseconds, e.g. 1 ms precision with the default 61 level bits.
 //
-// Error model: bad input (a time before now() or at/after the upper bound, a
+// G8 (wheel errors): bad input (a time before now() or at/after the upper bound, a
 // time before start(), an interval number out of range) throws
 // std::out_of_range whose message names the values; a stale handle throws
 // std::invalid_argument; modifying the wheel from inside handle_fired throws
