@@ -324,7 +324,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   if (wt().stop != nullptr) {
     if (wt().stop->mode == ShutdownMode::fire_pending) {
       std::size_t count = 0;
-      // Out of memory, shutdown waits for it (runtime.hpp, error model).
+      // Out of memory, shutdown waits for it (runtime.hpp, G22).
       while (!drain_all(Dispatch::drained | Dispatch::final, count)) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }

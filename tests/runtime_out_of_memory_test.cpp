@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// Out of memory on the runtime's own threads (runtime.hpp, error model;
+// Out of memory on the runtime's own threads (runtime.hpp, G22;
 // wheel_thread.cpp, "Out of memory"): a wheel thread never dies of a failed
 // allocation and never loses what it must file. Every accepted timer runs
 // exactly once when memory comes back, a cancel still takes effect, and a

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
-// chime::Runtime at the ends of representable time (runtime.hpp "Error
-// model", docs/guarantees.md "Range"): the horizon (the wheel advances into
+// chime::Runtime at the ends of representable time (runtime.hpp, G23
+// (range); docs/guarantees.md maps it to these tests): the horizon (the wheel advances into
 // interval H = min(K_max, 2^61 - 1) - 1 and no further; due times from its
 // start on are refused), a clock too close to TimePoint::max() refused at
-// construction, and the periodic arithmetic that used to overflow: a
+// construction, and the periodic arithmetic that must not overflow: a
 // Missed::skip timer first due at TimePoint::min(), a next run past
 // TimePoint::max(). Each of these was a fuzzer finding (docs/fuzzing.md,
 // "Findings"); under ASan+UBSan the tests also check there is no signed

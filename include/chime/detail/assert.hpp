@@ -8,7 +8,7 @@
 // A failed check prints the condition, the message, the file and the line to
 // stderr and aborts: it is a bug in chime (or a violated documented
 // precondition), never an expected outcome. Expected outcomes are return
-// values; bad input is an exception (the error model in chime/runtime.hpp).
+// values; bad input is an exception (G21 in chime/runtime.hpp).
 #pragma once
 
 #include <cstdio>
