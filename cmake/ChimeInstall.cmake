@@ -8,7 +8,7 @@
 #   lib/cmake/chime/chimeConfigVersion.cmake
 #   lib/cmake/chime/chimeTargets*.cmake   the exported targets, namespace chime::
 #   share/chime/ (stress/tsan.supp)      ThreadSanitizer suppressions for a user's TSan build
-#                                         (README "Using chime under ThreadSanitizer")
+#                                         (docs/using.md, "Using chime under ThreadSanitizer")
 #   lib/pkgconfig/chime.pc                pkg-config: the headers and chime::runtime's library
 #                                         (with -pthread, and -latomic when TimerId needs it)
 #   share/doc/chime/copyright             the licences (DEP-5, cmake/debian/copyright.in):

@@ -7,7 +7,7 @@
 // format (`text/plain; version=0.0.4`) is not supported: a classic-format
 // parser reads each counter family (`# TYPE chime_fired counter` over samples
 // `chime_fired_total`) as an empty counter plus an untyped `*_total` family.
-// README "Metrics" has a handler.
+// docs/using.md, "Metrics", has a handler.
 //
 // Contract:
 // - `write_openmetrics(out, stats, prefix, labels)` writes `stats` in the
