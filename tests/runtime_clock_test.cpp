@@ -57,7 +57,7 @@ TEST(RuntimeClock, manual_clock_advance_negative_throws_and_names_value) {
 }
 
 // advance() past TimePoint::max() throws std::out_of_range naming both values and leaves the time as it was:
-// time never wraps (advance(Duration::max()) twice used to wrap it to -2 ns).
+// time never wraps (advance(Duration::max()) twice would otherwise wrap it to -2 ns).
 TEST(RuntimeClock, manual_clock_advance_past_time_point_max_throws_and_never_wraps) {
   ManualClock c{TimePoint{} + 1ns};
   c.advance(Duration::max() - 1ns);

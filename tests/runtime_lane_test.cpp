@@ -323,8 +323,8 @@ void expect_returns(Future& f, const char* what) {
   }
 }
 
-// With workers = 0 the callback runs on the wheel thread, which used to wait for a pass of itself
-// to close the lane, forever.
+// With workers = 0 the callback runs on the wheel thread, which must not wait for a pass of itself
+// to close the lane (it would wait forever).
 TEST_P(LaneTest, a_callback_that_destroys_another_lane_returns_and_cancels_that_lanes_runs) {
   int lane_runs = 0;
   bool closed = false;
