@@ -80,6 +80,12 @@
 //
 // CHIME_BENCH_RUNTIME=smoke shrinks every size (the names say which) so the
 // ctest bench_runtime_smoke runs each benchmark once in seconds.
+// CHIME_BENCH_PRODUCERS (a comma-separated list of counts, each 1..256;
+// default 1,2,4) sets the producer counts of every multi-producer scenario.
+// CHIME_BENCH_SHARDS (a comma-separated list from 1, 2, 4, 8; default 1,2)
+// sets the shard counts chime (moodycamel queue) runs every scenario at; the
+// names are those of the default (",shards=K" when K != 1). scripts/bench-scale
+// sets both.
 #include <benchmark/benchmark.h>
 
 #include <chime/runtime.hpp>
@@ -120,8 +126,6 @@ using namespace std::chrono_literals;
 // Parameters. Every benchmark name is built from these.
 
 constexpr unsigned kWorkers = 2;                               // callback threads of every service
-constexpr unsigned kMaxProducers = 4;                          // producers are 1, 2 or 4
-constexpr unsigned kBackgroundProducer = kMaxProducers;        // Asio: the background timers' strand
 constexpr std::chrono::nanoseconds kPrecision = 1ms;           // chime
 constexpr std::chrono::nanoseconds kBackgroundDue = 1h;        // background timers: 1 h ..
 constexpr std::chrono::nanoseconds kBackgroundSpread = 10min;  // .. 1 h 10 min out
@@ -157,6 +161,47 @@ const Sizes& sizes() {
     return Sizes{"full", 1'000'000, 200ms, 100'000, 200'000, 2'000ms, 20'000, 4, 100'000, 5'000ms, 4'000, 2'000ms};
   }();
   return s;
+}
+
+// A comma-separated list of counts from the environment variable `var`, each
+// in [1, max] (and, with `only` not empty, one of `only`), in the order given;
+// `fallback` when unset or empty. A bad list stops the binary (exit 2).
+std::vector<unsigned> counts_from_env(const char* var, std::vector<unsigned> fallback, unsigned max,
+                                      const std::vector<unsigned>& only = {}) {
+  const char* env = std::getenv(var);
+  if (env == nullptr || *env == '\0') return fallback;
+  std::vector<unsigned> out;
+  const std::string text = env;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    const unsigned long v = item.empty() ? 0 : std::strtoul(item.c_str(), &end, 10);
+    const bool listed = only.empty() || std::find(only.begin(), only.end(), v) != only.end();
+    if (item.empty() || *end != '\0' || v < 1 || v > max || !listed) {
+      std::fprintf(stderr, "runtime_bench: %s = \"%s\": \"%s\" is not an allowed count\n", var, env, item.c_str());
+      std::exit(2);
+    }
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(static_cast<unsigned>(v));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// The producer counts of the multi-producer scenarios (CHIME_BENCH_PRODUCERS).
+const std::vector<unsigned>& producer_counts() {
+  static const std::vector<unsigned> v = counts_from_env("CHIME_BENCH_PRODUCERS", {1, 2, 4}, 256);
+  return v;
+}
+// Asio: one strand per producer index, and one more for the background timers.
+unsigned max_producers() { return *std::max_element(producer_counts().begin(), producer_counts().end()); }
+unsigned background_producer() { return max_producers(); }
+
+// The shard counts chime (moodycamel queue) runs at (CHIME_BENCH_SHARDS).
+const std::vector<unsigned>& shard_counts() {
+  static const std::vector<unsigned> v = counts_from_env("CHIME_BENCH_SHARDS", {1, 2}, 8, {1, 2, 4, 8});
+  return v;
 }
 
 // ---------------------------------------------------------------------------
@@ -316,7 +361,7 @@ class Asio {
   static constexpr bool kAnswers = false;
   static std::string name() { return "asio_steady_timer,threads=" + std::to_string(kWorkers) + ",strand=per_producer"; }
 
-  Asio() : svc_(kWorkers, kMaxProducers + 1) {}
+  Asio() : svc_(kWorkers, max_producers() + 1) {}
 
   class Producer {
    public:
@@ -354,6 +399,9 @@ using ChimeMoodycamelSlack =
     ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), std::int64_t{50'000}>;
 // Two shards (design.md, "Shards"): two wheel threads over one slab and pool.
 using ChimeMoodycamelShards2 = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), 0, 2>;
+// Four and eight shards: registered only when CHIME_BENCH_SHARDS lists them.
+using ChimeMoodycamelShards4 = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), 0, 4>;
+using ChimeMoodycamelShards8 = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), 0, 8>;
 
 // One instance per service, with the background timers, built on first use
 // (outside any timed region) and destroyed at exit.
@@ -361,7 +409,7 @@ template <class S>
 S& service() {
   static const std::unique_ptr<S> instance = [] {
     auto s = std::make_unique<S>();
-    auto p = s->producer(kBackgroundProducer);
+    auto p = s->producer(background_producer());
     const TimePoint base = Clock::now() + kBackgroundDue;
     const auto spread = static_cast<std::uint64_t>(kBackgroundSpread.count());
     for (std::size_t i = 0; i < sizes().pending; ++i) {
@@ -798,11 +846,16 @@ void add(const std::string& scenario, const std::string& params, Fn fn, unsigned
 }
 
 // with_slack: chime at a 50 us slack too, beside its interval rule (the
-// lateness scenarios). Every scenario also runs chime with two shards.
+// lateness scenarios). Every scenario runs chime (moodycamel queue) at each
+// shard count of shard_counts() (by default one and two shards).
 template <class Fn4>
 void for_services(Fn4&& fn, bool with_slack = false) {
-  fn(static_cast<ChimeMoodycamel*>(nullptr));
-  fn(static_cast<ChimeMoodycamelShards2*>(nullptr));
+  for (unsigned k : shard_counts()) {
+    if (k == 1) fn(static_cast<ChimeMoodycamel*>(nullptr));
+    if (k == 2) fn(static_cast<ChimeMoodycamelShards2*>(nullptr));
+    if (k == 4) fn(static_cast<ChimeMoodycamelShards4*>(nullptr));
+    if (k == 8) fn(static_cast<ChimeMoodycamelShards8*>(nullptr));
+  }
   if (with_slack) fn(static_cast<ChimeMoodycamelSlack*>(nullptr));
   fn(static_cast<ChimeBoostLockfree*>(nullptr));
   fn(static_cast<MutexHeap*>(nullptr));
@@ -812,7 +865,7 @@ void for_services(Fn4&& fn, bool with_slack = false) {
 void register_all() {
   const Sizes& z = sizes();
   const std::string pending = "pending:" + std::to_string(z.pending);
-  for (unsigned P : {1u, 2u, 4u}) {
+  for (unsigned P : producer_counts()) {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
@@ -820,7 +873,7 @@ void register_all() {
              BM_ScheduleCancel<S>, P, 0);
     });
   }
-  for (unsigned P : {1u, 2u, 4u}) {
+  for (unsigned P : producer_counts()) {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
@@ -829,7 +882,7 @@ void register_all() {
              BM_ScheduleToFire<S>, P, 0);
     });
   }
-  for (unsigned P : {1u, 2u, 4u}) {
+  for (unsigned P : producer_counts()) {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services(
         [&](auto* tag) {
@@ -841,7 +894,7 @@ void register_all() {
         },
         true);
   }
-  for (unsigned P : {1u, 2u, 4u}) {
+  for (unsigned P : producer_counts()) {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
@@ -851,7 +904,7 @@ void register_all() {
              BM_Touch<S>, P, 0);
     });
   }
-  for (unsigned P : {1u, 2u, 4u}) {
+  for (unsigned P : producer_counts()) {
     const std::string prod = "/producers:" + std::to_string(P);
     for_services([&](auto* tag) {
       using S = std::remove_pointer_t<decltype(tag)>;
