@@ -420,6 +420,8 @@ class RuntimeCore {
   // interval rule.
   std::int64_t slack_ns_;
   bool exact() const noexcept { return slack_ns_ < precision_.count(); }
+  // A ManualClock: timers run only inside flush (wheel_thread.cpp, "A manual clock").
+  bool manual() const noexcept { return clock_kind_ == ClockKind::manual; }
   std::int64_t start_ns_;
   std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
   std::int64_t horizon_key_;           // the last interval the wheel advances into (runtime.cpp, horizon_key)

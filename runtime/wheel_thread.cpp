@@ -32,6 +32,17 @@
 // a due already passed, is due once its due is at or before the pass's
 // clock read: never early, as with the interval rule.
 //
+// A manual clock (ManualClock; design.md, "Clocks"): no timer runs between
+// calls. Passes apply commands whenever they come, but advance the wheel and
+// run timers only while a flush waits (may_fire), and only to the reading
+// of the latest flush (manual_release_ns), which is each run's fired_at.
+// There is no slack and no interval rule: such a pass runs every timer due
+// at or before that reading, in due order (merge_fired_into_overdue), and a
+// due already passed at application waits for the next flush like any
+// other. drain() and shutdown(fire_pending) begin with a flush. So which
+// timers run, with which due, missed and fired_at, depends only on the
+// calls; and producers never wake the wheel for a due (sleep's bound).
+//
 // Race: enqueue vs the wheel going to sleep.
 //
 //   producer                               wheel thread
@@ -308,7 +319,9 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
     stop_passes();
     return PassEnd::stopped;
   }
-  advance_and_dispatch(now);
+  // A manual clock moves the wheel only for a flush ("A manual clock"
+  // above), once every command before it is applied: runs in due order.
+  if (may_fire() && (exhausted || !core_.manual())) advance_and_dispatch(now);
   hand_over();
   wt().wheel.cascade_ahead(kCascadeAheadPerPass);  // after the hand-off: no run waits for it
   if (wt().deferred_adds.empty() && !wt().awaiting_writer) wt().writer_backoff.reset();  // no writer awaited
@@ -346,8 +359,9 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
 // must not go backwards; the wheel never moves back) and never past the
 // horizon (runtime.cpp, horizon_key).
 std::int64_t WheelThread::pass_clock() {
-  std::int64_t now = core_.clock_->now().time_since_epoch().count();
   const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
+  // A manual clock: the reading of the latest flush, not the clock's time now.
+  std::int64_t now = core_.manual() ? wt().manual_release_ns : core_.clock_->now().time_since_epoch().count();
   if (now < wheel_now) now = wheel_now;
   if (now > core_.max_wheel_now_ns_) now = core_.max_wheel_now_ns_;
   return now;
@@ -480,6 +494,7 @@ bool WheelThread::apply_batch(std::size_t begin, std::size_t end, bool& any) {
           delete request;  // its caller gave up (out of memory): Completion
         } else {
           s.flushes.push_back(request);
+          s.manual_release_ns = std::max(s.manual_release_ns, request->target_ns);
         }
         break;
       }
@@ -762,7 +777,7 @@ void WheelThread::apply(const Command& c) {
 void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application,
                        std::optional<std::int64_t> called_at_ns) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
-  if (at_application && due_now_at_application(due, called_at_ns)) {
+  if (at_application && !core_.manual() && due_now_at_application(due, called_at_ns)) {
     slot.wheel.alarm = {};
     wt().overdue.push_back(index);
     return;
@@ -884,6 +899,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     }
   }
   if (core_.exact() && !wt().advance_cut_short) fire_past_due();
+  if (core_.manual()) merge_fired_into_overdue();
   // The interval rule: a wheel alarm runs iff its due is before the
   // boundary. With slack, also iff it is at or before the clock's time.
   const std::int64_t wheel_due_now = core_.exact() ? now_ns : INT64_MIN;
@@ -922,6 +938,28 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     }
   }
   wt().wheel_fired.clear();
+}
+
+bool WheelThread::may_fire() noexcept { return !core_.manual() || !wt().flushes.empty(); }
+
+// A manual clock: this pass's runs go out in due order, ties in filing
+// order (the overdue list's, then the wheel's): the wheel's alarms join the
+// overdue list, sorted as one. Out of memory, they keep the wheel's order
+// (nondecreasing interval).
+void WheelThread::merge_fired_into_overdue() {
+  WheelThreadState& s = wt();
+  if (s.wheel_fired.empty()) return;
+  const std::size_t n = s.overdue_order.size() + s.wheel_fired.size();
+  if (!make_capacity(s.overdue_order, n) || !make_capacity(s.overdue_scratch, n)) [[unlikely]] {
+    s.pass_out_of_memory = true;
+    return;
+  }
+  for (const auto& fired : s.wheel_fired) {
+    s.overdue_order.push_back({core_.slab_[fired.second].due_ns.load(std::memory_order_relaxed),
+                               static_cast<std::uint32_t>(s.overdue_order.size()), fired.second});
+  }
+  s.wheel_fired.clear();
+  sort_overdue();
 }
 
 // Slack: after the advance, the alarms of the wheel's current interval with
@@ -1270,8 +1308,10 @@ void WheelThread::sleep(bool busy) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
   }
-  if (wt().advance_cut_short) return;  // the wheel is behind the clock: next pass at once
-  if (!wt().overdue.empty()) {  // due now: next pass
+  // A manual clock between flushes: what is due waits for the next flush.
+  const bool firing = may_fire();
+  if (firing && wt().advance_cut_short) return;  // the wheel is behind the clock: next pass at once
+  if (firing && !wt().overdue.empty()) {  // due now: next pass
     // Only a reschedule's two stores to wait for: let its thread run first
     // (yields, then short sleeps: backoff.hpp).
     if (wt().awaiting_writer) wt().writer_backoff.wait();
@@ -1306,7 +1346,9 @@ void WheelThread::sleep(bool busy) {
   // wake_at_ns (for wake_at_ns = deadline, the start of the earliest alarm's
   // interval, since next_alarm_fires_at is that interval's end).
   std::int64_t bound = INT64_MAX;
-  if (wake_at_ns != INT64_MAX && core_.exact()) {
+  if (core_.manual()) {
+    bound = INT64_MIN;  // no due needs the wheel: only a flush runs timers
+  } else if (wake_at_ns != INT64_MAX && core_.exact()) {
     bound = wake_at_ns - core_.slack_ns_;  // slack: a due d needs us by d + slack
   } else if (wake_at_ns != INT64_MAX) {
     const std::int64_t p = core_.precision_.count();

@@ -153,6 +153,11 @@ class WheelThread {
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void fire_past_due();
+  void merge_fired_into_overdue();
+  // Whether this pass may advance the wheel and run timers: always, except
+  // on a ManualClock, where only while a flush waits (wheel_thread.cpp, "A
+  // manual clock").
+  bool may_fire() noexcept;
   std::int64_t exact_deadline(std::int64_t next_fires_at_ns);
   void sort_overdue();
   void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);

@@ -86,6 +86,10 @@ struct WheelThreadState {
   std::vector<Overdue> overdue_scratch;                             // sort_overdue's second buffer
   std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired;  // this advance's alarms, by interval
   std::int64_t application_now_ns = INT64_MIN;  // the clock at this batch's application; MIN: not read yet
+  // A ManualClock (wheel_thread.cpp, "A manual clock"): the latest clock
+  // reading a flush (or drain, or shutdown(fire_pending), which begin with
+  // one) has asked this wheel to reach; the wheel never advances past it.
+  std::int64_t manual_release_ns = INT64_MIN;
   std::vector<Dispatch> dispatch_batch;         // claimed this pass for the workers, handed over at its end (hand_over)
   std::vector<LaneCore*> touched_lanes;         // lanes with runs in their batch this pass
   // Runs for lanes whose batch (or touched_lanes) could not grow (out of
