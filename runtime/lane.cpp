@@ -498,21 +498,23 @@ Lane::~Lane() {
   if (lane_ != nullptr && runtime_alive()) core_->close_lane(lane_);
 }
 
-TimerId Lane::schedule_at(TimePoint due, Task task) {
+TimerId Lane::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
   check("schedule_at");
+  const std::uint8_t slack_code = core_->slack_code(slack, "schedule_at");
   const detail::LaneToken token(*lane_);
-  return core_->schedule(due, 0, Missed::skip, std::move(task), token.get(), lane_);
+  return core_->schedule(due, 0, Missed::skip, std::move(task), token.get(), lane_, 0, slack_code);
 }
-TimerId Lane::schedule_after(Duration delay, Task task) {
+TimerId Lane::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
   check("schedule_after");
+  const std::uint8_t slack_code = core_->slack_code(slack, "schedule_after");
   const detail::LaneToken token(*lane_);
   return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), token.get(),
-                         lane_);
+                         lane_, 0, slack_code);
 }
-TimerId Lane::schedule_every(Duration period, Task task, PeriodicOptions options) {
+TimerId Lane::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
   check("schedule_every");
   const detail::LaneToken token(*lane_);
-  return detail::schedule_periodic(*core_, period, std::move(task), options, token.get(), lane_);
+  return detail::schedule_periodic(*core_, period, std::move(task), options, token.get(), lane_, slack);
 }
 bool Lane::cancel(TimerId id) {
   check("cancel");
@@ -557,9 +559,9 @@ std::size_t Lane::wait_and_run(TimePoint deadline) {
   check("wait_and_run");
   return core_->wait_and_run(*lane_, deadline);
 }
-LaneSleep Lane::sleep_for(Duration delay) {
+LaneSleep Lane::sleep_for(Duration delay, std::optional<Duration> slack) {
   check("sleep_for");
-  return LaneSleep(*this, detail::saturating_after(core_->now(), delay));
+  return LaneSleep(*this, detail::saturating_after(core_->now(), delay), slack);
 }
 const Clock& Lane::clock() const {
   check("clock");
@@ -612,8 +614,8 @@ struct LaneSleepResumer {
   }
 };
 
-LaneSleep::LaneSleep(const Lane& lane, TimePoint due) noexcept
-    : core_(lane.core_), lane_(lane.lane_), alive_(lane.alive_), due_(due) {
+LaneSleep::LaneSleep(const Lane& lane, TimePoint due, std::optional<Duration> slack) noexcept
+    : core_(lane.core_), lane_(lane.lane_), alive_(lane.alive_), due_(due), slack_(slack) {
   // relaxed: the Lane is alive, so its generation is stable (as Timer's).
   if (lane_ != nullptr && runtime_alive()) lane_generation_ = lane_->generation.load(std::memory_order_relaxed);
 }
@@ -662,13 +664,14 @@ void LaneSleep::suspend(std::coroutine_handle<> h, bool owns_frame) {
         "chime::Lane::sleep_until (or sleep_for) awaited after its Lane was destroyed (a sleep is awaited while its "
         "Lane lives)");
   }
+  const std::uint8_t slack_code = core_->slack_code(slack_, "sleep_until (or sleep_for)");
   handle_ = h;
   scheduler_ = std::this_thread::get_id();
   const detail::LaneToken token(*lane_);
   // With the generation the sleep was made with: a Lane destroyed meanwhile
   // has the wheel thread cancel it (L1), never hand it to the core's next Lane.
   id_ = core_->schedule(due_, 0, Missed::skip, Task(LaneSleepResumer(this, owns_frame)), token.get(), lane_,
-                        lane_generation_);
+                        lane_generation_, slack_code);
   scheduled_.store(true, std::memory_order_release);
 }
 

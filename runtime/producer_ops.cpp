@@ -404,7 +404,7 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
                                                                           std::int64_t period_ns, Missed on_missed,
                                                                           Task&& task, LaneCore* lane,
                                                                           std::uint32_t lane_generation,
-                                                                          bool must_post) {
+                                                                          bool must_post, std::uint8_t slack_code) {
   WheelThread& shard = *r.shard;
   ProducerQueueToken* const token = r.token;
   ProducerQueueToken* const queue_token = token_for(shard, token);
@@ -417,6 +417,7 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.period_ns = period_ns;
   slot.on_missed = on_missed;
+  slot.slack_code = slack_code;
   slot.shard.store(static_cast<std::uint8_t>(shard.index()), std::memory_order_relaxed);  // published by S1
   slot.lane.store(lane, std::memory_order_relaxed);  // published by S1's release, as the fields above
   // relaxed: the Lane calling us is alive (its generation is stable while it
@@ -460,9 +461,11 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
 }
 
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
-                              ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation) {
+                              ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation,
+                              std::uint8_t slack_code) {
   const ScheduleReservation r = reserve_schedule_inline(due, token, lane, 0);
-  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, false);
+  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, false,
+                                slack_code);
 }
 
 RuntimeCore::ScheduleReservation RuntimeCore::reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
@@ -472,8 +475,9 @@ RuntimeCore::ScheduleReservation RuntimeCore::reserve_schedule(TimePoint due, Pr
 
 TimerId RuntimeCore::commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns,
                                      Missed on_missed, Task&& task, LaneCore* lane, std::uint32_t lane_generation,
-                                     bool must_post) {
-  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, must_post);
+                                     bool must_post, std::uint8_t slack_code) {
+  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, must_post,
+                                slack_code);
 }
 
 // One CAS decides it (C1, C2, C3 or C4) and nothing else happens on the

@@ -154,10 +154,9 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
                   : dynamic_cast<const ManualClock*>(clock_) != nullptr ? ClockKind::manual
                                                                         : ClockKind::other),
       precision_(options_.precision),
-      // A manual clock has no wake-up to save: no slack, no interval rule.
-      slack_ns_(clock_kind_ == ClockKind::manual     ? 0
-                : options_.slack == Duration::zero() ? options_.precision.count()
-                                                   : std::min(options_.slack, options_.precision).count()),
+      fixed_slack_code_(options_.slack == Duration::zero()
+                            ? SlackCode::runtime_default
+                            : slack_code_for(options_.slack.count(), options_.precision.count())),
       start_ns_(clock_->now().time_since_epoch().count()),
       max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
       horizon_key_(horizon_key(start_ns_, precision_.count())),
@@ -542,30 +541,34 @@ void Producer::fail(const char* what) const {
   detail::throw_runtime_gone("Producer");
 }
 
-TimerId Producer::schedule_at(TimePoint due, Task task) {
-  return core("schedule_at").schedule(due, 0, Missed::skip, std::move(task), token_.get());
+TimerId Producer::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
+  detail::RuntimeCore& c = core("schedule_at");
+  return c.schedule(due, 0, Missed::skip, std::move(task), token_.get(), nullptr, 0,
+                    c.slack_code(slack, "schedule_at"));
 }
-TimerId Producer::schedule_after(Duration delay, Task task) {
+TimerId Producer::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
   detail::RuntimeCore& c = core("schedule_after");
-  return c.schedule(detail::saturating_after(c.now(), delay), 0, Missed::skip, std::move(task), token_.get());
+  return c.schedule(detail::saturating_after(c.now(), delay), 0, Missed::skip, std::move(task), token_.get(), nullptr,
+                    0, c.slack_code(slack, "schedule_after"));
 }
 
 namespace detail {
 TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
-                          ProducerQueueToken* token, LaneCore* lane) {
+                          ProducerQueueToken* token, LaneCore* lane, std::optional<Duration> slack) {
+  const std::uint8_t slack_code = core.slack_code(slack, "schedule_every");
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime: schedule_every needs a positive period, got " + std::to_string(period.count()) +
                                 " ns");
   }
   const TimePoint first = options.first_due ? *options.first_due : detail::saturating_after(core.now(), period);
-  return core.schedule(first, period.count(), options.on_missed, std::move(task), token, lane);
+  return core.schedule(first, period.count(), options.on_missed, std::move(task), token, lane, 0, slack_code);
 }
 }  // namespace detail
 
 using detail::schedule_periodic;
 
-TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions options) {
-  return schedule_periodic(core("schedule_every"), period, std::move(task), options, token_.get());
+TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
+  return schedule_periodic(core("schedule_every"), period, std::move(task), options, token_.get(), nullptr, slack);
 }
 bool Producer::cancel(TimerId id) { return core("cancel").cancel(id, token_.get()); }
 CancelResult Producer::try_cancel(TimerId id) { return core("try_cancel").try_cancel(id); }
@@ -584,14 +587,16 @@ Runtime::Runtime() : Runtime(Options{}) {}
 Runtime::Runtime(Options options) : core_(std::make_unique<detail::RuntimeCore>(std::move(options))) {}
 Runtime::~Runtime() = default;
 
-TimerId Runtime::schedule_at(TimePoint due, Task task) {
-  return core_->schedule(due, 0, Missed::skip, std::move(task), nullptr);
+TimerId Runtime::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
+  return core_->schedule(due, 0, Missed::skip, std::move(task), nullptr, nullptr, 0,
+                         core_->slack_code(slack, "schedule_at"));
 }
-TimerId Runtime::schedule_after(Duration delay, Task task) {
-  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), nullptr);
+TimerId Runtime::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
+  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), nullptr,
+                         nullptr, 0, core_->slack_code(slack, "schedule_after"));
 }
-TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions options) {
-  return schedule_periodic(*core_, period, std::move(task), options, nullptr);
+TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
+  return schedule_periodic(*core_, period, std::move(task), options, nullptr, nullptr, slack);
 }
 bool Runtime::cancel(TimerId id) { return core_->cancel(id, nullptr); }
 CancelResult Runtime::try_cancel(TimerId id) { return core_->try_cancel(id); }

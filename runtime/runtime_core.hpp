@@ -45,6 +45,7 @@
 #include "command_queue.hpp"
 #include "dispatch.hpp"
 #include "lane_core.hpp"
+#include "slack.hpp"
 #include "runtime_stats.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
@@ -65,7 +66,8 @@ class RuntimeCore;
 extern thread_local RuntimeCore** tls_simulation_request;
 // schedule_every's checks and first due, then schedule. runtime.cpp.
 TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
-                          ProducerQueueToken* token, LaneCore* lane = nullptr);
+                          ProducerQueueToken* token, LaneCore* lane = nullptr,
+                          std::optional<Duration> slack = std::nullopt);
 // The callback this thread runs, if any (worker_pool.cpp sets it around
 // each run): its exception is reported as that run's. False outside a run.
 bool report_to_running_callback(std::exception_ptr e) noexcept;  // producer_ops.cpp
@@ -229,8 +231,16 @@ class RuntimeCore {
   // sub-queue). `lane_generation`: the generation of `lane` the caller
   // expects (a Timer's, recorded when it was made); 0: the lane's current
   // one (a Lane's own calls: it is alive).
+  // A caller's slack argument as a slot stores it (slack.hpp): throws
+  // std::invalid_argument, naming `what`, for a negative one.
+  std::uint8_t slack_code(std::optional<Duration> slack, const char* what) const {
+    return slack_code_of(slack, precision_, what);
+  }
+  // `slack_code`: the timer's slack (slack.hpp; slack_code_of checks a
+  // caller's argument).
   TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
-                   LaneCore* lane = nullptr, std::uint32_t lane_generation = 0);
+                   LaneCore* lane = nullptr, std::uint32_t lane_generation = 0,
+                   std::uint8_t slack_code = SlackCode::runtime_default);
   // schedule() in two steps, for a caller that must know the schedule will
   // be accepted before it gives up something (chime::Timer's re-arm
   // replaces its pending run only then). reserve_schedule throws what
@@ -246,7 +256,8 @@ class RuntimeCore {
   ScheduleReservation reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                        std::size_t extra_pending);
   TimerId commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post);
+                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
+                          std::uint8_t slack_code);
   void release_reservation(const ScheduleReservation& r) noexcept;
 
  private:
@@ -254,7 +265,8 @@ class RuntimeCore {
   ScheduleReservation reserve_schedule_inline(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                               std::size_t extra_pending);
   TimerId commit_schedule_inline(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post);
+                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
+                                 std::uint8_t slack_code);
 
  public:
   bool cancel(TimerId id, ProducerQueueToken* token);
@@ -413,15 +425,17 @@ class RuntimeCore {
   const Clock* clock_;
   ClockKind clock_kind_;
   Duration precision_;
-  // RuntimeOptions::slack, at most the precision (the default: zero given).
-  // Below the precision the wheel thread fires timers of the current
-  // interval once their exact due has passed, and sleeps until the earliest
-  // due plus this (wheel_thread.cpp, "Slack"); at the precision it keeps the
-  // interval rule.
-  std::int64_t slack_ns_;
-  bool exact() const noexcept { return slack_ns_ < precision_.count(); }
+  // RuntimeOptions::slack as a code (slack.hpp), or runtime_default when
+  // not set: the slack of every timer that gives none.
+  std::uint8_t fixed_slack_code_;
   // A ManualClock: timers run only inside flush (wheel_thread.cpp, "A manual clock").
   bool manual() const noexcept { return clock_kind_ == ClockKind::manual; }
+  // The slack of a timer that gave none (RuntimeOptions::slack when set,
+  // else proportional to `delay_ns`: slack.hpp).
+  std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
+    return fixed_slack_code_ != SlackCode::runtime_default ? fixed_slack_code_
+                                                             : default_slack_code(delay_ns, precision_.count());
+  }
   std::int64_t start_ns_;
   std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
   std::int64_t horizon_key_;           // the last interval the wheel advances into (runtime.cpp, horizon_key)

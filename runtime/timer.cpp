@@ -46,6 +46,7 @@ struct TimerHandleState {
     TimePoint due;
     std::int64_t period_ns = 0;  // 0: one-shot
     Missed on_missed = Missed::skip;
+    std::uint8_t slack_code = SlackCode::runtime_default;  // slack.hpp
   };
 
   TimerHandleState(RuntimeCore& runtime, Task t, LaneCore* l = nullptr, std::uint32_t l_generation = 0)
@@ -120,8 +121,9 @@ struct TimerHandleState {
   void schedule_locked(const Arm& a) {
     stopped = true;
     check_lane("arm");
-    current = rt.schedule(a.due, a.period_ns, a.on_missed, trampoline(), nullptr, lane, lane_generation);
+    current = rt.schedule(a.due, a.period_ns, a.on_missed, trampoline(), nullptr, lane, lane_generation, a.slack_code);
     periodic = a.period_ns != 0;
+    slack_code = a.slack_code;
     stopped = false;
   }
 
@@ -147,7 +149,10 @@ struct TimerHandleState {
     // The fast path: a pending one-shot moved to the new due in place (a
     // later due posts no command). Throws std::out_of_range for a due
     // beyond the range, leaving the timer as it was.
-    if (replaces && !periodic && a.period_ns == 0 && rt.reschedule(current, a.due, nullptr)) return;
+    // (Only with the same slack: a reschedule keeps the timer's.)
+    if (replaces && !periodic && a.period_ns == 0 && a.slack_code == slack_code && rt.reschedule(current, a.due, nullptr)) {
+      return;
+    }
     // The run it replaces ends below (or has already): max_pending may be
     // exceeded by it meanwhile.
     const RuntimeCore::ScheduleReservation r = rt.reserve_schedule(a.due, nullptr, lane, replaces ? 1 : 0);
@@ -164,8 +169,10 @@ struct TimerHandleState {
     stopped = true;
     // Only shutdown, begun since the reservation, can refuse it now: the
     // Timer is then disarmed, as shutdown would have left it.
-    current = rt.commit_schedule(r, a.due, a.period_ns, a.on_missed, trampoline(), lane, lane_generation, true);
+    current = rt.commit_schedule(r, a.due, a.period_ns, a.on_missed, trampoline(), lane, lane_generation, true,
+                                 a.slack_code);
     periodic = a.period_ns != 0;
+    slack_code = a.slack_code;
     stopped = false;
   }
 
@@ -185,6 +192,7 @@ struct TimerHandleState {
   mutable std::mutex mutex;
   TimerId current;
   bool periodic = false;
+  std::uint8_t slack_code = SlackCode::runtime_default;  // the current run's (slack.hpp)
   bool stopped = true;
   bool in_run = false;
   std::thread::id runner;
@@ -266,24 +274,26 @@ void Timer::check_armable(const char* what) const {
   if (!state_->runtime_alive()) detail::throw_runtime_gone("Timer");
 }
 
-void Timer::arm_at(TimePoint due) {
+void Timer::arm_at(TimePoint due, std::optional<Duration> slack) {
   check_armable("arm_at");
-  state_->arm({due, 0, Missed::skip});
+  state_->arm({due, 0, Missed::skip, state_->rt.slack_code(slack, "Timer::arm_at")});
 }
 
-void Timer::arm_after(Duration delay) {
+void Timer::arm_after(Duration delay, std::optional<Duration> slack) {
   check_armable("arm_after");
-  state_->arm({detail::saturating_after(state_->rt.now(), delay), 0, Missed::skip});
+  const std::uint8_t slack_code = state_->rt.slack_code(slack, "Timer::arm_after");
+  state_->arm({detail::saturating_after(state_->rt.now(), delay), 0, Missed::skip, slack_code});
 }
 
-void Timer::arm_every(Duration period, PeriodicOptions options) {
+void Timer::arm_every(Duration period, PeriodicOptions options, std::optional<Duration> slack) {
   check_armable("arm_every");
+  const std::uint8_t slack_code = state_->rt.slack_code(slack, "Timer::arm_every");
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime::Timer::arm_every needs a positive period, got " +
                                 std::to_string(period.count()) + " ns");
   }
   const TimePoint first = options.first_due ? *options.first_due : detail::saturating_after(state_->rt.now(), period);
-  state_->arm({first, period.count(), options.on_missed});
+  state_->arm({first, period.count(), options.on_missed, slack_code});
 }
 
 bool Timer::disarm() {

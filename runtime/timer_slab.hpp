@@ -41,6 +41,7 @@
 #include "chime/runtime.hpp"
 #include "chime/timing_wheel.hpp"
 #include "free_slot_stack.hpp"
+#include "slack.hpp"
 #include "timer_state.hpp"
 
 namespace chime::detail {
@@ -103,6 +104,10 @@ struct alignas(64) TimerSlot {
   // reschedule or re-arm for it or counts its lazy cancel, after loading a
   // word of its generation: atomic for the reason `lane` is (above).
   std::atomic<std::uint8_t> shard{0};
+  // Its slack (slack.hpp, SlackCode): written by the scheduling producer
+  // before S1, like `task`; read by the wheel thread when it files the
+  // timer (after its acquire load of the word).
+  std::uint8_t slack_code = SlackCode::runtime_default;
   // Line 1:
   alignas(64) Task task;
 };
@@ -111,6 +116,7 @@ static_assert(sizeof(TimerSlot) == 128,
 static_assert(offsetof(TimerSlot, task) == 64);
 static_assert(offsetof(TimerSlot, lane_generation) + sizeof(std::uint32_t) <= 64);
 static_assert(offsetof(TimerSlot, shard) + 1 <= 64, "the shard is read with the state word: line 0");
+static_assert(offsetof(TimerSlot, slack_code) + 1 <= 64, "the slack is read when filing, with the state word");
 
 // The slot's word once no reschedule or cancel owns its fields: Writing and
 // Cancelling are two stores from done (R2, or R3/K1 after a cancel won), so

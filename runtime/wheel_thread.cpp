@@ -22,15 +22,21 @@
 //   5. sleep until the next alarm is due, or until a producer wakes us.
 //      Otherwise start the next pass at once.
 //
-// Slack (RuntimeOptions::slack below the precision; design.md, "Slack"):
-// the wheel keeps its grid, and a pass also fires the alarms of the current
-// interval whose time has come (fire_past_due, in time order), instead of
-// waiting for the interval to end; the wheel thread sleeps until the
-// earliest alarm time plus the slack (exact_deadline), so that alarms due
-// within the slack of it share the wake-up, and producers wake it for a due
-// before that wake-up minus the slack. A wheel alarm, or a timer filed with
-// a due already passed, is due once its due is at or before the pass's
-// clock read: never early, as with the interval rule.
+// Slack (design.md, "Slack"; slack.hpp): each timer has a slack s, its
+// own, RuntimeOptions::slack, or by default proportional to its delay. The
+// wheel keeps its grid of precision intervals, but files each timer at its
+// fire time (fire_time): the first point of its slack's power-of-two grid at
+// or after its due, or, for a slack at or above the precision (the interval
+// rule), the last nanosecond of its due's interval. The wheel thread sleeps
+// until the earliest fire time (exact_deadline; the end of the earliest
+// interval when only interval-rule timers are in it, so that its advance
+// fires the slot whole); a pass fires, besides what its advance crosses,
+// the alarms of the current interval whose fire time has come
+// (fire_past_due, in time order). A wheel alarm, or a timer filed with a
+// due already passed, runs once its due is at or before the pass's clock
+// read: never early. Producers wake a sleeping wheel thread for a due
+// before its wake-up (sleep's bound): a timer's fire time is never before
+// its due.
 //
 // A manual clock (ManualClock; design.md, "Clocks"): no timer runs between
 // calls. Passes apply commands whenever they come, but advance the wheel and
@@ -782,7 +788,7 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
     wt().overdue.push_back(index);
     return;
   }
-  const TimePoint now = wt().wheel.now();
+  const std::int64_t now = wt().wheel.now().time_since_epoch().count();
   const std::int64_t bound = wt().wheel.alarm_upper_bound().time_since_epoch().count();
   if (due >= bound) {
     // Beyond what the wheel can hold now (a periodic timer's next run far
@@ -792,17 +798,45 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
     // wheel never advances past the horizon interval, where the bound is
     // still the next interval's start (runtime.cpp, horizon_key).
     slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
-  } else if (due > now.time_since_epoch().count() || (due == now.time_since_epoch().count() && !core_.exact())) {
-    slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(due)), index);
-  } else if (core_.exact()) {
-    slot.wheel.alarm = {};
-    wt().overdue.push_back(index);  // slack: its due has passed, it goes out next pass
-  } else if (due >= wt().wheel.now_interval_num_start().time_since_epoch().count()) {
-    slot.wheel.alarm = wt().wheel.add(now, index);  // same interval as `due`: fires exactly when `due` would
+  } else if (due > now) {
+    // At its fire time (slack), within the wheel's range: the earlier of
+    // the two, never before the due (due < bound).
+    const __int128 at = fire_time(slot, due, at_application);
+    slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(at < bound ? static_cast<std::int64_t>(at) : bound - 1)), index);
   } else {
     slot.wheel.alarm = {};
-    wt().overdue.push_back(index);
+    wt().overdue.push_back(index);  // its due has passed: it goes out with the next advance
   }
+}
+
+// Slack (above; slack.hpp): the time to file a timer due at `due` (after
+// the wheel's now) at. A manual clock: the due itself. The default slack's
+// delay is measured from the clock at application (read once per batch),
+// else from the wheel's time (a re-file, after the pass's advance); a
+// periodic timer's is its period.
+__int128 WheelThread::fire_time(const TimerSlot& slot, std::int64_t due, bool at_application) {
+  if (core_.manual()) return due;
+  std::uint8_t code = slot.slack_code;
+  if (code == SlackCode::runtime_default) {
+    std::int64_t delay = slot.period_ns;
+    if (delay == 0) {
+      std::int64_t now = wt().wheel.now().time_since_epoch().count();
+      if (at_application) {
+        if (wt().application_now_ns == INT64_MIN) {
+          wt().application_now_ns = core_.clock_->now().time_since_epoch().count();
+        }
+        now = std::max(now, wt().application_now_ns);
+      }
+      delay = static_cast<std::int64_t>(std::min<__int128>(static_cast<__int128>(due) - now, INT64_MAX));
+    }
+    code = core_.runtime_slack_code(delay);
+  }
+  if (code == SlackCode::interval_rule) {
+    // The last nanosecond of its interval: it runs when the interval ends.
+    return static_cast<__int128>(wt().wheel.interval_start(TimePoint(Duration(due))).time_since_epoch().count()) +
+           core_.precision_.count() - 1;
+  }
+  return grid_fire_time(due, code);
 }
 
 // Sorts overdue_order (built in filing order) by due, ties in filing
@@ -898,11 +932,12 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
            !core_.due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
     }
   }
-  if (core_.exact() && !wt().advance_cut_short) fire_past_due();
+  if (!wt().advance_cut_short) fire_past_due();
   if (core_.manual()) merge_fired_into_overdue();
-  // The interval rule: a wheel alarm runs iff its due is before the
-  // boundary. With slack, also iff it is at or before the clock's time.
-  const std::int64_t wheel_due_now = core_.exact() ? now_ns : INT64_MIN;
+  // A wheel alarm runs iff its due is before the boundary, or at or before
+  // the clock's time (a timer whose alarm fired is due by then, unless a
+  // touch moved it later).
+  const std::int64_t wheel_due_now = now_ns;
   // An advance cut short stopped at the start of its last fired alarm's
   // interval; every alarm it fired is before the interval of now_ns, which
   // is the boundary it would have reached.
@@ -995,7 +1030,9 @@ std::int64_t WheelThread::exact_deadline(std::int64_t next_fires_at_ns) {
   const auto min_time = wheel.min_alarm_time();
   if (!min_time) return next_fires_at_ns;
   const std::int64_t t = min_time->time_since_epoch().count();
-  return t > next_fires_at_ns - core_.slack_ns_ ? next_fires_at_ns : t + core_.slack_ns_;
+  // The last nanosecond of the interval (interval-rule timers only): wake
+  // when it ends, and let the advance fire the whole slot.
+  return t >= next_fires_at_ns - 1 ? next_fires_at_ns : t;
 }
 
 // A filed timer whose alarm fired (or that was overdue): a timer may run iff
@@ -1326,7 +1363,7 @@ void WheelThread::sleep(bool busy) {
   if (const auto next = wt().wheel.next_alarm_fires_at();
       next && wt().wheel.now().time_since_epoch().count() < core_.max_wheel_now_ns_) {
     deadline = next->time_since_epoch().count();
-    if (core_.exact()) deadline = exact_deadline(deadline);
+    deadline = exact_deadline(deadline);
   }
   // Lingering (commands keep coming): wake up at most kLingerNs from now even
   // if no alarm is due, so that a stream of commands (new timers due before
@@ -1348,12 +1385,11 @@ void WheelThread::sleep(bool busy) {
   std::int64_t bound = INT64_MAX;
   if (core_.manual()) {
     bound = INT64_MIN;  // no due needs the wheel: only a flush runs timers
-  } else if (wake_at_ns != INT64_MAX && core_.exact()) {
-    bound = wake_at_ns - core_.slack_ns_;  // slack: a due d needs us by d + slack
   } else if (wake_at_ns != INT64_MAX) {
-    const std::int64_t p = core_.precision_.count();
-    const __int128 k = (static_cast<__int128>(wake_at_ns) - 1 - core_.start_ns_) / p;
-    bound = static_cast<std::int64_t>(core_.start_ns_ + k * p);
+    // A timer's fire time is at or after its due: one due before the
+    // wake-up may need it earlier (one that does not, an interval-rule timer
+    // in the wake-up's own interval, costs a wake-up that files it).
+    bound = wake_at_ns;
   }
 
   const std::uint32_t seen = wake_.prepare();

@@ -150,6 +150,7 @@ class WheelThread {
   void file(std::uint32_t index, TimerSlot& slot, bool at_application,
             std::optional<std::int64_t> called_at_ns = std::nullopt);
   bool due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns);
+  __int128 fire_time(const TimerSlot& slot, std::int64_t due, bool at_application);
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void fire_past_due();

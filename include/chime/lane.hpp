@@ -166,7 +166,7 @@ struct Detached {
 // The awaitable of Lane::sleep_for / sleep_until.
 class [[nodiscard]] LaneSleep {
  public:
-  LaneSleep(const Lane& lane, TimePoint due) noexcept;
+  LaneSleep(const Lane& lane, TimePoint due, std::optional<Duration> slack = std::nullopt) noexcept;
   LaneSleep(const LaneSleep&) = delete;
   LaneSleep& operator=(const LaneSleep&) = delete;
   // A sleep still pending (the frame is destroyed while suspended): cancelled.
@@ -193,6 +193,7 @@ class [[nodiscard]] LaneSleep {
   std::shared_ptr<const detail::RuntimeAlive> alive_;
   std::uint32_t lane_generation_ = 0;
   TimePoint due_;
+  std::optional<Duration> slack_;  // checked at the co_await (as schedule_at's)
   TimerId id_;
   std::coroutine_handle<> handle_;
   std::thread::id scheduler_;             // the thread in await_suspend
@@ -221,9 +222,10 @@ class Lane {
   ~Lane();
 
   // The nine timer operations: runtime.hpp's table, and the differences above.
-  TimerId schedule_at(TimePoint due, Task task);
-  TimerId schedule_after(Duration delay, Task task);
-  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
+  TimerId schedule_at(TimePoint due, Task task, std::optional<Duration> slack = std::nullopt);
+  TimerId schedule_after(Duration delay, Task task, std::optional<Duration> slack = std::nullopt);
+  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {},
+                         std::optional<Duration> slack = std::nullopt);
   bool cancel(TimerId id);
   CancelResult try_cancel(TimerId id);
   CancelResult cancel_and_wait(TimerId id);
@@ -259,8 +261,11 @@ class Lane {
   // runtime's clock, read at this call). Any thread; the sleep's timer is
   // scheduled at the co_await (errors then: as schedule_at). Never blocks,
   // never allocates.
-  LaneSleep sleep_for(Duration delay);
-  LaneSleep sleep_until(TimePoint due) noexcept { return LaneSleep(*this, due); }
+  // `slack`: as schedule_at's (design.md, "Slack").
+  LaneSleep sleep_for(Duration delay, std::optional<Duration> slack = std::nullopt);
+  LaneSleep sleep_until(TimePoint due, std::optional<Duration> slack = std::nullopt) noexcept {
+    return LaneSleep(*this, due, slack);
+  }
 
   // The runtime's clock. Any thread. Never blocks, never allocates.
   const Clock& clock() const;

@@ -391,9 +391,10 @@ class Producer {
   Producer& operator=(Producer&&) noexcept;
   ~Producer();
 
-  TimerId schedule_at(TimePoint due, Task task);
-  TimerId schedule_after(Duration delay, Task task);
-  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
+  TimerId schedule_at(TimePoint due, Task task, std::optional<Duration> slack = std::nullopt);
+  TimerId schedule_after(Duration delay, Task task, std::optional<Duration> slack = std::nullopt);
+  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {},
+                         std::optional<Duration> slack = std::nullopt);
   bool cancel(TimerId id);
   CancelResult try_cancel(TimerId id);
   CancelResult cancel_and_wait(TimerId id);
@@ -439,10 +440,11 @@ class Runtime {
   // CapacityError at max_queue_depth names the depth and the bound: the
   // wheel thread is behind, so retry later or shed the work (G18). Thread,
   // blocking, allocation, errors: the operations' table above.
-  TimerId schedule_at(TimePoint due, Task task);
-  TimerId schedule_after(Duration delay, Task task);
+  TimerId schedule_at(TimePoint due, Task task, std::optional<Duration> slack = std::nullopt);
+  TimerId schedule_after(Duration delay, Task task, std::optional<Duration> slack = std::nullopt);
   // Fixed-rate periodic timer (G14).
-  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {});
+  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {},
+                         std::optional<Duration> slack = std::nullopt);
 
   // Returns true iff this call stopped at least one run from starting: a
   // one-shot's callback has not started and never will (a run handed to a

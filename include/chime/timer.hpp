@@ -123,11 +123,11 @@ class Timer {
   // Never waits for a run. No allocation in steady state (as
   // Runtime::schedule_at: a slab or queue growth). Throws as listed under
   // Errors above.
-  void arm_at(TimePoint due);
-  void arm_after(Duration delay);
+  void arm_at(TimePoint due, std::optional<Duration> slack = std::nullopt);
+  void arm_after(Duration delay, std::optional<Duration> slack = std::nullopt);
   // Arm a fixed-rate periodic run (Runtime::schedule_every), replacing a
   // pending run. As arm_at; also std::invalid_argument for a period <= 0.
-  void arm_every(Duration period, PeriodicOptions options = {});
+  void arm_every(Duration period, PeriodicOptions options = {}, std::optional<Duration> slack = std::nullopt);
 
   // True iff a pending run was prevented (a pending run, or an arm waiting
   // for the run in progress to return). Does not wait for a run in progress.
