@@ -290,6 +290,7 @@ class KeyWheel {
                               " exceeds max_representable_key " + std::to_string(max_representable_key));
     }
     RemovingScope scope(*this);
+    moved_by_last_increase_ = 0;
     for (;;) {
       if (num_levels_ > 1 && key < level0_end()) {
         // The common short advance: every key below `key` is on level 0, so
@@ -360,6 +361,11 @@ class KeyWheel {
     }
     return ahead_source_ != kNoSource;
   }
+
+  // Elements the last increase_min_allowed_key that raised the minimum
+  // re-filed from a higher level to a lower one (its cascading work; the
+  // elements it removed are not counted). Never allocates.
+  std::size_t moved_by_last_increase() const noexcept { return moved_by_last_increase_; }
 
   // An element with the minimum key, if any. O(levels) plus one slot scan on a
   // cache miss. Never allocates.
@@ -962,6 +968,7 @@ class KeyWheel {
       const std::uint32_t next = pool_[i].next;
       if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
       link(i);
+      ++moved_by_last_increase_;
       i = next;
     } while (i != head);
   }
@@ -1001,6 +1008,7 @@ class KeyWheel {
   Key ahead_block_ = kNoAhead;
   std::size_t ahead_source_ = kNoSource;
   mutable std::uint32_t min_cache_ = detail::kNilIndex;
+  std::size_t moved_by_last_increase_ = 0;
   bool removing_ = false;
 };
 
