@@ -17,13 +17,18 @@
 //   only ever to a lower level) plus O(levels) per non-empty slot crossed.
 //   Empty slots are skipped by bitmap, so the cost never depends on how far
 //   the key jumps nor on the number of elements that stay.
-// - `cascade_ahead(budget)`: O(budget). It moves the next level-0 block down
-//   ahead of time, so the increase that enters that block cascades only what
-//   is left (see "Moving the next block down ahead" below).
+// - `cascade_ahead(budget)`: O(levels + budget). It moves the next span of
+//   every level down ahead of time, so the increase that enters a span
+//   cascades only what is left. Called once per key step with a budget of
+//   about twice the elements due per step per level (more if adds are
+//   bursty), it leaves nothing: no increase of one key re-files an element
+//   (see "Moving the next span down ahead" below).
+//   `moved_by_last_increase()` reports what the last increase re-filed.
 // - Elements are removed in nondecreasing key order. Among equal keys, those
 //   added while their key was within level 0 (now's block, or the next block
-//   once cascade_ahead has started on it) go in insertion order; elements
-//   moved down from a higher level join the end of their slot.
+//   once cascade_ahead has moved it there) go in insertion order; elements
+//   moved down from a higher level (by an increase or by cascade_ahead) join
+//   the end of their slot.
 // - `min_elt`, `min_key`: O(levels) bitmap lookups to find the first non-empty
 //   slot, then, if it is above level 0, that slot's minimum: kept per slot as
 //   elements are added (O(1)) and found by a scan of the slot only after its
@@ -55,21 +60,22 @@
 //   level | slots  | keys per slot | an element with key k lives here iff
 //   ------+--------+---------------+------------------------------------------
 //   0     | 2^b_0  | 1             | k and now agree on every bit >= S_1
-//         |  (x 2 below another level: the next block's bank, see below)
 //   i     | 2^b_i  | 2^S_i         | the highest bit where k and now differ
 //         |        |               |   is in [S_i, S_{i+1})
 //   L-1   | 2^b_L-1| 2^S_{L-1}     | ... is >= S_{L-1}  (the top level)
 //
-// within slot (k >> S_i) mod 2^b_i. Default bits {11,10,10,10,10,10}:
+// within slot (k >> S_i) mod 2^b_i; below the top, each level has a second
+// bank of 2^b_i slots for its next span (see below), so the slot is
+// (k >> S_i) mod 2^(b_i+1). Default bits {11,10,10,10,10,10}:
 //
 //   level | slots | keys per slot | span (keys)
 //   ------+-------+---------------+------------
-//   0     | 2x2048| 1             | 2^11 (two banks: now's block, the next)
-//   1     | 1024  | 2^11          | 2^21
-//   2     | 1024  | 2^21          | 2^31
-//   3     | 1024  | 2^31          | 2^41
-//   4     | 1024  | 2^41          | 2^51
-//   5     | 1024  | 2^51          | 2^61
+//   0     | 2x2048| 1             | 2^11 (two banks: now's span, the next)
+//   1     | 2x1024| 2^11          | 2^21
+//   2     | 2x1024| 2^21          | 2^31
+//   3     | 2x1024| 2^31          | 2^41
+//   4     | 2x1024| 2^41          | 2^51
+//   5     | 1024  | 2^51          | 2^61 (the top: one bank)
 //
 // So level i holds exactly the keys of the level-(i+1) slot that `now` is in,
 // minus `now`'s own level-i slot (those are lower): the levels cover disjoint,
@@ -89,23 +95,53 @@
 // key is at or below the target, after setting `now` to that slot's first key.
 // check_invariants() verifies all of it.
 //
-// Moving the next block down ahead. Cascading is O(1) per element, but the
-// increase that enters a new level-0 block (every 2^b_0 keys) cascades the
-// whole next level-1 slot at once: every element due in that block. A wheel
-// fed at a high rate then stalls in one increase for as long as that takes
-// (19 ms at 600k timers/s in the runtime, docs/benchmarks.md). So, below
-// another level, level 0 has two banks of 2^b_0 slots, addressed by key mod
-// 2^(b_0+1): now's block, and the next block B. `cascade_ahead(budget)`
-// marks B as moved down ahead (ahead_block_) and moves up to `budget`
-// elements of its level-1 slot (ahead_source_) into B's bank; from then on,
-// adds and key changes into B go to level 0 directly. So the exceptions to
-// the placement rule above are exactly: keys in B sit at level 0 (B's bank)
-// or, not yet moved, in B's level-1 slot. Finding the minimum then looks at
-// now's bank, then B's level-1 slot (its first key is B's first) together
-// with the first slot of B's bank, then B's bank. When now_ enters B, B's
-// bank is simply now's bank (nothing moves) and the other bank is empty. B
-// must lie in level 1: cascade_ahead does nothing when the next block starts
-// a new level-1 span (once every 2^(b_0+b_1) keys) or on a one-level wheel.
+// Moving the next span down ahead. Cascading is O(1) per element, but the
+// increase that enters a new level-i span (every 2^S_{i+1} keys) cascades
+// the whole level-(i+1) slot of that span at once: every element due in it.
+// At level 0 that is every 2^b_0 keys (19 ms at 600k timers/s in the
+// runtime, docs/benchmarks.md); at level 1 it is a whole level-2 slot, 2^10
+// times as many, every ~35 min at 1 ms. Linux's wheel stopped cascading
+// (higher levels fire late); Erlang caps the work of each pass and resumes
+// it later, which an increase that must remove every key below its target
+// cannot do. So the work is done earlier instead, in bounded steps:
+//
+// - Below the top, level i has two banks of 2^b_i slots, addressed by
+//   (key >> S_i) mod 2^(b_i+1): now's span P_i (the level-(i+1) slot of now)
+//   and the next span N_i (the level-(i+1) slot after it).
+// - `cascade_ahead(budget)` visits the levels below the top, lowest first.
+//   Level i starts on N_i once all of N_i sits in one level-(i+1) slot, its
+//   source: N_i lies in P_{i+1}, or N_i is the first slot of N_{i+1} and
+//   level i+1 has finished moving N_{i+1} down (so the top's next slot feeds
+//   level L-2, which feeds level L-3, and so on down to level 0). From then
+//   on level i holds N_i too: adds and key changes into N_i go to level i's
+//   second bank, and the call moves the source's elements there, up to what
+//   is left of the budget. When a level finishes, the level below may start
+//   at once if it was waiting for it.
+// - When now_ enters N_i (set_now), the second bank simply becomes now's bank
+//   (nothing moves), at that level and at every lower level whose span now_
+//   left. What was not moved yet is cascaded by that increase, as without
+//   the call: the source slot comes first in key order (its first key is
+//   N_i's first), and after a higher slot is cascaded, now's slot on each
+//   level above 0 is re-filed too (cascade_now_slots: it may hold elements
+//   moved down ahead whose keys now belong lower).
+// - So the exceptions to the placement rule are exactly: keys in N_i (for
+//   each level i in ahead_levels_) sit at level i's second bank (or lower,
+//   inside a lower level's N), or, not yet moved, in N_i's source slot one
+//   level up. level_of() is "the first level whose keys (level_end_) include
+//   the key". Finding the minimum looks, at the lowest non-empty level i, at
+//   now's bank, then N_i's source slot, then N_i's bank; the levels stay in
+//   key order otherwise.
+// - Cost and bound: each element moves down at most once per level, by
+//   cascade_ahead or by an increase. Moving N_i takes 2^S_{i+1} key steps'
+//   worth of elements and must be done in the 2^S_{i+1} - 2^S_i steps before
+//   level i-1 needs N_i's first slot, i.e. at most twice the elements due
+//   per step, per level. With that budget per step (the test
+//   one_key_increases_refile_nothing_when_cascade_ahead_keeps_up uses 2 x
+//   levels x the elements due per step), an increase of one key re-files
+//   nothing. A caller that calls it less often, or with a smaller budget,
+//   leaves a remainder for the increase: never more than without the call.
+// - Memory: one more bank per level below the top (2^b_i heads and bitmap
+//   bits); no allocation per element.
 // ---------------------------------------------------------------------------
 #pragma once
 
