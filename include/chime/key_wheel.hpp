@@ -218,6 +218,7 @@ class KeyWheel {
       shift += b[i];
     }
     num_bits_ = shift;
+    block_shift_ = num_levels_ > 1 ? b[0] : 62;  // one level: keys < 2^62 never change block
     heads_.assign(slot_base, detail::kNilIndex);
     slot_min_.assign(slot_base, kMinUnknown);
     compute_level_ends();
@@ -353,9 +354,14 @@ class KeyWheel {
         remove_slot(s, handle_removed);
       } else {
         if (s.first_key > key) break;
+        const std::uint64_t ahead_before = ahead_levels_;
         set_now(s.first_key);
         cascade_slot(s);
-        cascade_now_slots();
+        // Levels above 0 whose next span now_ entered: their slot of now may
+        // hold elements moved down ahead.
+        if (const std::uint64_t entered = ahead_before & ~ahead_levels_ & ~std::uint64_t{1}; entered != 0) {
+          cascade_now_slots(entered);
+        }
       }
     }
     set_now(key);
@@ -740,11 +746,15 @@ class KeyWheel {
   // Raises now_ to `key`. At each level whose span now_ leaves, the next span
   // moved down ahead (if any) is now's span: its bank is now's bank, and
   // nothing moves.
+  // Inline: most increases stay in now's block.
   void set_now(Key key) noexcept {
     const Key old = now_;
     now_ = key;
-    if (num_levels_ < 2 || (key >> levels_[1].shift) == (old >> levels_[1].shift)) return;
-    for (int j = 0; j + 1 < num_levels_ && (key >> levels_[j + 1].shift) != (old >> levels_[j + 1].shift); ++j) {
+    if ((key >> block_shift_) != (old >> block_shift_)) [[unlikely]]
+      leave_spans(old);
+  }
+  [[gnu::noinline]] void leave_spans(Key old) noexcept {
+    for (int j = 0; j + 1 < num_levels_ && (now_ >> levels_[j + 1].shift) != (old >> levels_[j + 1].shift); ++j) {
       ahead_levels_ &= ~(std::uint64_t{1} << j);
     }
     compute_level_ends();
@@ -972,7 +982,12 @@ class KeyWheel {
 
   // Index of an element with the minimum key (cached), or kNilIndex.
   std::uint32_t min_index() const noexcept {
-    if (min_cache_ != kMinUnknown) return min_cache_;
+    if (min_cache_ != kMinUnknown) [[likely]]
+      return min_cache_;
+    return find_min_index();
+  }
+  // min_index on a cache miss: out of line, so the hit inlines small.
+  [[gnu::noinline]] std::uint32_t find_min_index() const noexcept {
     const SlotRef s = first_slot();
     if (s.level < 0) return min_cache_ = detail::kNilIndex;
     std::uint32_t best = slot_min(s);
@@ -1047,12 +1062,14 @@ class KeyWheel {
     } while (i != head);
   }
 
-  // After now_ entered the next span of some levels, now's slot on each
-  // level above 0 (not the top, whose slot of now holds the next turn) may
-  // hold elements moved down ahead whose keys now belong lower: re-file
-  // them, as the increase that enters a slot does.
-  void cascade_now_slots() noexcept {
-    for (int level = num_levels_ - 2; level >= 1; --level) {
+  // After now_ entered the next span moved down ahead of the levels in
+  // `levels` (bits; above 0, below the top), now's slot on each may hold
+  // elements moved down ahead whose keys now belong lower: re-file them, as
+  // the increase that enters a slot does. (Elsewhere now's slot above level
+  // 0 is the slot the increase just cascaded, or was empty.)
+  void cascade_now_slots(std::uint64_t levels) noexcept {
+    for (; levels != 0; levels &= levels - 1) {
+      const int level = std::countr_zero(levels);
       const std::size_t slot = slot_of(now_, level);
       if (heads_[levels_[level].slot_base + slot] != detail::kNilIndex) cascade_slot(SlotRef{level, slot, now_});
     }
@@ -1083,6 +1100,7 @@ class KeyWheel {
   mutable std::vector<std::uint32_t> slot_min_;
   int num_levels_ = 0;
   int num_bits_ = 0;
+  int block_shift_ = 0;  // S_1: now_ >> it is now's block
   Key now_ = 0;
   std::size_t size_ = 0;
   std::uint64_t nonempty_levels_ = 0;  // bit i set iff levels_[i].count > 0
