@@ -952,22 +952,12 @@ TEST(KeyWheel, minimum_and_maximum_stay_exact_while_the_next_block_is_half_moved
   }
 }
 
-// cascade_ahead does nothing where the next block is not in level 1: a one-level wheel, and the last
-// block of a level-1 span (the increase that enters it cascades it, as without the call). Inside
-// handle_removed it throws std::logic_error.
-TEST(KeyWheel, cascade_ahead_does_nothing_without_a_next_block_in_level_one) {
+// cascade_ahead does nothing on a one-level wheel. Inside handle_removed it throws std::logic_error.
+TEST(KeyWheel, cascade_ahead_does_nothing_on_one_level_and_throws_inside_handle_removed) {
   IntWheel one(LevelBits::create({8}));
   one.add(200, 1);
   EXPECT_FALSE(one.cascade_ahead(100));
   EXPECT_INVARIANTS(one);
-
-  IntWheel w(LevelBits::create({4, 4, 4}));  // level-1 spans of 256 keys
-  w.increase_min_allowed_key(243, [](Elt) {});
-  w.add(250, 1);
-  w.add(260, 2);  // next block [256, 272) starts a new level-1 span: level 2
-  EXPECT_FALSE(w.cascade_ahead(100));
-  EXPECT_INVARIANTS(w);
-  EXPECT_EQ(removed_keys(w, 261), (std::vector<Key>{250, 260}));
 
   IntWheel r(LevelBits::create({4, 4, 4}));
   r.add(1, 1);
@@ -983,4 +973,67 @@ TEST(KeyWheel, cascade_ahead_does_nothing_without_a_next_block_in_level_one) {
   EXPECT_TRUE(threw);
   EXPECT_INVARIANTS(r);
   EXPECT_EQ(r.size(), 1u);
+}
+
+// At the last block of a level-1 span, cascade_ahead moves the next span down from level 2 in steps,
+// then its first block on to level 0, so the increase that enters it re-files nothing; no result
+// changes.
+TEST(KeyWheel, cascade_ahead_moves_the_next_span_down_from_level_two_at_a_level_one_boundary) {
+  IntWheel w(LevelBits::create({4, 4, 4}));  // level-1 spans of 256 keys
+  w.increase_min_allowed_key(243, [](Elt) {});
+  for (const Key k : {250, 260, 300, 600}) w.add(k, static_cast<int>(k));
+  EXPECT_TRUE(w.cascade_ahead(1));  // [256, 512): 260 to level 1, 300 left on level 2
+  EXPECT_INVARIANTS(w);
+  EXPECT_EQ(w.min_key(), 250u);
+  EXPECT_TRUE(w.cascade_ahead(1));  // 300 to level 1; [256, 272) is next, 260 still on level 1
+  EXPECT_INVARIANTS(w);
+  EXPECT_FALSE(w.cascade_ahead(5));  // 260 to level 0
+  EXPECT_INVARIANTS(w);
+  EXPECT_EQ(removed_keys(w, 257), (std::vector<Key>{250}));
+  EXPECT_EQ(w.moved_by_last_increase(), 0u);
+  EXPECT_INVARIANTS(w);
+  EXPECT_EQ(removed_keys(w, 301), (std::vector<Key>{260, 300}));
+  EXPECT_EQ(removed_keys(w, 601), (std::vector<Key>{600}));
+  EXPECT_TRUE(w.empty());
+  EXPECT_INVARIANTS(w);
+}
+
+// Called once per key step with a budget of twice the elements due per step per level,
+// cascade_ahead leaves nothing for any increase of one key to re-file between levels, with every
+// key ahead holding elements: across the boundaries of level-1 blocks, of level-1 spans (where the
+// next span comes down from level 2), of level-2 spans and of top-level slots, for several shapes.
+TEST(KeyWheel, one_key_increases_refile_nothing_when_cascade_ahead_keeps_up) {
+  constexpr int kPerKey = 3;  // elements due per key step
+  for (const std::vector<int>& bits :
+       std::vector<std::vector<int>>{{2, 2, 2, 2}, {3, 2, 2}, {4, 2, 3, 3}, {1, 1, 1, 1, 1}, {2, 1, 3}}) {
+    IntWheel w(LevelBits::create(bits));
+    const std::size_t levels = bits.size();
+    const std::size_t budget = 2 * levels * kPerKey;
+    Key filled = 0;  // every key below holds kPerKey elements
+    auto fill = [&] {
+      for (; filled <= w.max_allowed_key(); ++filled) {
+        for (int c = 0; c < kPerKey; ++c) w.add(filled, c);
+      }
+    };
+    fill();
+    const Key turn = Key{1} << w.level_bits().num_bits();
+    std::size_t worst = 0;
+    Key worst_at = 0;
+    for (Key k = 1; k <= 3 * turn; ++k) {
+      w.cascade_ahead(budget);
+      std::size_t removed = 0;
+      w.increase_min_allowed_key(k, [&](Elt) { ++removed; });
+      ASSERT_EQ(removed, static_cast<std::size_t>(kPerKey)) << "key " << k;
+      if (w.moved_by_last_increase() > worst) {
+        worst = w.moved_by_last_increase();
+        worst_at = k;
+      }
+      fill();
+      if (k % 61 == 0) {
+        ASSERT_NO_THROW(w.check_invariants()) << "key " << k;
+      }
+    }
+    EXPECT_EQ(worst, 0u) << "bits " << ::testing::PrintToString(bits) << ": the increase to " << worst_at
+                         << " re-filed " << worst << " elements";
+  }
 }

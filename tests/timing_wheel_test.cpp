@@ -1326,3 +1326,30 @@ TEST(TimingWheel, alarm_fires_once_clock_passes_at_plus_precision) {
 }
 
 }  // namespace
+
+// With cascade_ahead called once per interval, an advance of one interval moves no alarm between
+// levels, also where it enters a new level-1 span (the next span came down from level 2 ahead);
+// without the calls, that advance moves the whole span.
+TEST(TimingWheel, cascade_ahead_once_per_interval_leaves_no_advance_any_alarm_to_move) {
+  for (const bool ahead : {false, true}) {
+    IntWheel w(config(1, LevelBits::create({2, 2, 2})), T(0));  // level-1 spans of 16 intervals
+    for (std::int64_t t = 0; t < 40; ++t) {
+      w.add(T(t), static_cast<int>(t));
+      w.add(T(t), static_cast<int>(t));
+    }
+    std::size_t worst = 0;
+    int fired = 0;
+    for (std::int64_t t = 1; t <= 40; ++t) {
+      if (ahead) w.cascade_ahead(16);
+      w.advance_clock(T(t), [&](Alarm) { ++fired; });
+      worst = std::max(worst, w.moved_by_last_advance());
+      EXPECT_INVARIANTS(w);
+    }
+    EXPECT_EQ(fired, 80);
+    if (ahead) {
+      EXPECT_EQ(worst, 0u);
+    } else {
+      EXPECT_GE(worst, 32u);  // the 16 intervals of [16, 32), two alarms each, at once
+    }
+  }
+}

@@ -811,7 +811,8 @@ class KeyWheelDifferential {
 
   std::string name() const { return "bits=" + bits_string(bits_v_) + " seed=" + std::to_string(seed_); }
   const KeyStats& stats() const { return stats_; }
-
+  // After every operation, also cascade_ahead with a budget in [0, max_budget].
+  void cascade_ahead_after_every_step(std::uint64_t max_budget) { ahead_budget_ = max_budget + 1; }
 
   // Every 1024 operations, reserve room for 2,500 alarms more than the wheel
   // holds (no random draw, so the operation sequences are unchanged): reserve
@@ -829,6 +830,10 @@ class KeyWheelDifferential {
         if (!wheel_ || ops_in_epoch_ >= epoch_len_ || wheel_->min_allowed_key() == kMaxRep) new_epoch();
         ++ops_in_epoch_;
         step();
+        if (ahead_budget_ != 0) {
+          kind_ = "cascade_ahead after the step";
+          wheel_->cascade_ahead(rng_.below(ahead_budget_));
+        }
         reserve_now_and_then();
         observe();
         if (small_ || op_ % 64 == 0) check_invariants();
@@ -1180,6 +1185,7 @@ class KeyWheelDifferential {
   std::vector<Elt> stale_;
   std::string kind_ = "-";
   KeyStats stats_;
+  std::uint64_t ahead_budget_ = 0;  // 0: no cascade_ahead after each step
 };
 
 // For every level-bits configuration (and 61 one-bit levels), every KeyWheel operation agrees exactly with
@@ -1205,6 +1211,24 @@ TEST(KeyWheelDifferential, matches_reference_model) {
   }
   g_total_ops += total;
   std::cout << "[ DIFF     ] KeyWheel: " << total << " operations" << std::endl;
+}
+
+// With cascade_ahead called after every operation, so that spans are moved down ahead at every level
+// (level 0 from level 1, and each level from the one above at its span boundaries), every KeyWheel
+// operation still agrees exactly with the reference model.
+TEST(KeyWheelDifferential, matches_reference_model_with_cascade_ahead_after_every_step) {
+  const std::uint64_t ops = kKeyOpsPerConfig * scale_percent() / 100;
+  const std::vector<std::vector<int>> sets = {{2, 2, 2, 2}, {3, 2, 2}, {4, 2, 3, 3}, {1, 1, 1, 1, 1}, {2, 1, 3}};
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    KeyWheelDifferential diff(sets[i], 0xA11EADull * 7919ull + i, ops);
+    diff.cascade_ahead_after_every_step(i % 2 == 0 ? 4 : 64);
+    SCOPED_TRACE(diff.name());
+    const std::string failure = diff.run();
+    EXPECT_TRUE(failure.empty()) << failure;
+    if (!failure.empty()) continue;
+    EXPECT_GT(diff.stats().removed_by_increase, diff.stats().ops / 50);
+    g_total_ops += diff.stats().ops;
+  }
 }
 
 }  // namespace

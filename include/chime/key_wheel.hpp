@@ -17,13 +17,18 @@
 //   only ever to a lower level) plus O(levels) per non-empty slot crossed.
 //   Empty slots are skipped by bitmap, so the cost never depends on how far
 //   the key jumps nor on the number of elements that stay.
-// G9 (cascade ahead): `cascade_ahead(budget)`: O(budget). It moves the next level-0 block down
-//   ahead of time, so the increase that enters that block cascades only what
-//   is left (see "Moving the next block down ahead" below).
+// G9 (cascade ahead): `cascade_ahead(budget)`: O(levels + budget). It moves the next span of
+//   every level down ahead of time, so the increase that enters a span
+//   cascades only what is left. Called once per key step with a budget of
+//   about twice the elements due per step per level (more if adds are
+//   bursty), it leaves nothing: no increase of one key re-files an element
+//   (see "Moving the next span down ahead" below).
+//   `moved_by_last_increase()` reports what the last increase re-filed.
 // - Elements are removed in nondecreasing key order. Among equal keys, those
 //   added while their key was within level 0 (now's block, or the next block
-//   once cascade_ahead has started on it) go in insertion order; elements
-//   moved down from a higher level join the end of their slot.
+//   once cascade_ahead has moved it there) go in insertion order; elements
+//   moved down from a higher level (by an increase or by cascade_ahead) join
+//   the end of their slot.
 // - `min_elt`, `min_key`: O(levels) bitmap lookups to find the first non-empty
 //   slot, then, if it is above level 0, that slot's minimum: kept per slot as
 //   elements are added (O(1)) and found by a scan of the slot only after its
@@ -55,21 +60,22 @@
 //   level | slots  | keys per slot | an element with key k lives here iff
 //   ------+--------+---------------+------------------------------------------
 //   0     | 2^b_0  | 1             | k and now agree on every bit >= S_1
-//         |  (x 2 below another level: the next block's bank, see below)
 //   i     | 2^b_i  | 2^S_i         | the highest bit where k and now differ
 //         |        |               |   is in [S_i, S_{i+1})
 //   L-1   | 2^b_L-1| 2^S_{L-1}     | ... is >= S_{L-1}  (the top level)
 //
-// within slot (k >> S_i) mod 2^b_i. Default bits {11,10,10,10,10,10}:
+// within slot (k >> S_i) mod 2^b_i; below the top, each level has a second
+// bank of 2^b_i slots for its next span (see below), so the slot is
+// (k >> S_i) mod 2^(b_i+1). Default bits {11,10,10,10,10,10}:
 //
 //   level | slots | keys per slot | span (keys)
 //   ------+-------+---------------+------------
-//   0     | 2x2048| 1             | 2^11 (two banks: now's block, the next)
-//   1     | 1024  | 2^11          | 2^21
-//   2     | 1024  | 2^21          | 2^31
-//   3     | 1024  | 2^31          | 2^41
-//   4     | 1024  | 2^41          | 2^51
-//   5     | 1024  | 2^51          | 2^61
+//   0     | 2x2048| 1             | 2^11 (two banks: now's span, the next)
+//   1     | 2x1024| 2^11          | 2^21
+//   2     | 2x1024| 2^21          | 2^31
+//   3     | 2x1024| 2^31          | 2^41
+//   4     | 2x1024| 2^41          | 2^51
+//   5     | 1024  | 2^51          | 2^61 (the top: one bank)
 //
 // So level i holds exactly the keys of the level-(i+1) slot that `now` is in,
 // minus `now`'s own level-i slot (those are lower): the levels cover disjoint,
@@ -89,23 +95,53 @@
 // key is at or below the target, after setting `now` to that slot's first key.
 // check_invariants() verifies all of it.
 //
-// Moving the next block down ahead. Cascading is O(1) per element, but the
-// increase that enters a new level-0 block (every 2^b_0 keys) cascades the
-// whole next level-1 slot at once: every element due in that block. A wheel
-// fed at a high rate then stalls in one increase for as long as that takes
-// (19 ms at 600k timers/s in the runtime, docs/benchmarks.md). So, below
-// another level, level 0 has two banks of 2^b_0 slots, addressed by key mod
-// 2^(b_0+1): now's block, and the next block B. `cascade_ahead(budget)`
-// marks B as moved down ahead (ahead_block_) and moves up to `budget`
-// elements of its level-1 slot (ahead_source_) into B's bank; from then on,
-// adds and key changes into B go to level 0 directly. So the exceptions to
-// the placement rule above are exactly: keys in B sit at level 0 (B's bank)
-// or, not yet moved, in B's level-1 slot. Finding the minimum then looks at
-// now's bank, then B's level-1 slot (its first key is B's first) together
-// with the first slot of B's bank, then B's bank. When now_ enters B, B's
-// bank is simply now's bank (nothing moves) and the other bank is empty. B
-// must lie in level 1: cascade_ahead does nothing when the next block starts
-// a new level-1 span (once every 2^(b_0+b_1) keys) or on a one-level wheel.
+// Moving the next span down ahead. Cascading is O(1) per element, but the
+// increase that enters a new level-i span (every 2^S_{i+1} keys) cascades
+// the whole level-(i+1) slot of that span at once: every element due in it.
+// At level 0 that is every 2^b_0 keys (19 ms at 600k timers/s in the
+// runtime, docs/benchmarks.md); at level 1 it is a whole level-2 slot, 2^10
+// times as many, every ~35 min at 1 ms. Linux's wheel stopped cascading
+// (higher levels fire late); Erlang caps the work of each pass and resumes
+// it later, which an increase that must remove every key below its target
+// cannot do. So the work is done earlier instead, in bounded steps:
+//
+// - Below the top, level i has two banks of 2^b_i slots, addressed by
+//   (key >> S_i) mod 2^(b_i+1): now's span P_i (the level-(i+1) slot of now)
+//   and the next span N_i (the level-(i+1) slot after it).
+// - `cascade_ahead(budget)` visits the levels below the top, lowest first.
+//   Level i starts on N_i once all of N_i sits in one level-(i+1) slot, its
+//   source: N_i lies in P_{i+1}, or N_i is the first slot of N_{i+1} and
+//   level i+1 has finished moving N_{i+1} down (so the top's next slot feeds
+//   level L-2, which feeds level L-3, and so on down to level 0). From then
+//   on level i holds N_i too: adds and key changes into N_i go to level i's
+//   second bank, and the call moves the source's elements there, up to what
+//   is left of the budget. When a level finishes, the level below may start
+//   at once if it was waiting for it.
+// - When now_ enters N_i (set_now), the second bank simply becomes now's bank
+//   (nothing moves), at that level and at every lower level whose span now_
+//   left. What was not moved yet is cascaded by that increase, as without
+//   the call: the source slot comes first in key order (its first key is
+//   N_i's first), and after a higher slot is cascaded, now's slot on each
+//   level above 0 is re-filed too (cascade_now_slots: it may hold elements
+//   moved down ahead whose keys now belong lower).
+// - So the exceptions to the placement rule are exactly: keys in N_i (for
+//   each level i in ahead_levels_) sit at level i's second bank (or lower,
+//   inside a lower level's N), or, not yet moved, in N_i's source slot one
+//   level up. level_of() is "the first level whose keys (level_end_) include
+//   the key". Finding the minimum looks, at the lowest non-empty level i, at
+//   now's bank, then N_i's source slot, then N_i's bank; the levels stay in
+//   key order otherwise.
+// - Cost and bound: each element moves down at most once per level, by
+//   cascade_ahead or by an increase. Moving N_i takes 2^S_{i+1} key steps'
+//   worth of elements and must be done in the 2^S_{i+1} - 2^S_i steps before
+//   level i-1 needs N_i's first slot, i.e. at most twice the elements due
+//   per step, per level. With that budget per step (the test
+//   one_key_increases_refile_nothing_when_cascade_ahead_keeps_up uses 2 x
+//   levels x the elements due per step), an increase of one key re-files
+//   nothing. A caller that calls it less often, or with a smaller budget,
+//   leaves a remainder for the increase: never more than without the call.
+// - Memory: one more bank per level below the top (2^b_i heads and bitmap
+//   bits); no allocation per element.
 // ---------------------------------------------------------------------------
 #pragma once
 
@@ -170,9 +206,9 @@ class KeyWheel {
                                     " per level (2^bits slots are allocated)");
       }
       Level& l = levels_[i];
-      // Below another level, level 0 has two banks of 2^b_0 slots: now's
-      // block and the next one (see "Moving the next block down ahead").
-      const int slot_bits = b[i] + (i == 0 && b.size() > 1 ? 1 : 0);
+      // Below the top, a level has two banks of 2^b_i slots: now's span and
+      // the next one (see "Moving the next span down ahead").
+      const int slot_bits = b[i] + (i + 1 < b.size() ? 1 : 0);
       l.shift = shift;
       l.bits = b[i];
       l.mask = (Key{1} << slot_bits) - 1;
@@ -182,14 +218,10 @@ class KeyWheel {
       shift += b[i];
     }
     num_bits_ = shift;
+    block_shift_ = num_levels_ > 1 ? b[0] : 62;  // one level: keys < 2^62 never change block
     heads_.assign(slot_base, detail::kNilIndex);
     slot_min_.assign(slot_base, kMinUnknown);
-    // level_by_width_[w]: level of a key whose xor with `now` has bit width w.
-    for (int w = 0; w <= 64; ++w) {
-      int level = 0;
-      while (level + 1 < num_levels_ && w > levels_[level + 1].shift) ++level;
-      level_by_width_[w] = static_cast<std::uint8_t>(level);
-    }
+    compute_level_ends();
   }
 
   KeyWheel(const KeyWheel&) = delete;
@@ -290,6 +322,7 @@ class KeyWheel {
                               " exceeds max_representable_key " + std::to_string(max_representable_key));
     }
     RemovingScope scope(*this);
+    moved_by_last_increase_ = 0;
     for (;;) {
       if (num_levels_ > 1 && key < level0_end()) {
         // The common short advance: every key below `key` is on level 0, so
@@ -303,7 +336,7 @@ class KeyWheel {
           // head is a minimum. (A slot of the next block's bank may not be:
           // part of that block can still be on level 1. The cached minimum,
           // if known, stays right: nothing was added and it was not removed.)
-          if (j < bank_end(now_slot)) min_cache_ = heads_[l0.slot_base + j];
+          if (j < bank_end(0, now_slot)) min_cache_ = heads_[l0.slot_base + j];
           break;
         }
         now_ = (now_ & ~l0.mask) + j;  // j is in now's bank, so this key is in now's block
@@ -321,45 +354,64 @@ class KeyWheel {
         remove_slot(s, handle_removed);
       } else {
         if (s.first_key > key) break;
+        const std::uint64_t ahead_before = ahead_levels_;
         set_now(s.first_key);
         cascade_slot(s);
+        // Levels above 0 whose next span now_ entered: their slot of now may
+        // hold elements moved down ahead.
+        if (const std::uint64_t entered = ahead_before & ~ahead_levels_ & ~std::uint64_t{1}; entered != 0) {
+          cascade_now_slots(entered);
+        }
       }
     }
     set_now(key);
   }
 
-  // Moves up to `budget` elements of the next level-0 block (the keys in
-  // [b, b + 2^b_0) for b the first key past now's block) from level 1 down
-  // to level 0, ahead of the increase that reaches that block; returns true
-  // if some are still on level 1. From the first call until the wheel enters
-  // that block, adds and key changes into it go straight to level 0. So the
-  // increase that enters the block cascades only what is left, instead of
-  // every element of the block at once: a caller that calls this between
-  // increases, with a budget, spreads that cascade over the time before it
-  // (the runtime's wheel thread does, once per pass). Does nothing and
-  // returns false for a one-level wheel, and when the next block starts a new
-  // level-1 span (once every 2^(b_0 + b_1) keys: its elements are on a
-  // higher level, mixed with later keys, and the increase that enters the
-  // block cascades them as without this call). Throws std::logic_error
-  // inside handle_removed. O(budget) plus O(1). Never allocates.
+  // Moves up to `budget` elements down ahead of time, from a higher level to
+  // the level that holds the next span of a lower one, so that the increase
+  // entering that span has (nearly) nothing left to cascade; returns true if
+  // some of a span being moved are still on their higher level. For each
+  // level j below the top, lowest first: once all of the next level-j span
+  // (the keys of the level-(j+1) slot after now's) sits in one level-(j+1)
+  // slot, level j takes that span too (its second bank), and this call moves
+  // its elements down, up to the budget left. From then until the wheel
+  // enters that span, adds and key changes into it go to level j directly.
+  // A caller that calls this between increases with a budget of a few times
+  // the elements due per key step (the runtime's wheel thread does, once per
+  // pass) keeps every increase from cascading more than a remainder (see
+  // "Moving the next span down ahead" above). Changes no result, only where
+  // elements sit. Does nothing and returns false for a one-level wheel.
+  // Throws std::logic_error inside handle_removed. O(levels + budget). Never
+  // allocates.
   bool cascade_ahead(std::size_t budget) {
     check_not_removing("cascade_ahead");
-    if (num_levels_ < 2) return false;
-    if (ahead_block_ == kNoAhead) {
-      const Key first = level0_end();
-      if (first > max_representable_key || level_by_width_[std::bit_width(first ^ now_)] != 1) return false;
-      ahead_block_ = first >> levels_[0].bits;
-      const std::size_t s = slot_of(first, 1);
-      ahead_source_ = heads_[levels_[1].slot_base + s] == detail::kNilIndex ? kNoSource : s;
+    bool more = false;
+    for (int j = 0; j + 1 < num_levels_;) {
+      if (((ahead_levels_ >> j) & 1) == 0 && !start_ahead(j)) {
+        ++j;
+        continue;
+      }
+      const std::uint32_t& head = heads_[levels_[j + 1].slot_base + ahead_source_slot(j)];
+      for (; budget != 0 && head != detail::kNilIndex; --budget) {
+        const std::uint32_t i = head;
+        unlink(i);
+        link(i);  // level j: its key is in the span moved down ahead
+      }
+      if (head != detail::kNilIndex) {
+        more = true;
+      } else if (j > 0 && ((ahead_levels_ >> (j - 1)) & 1) == 0 && start_ahead(j - 1)) {
+        --j;  // the span below waited for this one to be all on level j
+        continue;
+      }
+      ++j;
     }
-    const std::uint32_t& head = heads_[levels_[1].slot_base + (ahead_source_ == kNoSource ? 0 : ahead_source_)];
-    for (; budget != 0 && ahead_source_ != kNoSource; --budget) {
-      const std::uint32_t i = head;
-      unlink(i);  // clears ahead_source_ when it takes the slot's last element
-      link(i);    // level 0: its key is in ahead_block_
-    }
-    return ahead_source_ != kNoSource;
+    return more;
   }
+
+  // Elements the last increase_min_allowed_key that raised the minimum
+  // re-filed from a higher level to a lower one (its cascading work; the
+  // elements it removed are not counted). Never allocates.
+  std::size_t moved_by_last_increase() const noexcept { return moved_by_last_increase_; }
 
   // An element with the minimum key, if any. O(levels) plus one slot scan on a
   // cache miss. Never allocates.
@@ -417,8 +469,7 @@ class KeyWheel {
     }
     nonempty_levels_ = 0;
     size_ = 0;
-    min_cache_ = kMinUnknown;
-    ahead_source_ = kNoSource;  // the block stays "ahead": adds into it go to level 0
+    min_cache_ = kMinUnknown;  // the spans moved down ahead stay so, with nothing left to move
   }
 
   // Verifies every internal invariant; throws std::logic_error naming the
@@ -432,17 +483,20 @@ class KeyWheel {
     if (max_key < std::min(max_representable_key, now_ + ((Key{1} << num_bits_) - 1))) {
       fail("max_allowed_key below min_allowed_key + 2^num_bits - 1");
     }
-    if (ahead_block_ != kNoAhead) {
-      const Key first = level0_end();
-      if (num_levels_ < 2 || ahead_block_ != first >> levels_[0].bits || geometric_level(first) != 1) {
-        fail("the block moved down ahead is not the next block in level 1");
+    if ((ahead_levels_ >> (num_levels_ - 1)) != 0) fail("the top level records a next span moved down ahead");
+    for (int j = 0; j + 1 < num_levels_; ++j) {
+      const bool ahead = ((ahead_levels_ >> j) & 1) != 0;
+      if (level_end_[j] != span_end(j, ahead)) {
+        fail("level " + std::to_string(j) + " records the end of its keys as " + std::to_string(level_end_[j]) +
+             ", not " + std::to_string(span_end(j, ahead)));
       }
-      if (ahead_source_ != kNoSource &&
-          (ahead_source_ != slot_of(first, 1) || heads_[levels_[1].slot_base + ahead_source_] == detail::kNilIndex)) {
-        fail("the level-1 slot recorded as holding the rest of the block moved down ahead is not its (non-empty) slot");
+      if (!ahead) continue;
+      if (span_end(j, false) > max_representable_key) fail("a span past max_representable_key is moved down ahead");
+      if (j + 2 < num_levels_ && (level_end_[j] > level_end_[j + 1] ||
+                                  (span_end(j, false) >= span_end(j + 1, false) && !ahead_source_empty(j + 1)))) {
+        fail("level " + std::to_string(j) + " holds the next span, but level " + std::to_string(j + 1) +
+             " does not hold all of it");
       }
-    } else if (ahead_source_ != kNoSource) {
-      fail("a level-1 slot is recorded as holding the block moved down ahead, but none is");
     }
     std::size_t total = 0;
     std::uint32_t true_min = detail::kNilIndex;
@@ -479,16 +533,16 @@ class KeyWheel {
         for (; occupied != 0; occupied &= occupied - 1) {
           const std::size_t j = (wi << 6) + static_cast<std::size_t>(std::countr_zero(occupied));
           const std::uint32_t head = heads_[l.slot_base + j];
-          if (level == 0 && num_levels_ > 1) {
-            // Two banks: now's block (slots before now's empty) and the next
-            // block, which only holds elements while it is moved down ahead.
-            if (bank_end(j) == bank_end(now_slot) ? j < now_slot : ahead_block_ == kNoAhead) {
-              fail("level 0 slot " + std::to_string(j) + " is behind now's slot " + std::to_string(now_slot) +
-                   " or in the next block's bank with no block moved down ahead, but not empty");
+          if (level < num_levels_ - 1) {
+            // Two banks: now's span (slots before now's empty, and now's own
+            // above level 0) and the next span, which only holds elements
+            // while it is moved down ahead.
+            if (bank_end(level, j) == bank_end(level, now_slot) ? j < now_slot || (level > 0 && j == now_slot)
+                                                                : ((ahead_levels_ >> level) & 1) == 0) {
+              fail("level " + std::to_string(level) + " slot " + std::to_string(j) + " is behind now's slot " +
+                   std::to_string(now_slot) +
+                   " or in the next span's bank with no span moved down ahead, but not empty");
             }
-          } else if (level < num_levels_ - 1 && (j < now_slot || (level > 0 && j == now_slot))) {
-            fail("level " + std::to_string(level) + " slot " + std::to_string(j) + " is behind now's slot " +
-                 std::to_string(now_slot) + " but not empty");
           }
           std::uint32_t i = head;
           std::size_t guard = 0;
@@ -499,9 +553,10 @@ class KeyWheel {
               fail("element key " + std::to_string(n.key) + " outside [" + std::to_string(now_) + ", " +
                    std::to_string(max_key) + "]");
             }
-            // Part of the block moved down ahead may still be in its level-1 slot.
-            const bool not_yet_moved = level == 1 && j == ahead_source_ && geometric_level(n.key) == 1 &&
-                                       (n.key >> levels_[0].bits) == ahead_block_;
+            // Part of a span moved down ahead may still be in its slot one level up.
+            const bool not_yet_moved = level > 0 && ((ahead_levels_ >> (level - 1)) & 1) != 0 &&
+                                       j == ahead_source_slot(level - 1) && level_of(n.key) == level - 1 &&
+                                       slot_of(n.key, level) == j;
             if (!not_yet_moved && (level_of(n.key) != level || slot_of(n.key, level) != j)) {
               fail("element key " + std::to_string(n.key) + " sits at level " + std::to_string(level) + " slot " +
                    std::to_string(j) + " but belongs at level " + std::to_string(level_of(n.key)) + " slot " +
@@ -596,25 +651,22 @@ class KeyWheel {
   // empty. Every element with the minimum (maximum) key is in that slot,
   // with others of nearby keys. f must not modify the wheel. O(levels)
   // bitmap lookups plus the slot's length. Never allocates.
-  // While the next block is being moved down (cascade_ahead), the first
-  // (last) slot can be its level-1 slot: f then also gets the elements of
-  // the first (last) slot of the part already on level 0, so every element
-  // with the minimum (maximum) key is still visited.
+  // While a next span is being moved down (cascade_ahead), the first (last)
+  // slot can be its slot one level up: f then also gets the elements of the
+  // first (last) slot of the part already moved, so every element with the
+  // minimum (maximum) key is still visited.
   template <class F>
   bool for_each_in_first_slot(F&& f) const {
     const SlotRef s = first_slot();
     if (!for_each_in_slot(s, f)) return false;
-    if (is_ahead_source(s) && levels_[0].count != 0) for_each_in_slot(ahead_bank_slot(true), f);
+    if (is_ahead_source(s)) for_each_in_slot(ahead_bank_slot(s.level - 1, true), f);
     return true;
   }
   template <class F>
   bool for_each_in_last_slot(F&& f) const {
     const SlotRef s = last_slot();
     if (!for_each_in_slot(s, f)) return false;
-    if (is_ahead_source(s)) {
-      const SlotRef a = ahead_bank_slot(false);
-      if (a.level == 0) for_each_in_slot(a, f);
-    }
+    if (is_ahead_source(s)) for_each_in_slot(ahead_bank_slot(s.level - 1, false), f);
     return true;
   }
 
@@ -648,10 +700,6 @@ class KeyWheel {
   static constexpr std::uint8_t kMaxLevels = LevelBits::max_num_bits;
   // min_cache_ values: an element index, kNilIndex ("the wheel is empty"), or:
   static constexpr std::uint32_t kMinUnknown = detail::kNilIndex - 1;
-  // ahead_block_ when no block is being moved down ahead; ahead_source_ when
-  // none of it is left on level 1.
-  static constexpr Key kNoAhead = ~Key{0};
-  static constexpr std::size_t kNoSource = detail::OccupancyBitmap::npos;
 
   struct Level {
     int shift = 0;              // S_i: log2(keys per slot)
@@ -677,45 +725,86 @@ class KeyWheel {
     KeyWheel& w;
   };
 
-  // The level an element with this key is filed at: the geometric rule, or
-  // level 0 for a key of the block being moved down ahead.
+  // The level an element with this key is filed at: the first whose keys
+  // (below level_end_) include it. Keys near now_ stop at the first compare.
   int level_of(Key key) const noexcept {
-    const int level = geometric_level(key);
-    if (level != 0 && (key >> levels_[0].bits) == ahead_block_) return 0;
+    int level = 0;
+    while (level < num_levels_ - 1 && key >= level_end_[level]) ++level;
     return level;
   }
-  int geometric_level(Key key) const noexcept { return level_by_width_[std::bit_width(key ^ now_)]; }
 
-  // Raises now_ to `key`; once now_ is in the block moved down ahead, that
-  // block is simply now's block (its bank becomes now's bank).
+  // One past the last key of now's span at `level` (below the top), or of the
+  // next span if `next`.
+  Key span_end(int level, bool next) const noexcept {
+    const int shift = levels_[level].shift + levels_[level].bits;
+    return ((now_ >> shift) + (next ? 2 : 1)) << shift;
+  }
+  void compute_level_ends() noexcept {
+    for (int j = 0; j + 1 < num_levels_; ++j) level_end_[j] = span_end(j, ((ahead_levels_ >> j) & 1) != 0);
+  }
+
+  // Raises now_ to `key`. At each level whose span now_ leaves, the next span
+  // moved down ahead (if any) is now's span: its bank is now's bank, and
+  // nothing moves.
+  // Inline: most increases stay in now's block.
   void set_now(Key key) noexcept {
+    const Key old = now_;
     now_ = key;
-    if ((key >> levels_[0].bits) >= ahead_block_) {
-      ahead_block_ = kNoAhead;
-      ahead_source_ = kNoSource;
+    if ((key >> block_shift_) != (old >> block_shift_)) [[unlikely]]
+      leave_spans(old);
+  }
+  [[gnu::noinline]] void leave_spans(Key old) noexcept {
+    for (int j = 0; j + 1 < num_levels_ && (now_ >> levels_[j + 1].shift) != (old >> levels_[j + 1].shift); ++j) {
+      ahead_levels_ &= ~(std::uint64_t{1} << j);
     }
+    compute_level_ends();
   }
 
-  // Level 0 of a multi-level wheel: one past the last physical slot of the
-  // bank (half of the slots) that physical slot j is in.
-  std::size_t bank_end(std::size_t j) const noexcept { return (j | ((std::size_t{1} << levels_[0].bits) - 1)) + 1; }
+  // Starts moving the next level-j span down ahead if all of it sits in one
+  // level-(j+1) slot: the span lies in now's level-(j+1) span, or is the
+  // first slot of the next one and all of that is on level j+1 already (or
+  // level j+1 is the top, whose slot after now's holds just that span).
+  bool start_ahead(int j) noexcept {
+    const Key first = span_end(j, false);
+    if (first > max_representable_key) return false;
+    if (j + 2 < num_levels_ &&
+        (span_end(j, true) > level_end_[j + 1] || (first >= span_end(j + 1, false) && !ahead_source_empty(j + 1)))) {
+      return false;
+    }
+    ahead_levels_ |= std::uint64_t{1} << j;
+    level_end_[j] = span_end(j, true);
+    return true;
+  }
 
-  // Whether s is the level-1 slot still holding part of the block moved down
-  // ahead.
+  // While level j holds the next span: the level-(j+1) slot that held it,
+  // and whether all of it has moved down.
+  std::size_t ahead_source_slot(int j) const noexcept {
+    return slot_of(level_end_[j] - (Key{1} << levels_[j + 1].shift), j + 1);
+  }
+  bool ahead_source_empty(int j) const noexcept {
+    return heads_[levels_[j + 1].slot_base + ahead_source_slot(j)] == detail::kNilIndex;
+  }
+
+  // Below the top: one past the last physical slot of the bank (half of the
+  // level's slots) that physical slot j is in.
+  std::size_t bank_end(int level, std::size_t j) const noexcept {
+    return (j | ((std::size_t{1} << levels_[level].bits) - 1)) + 1;
+  }
+
+  // Whether s is the slot still holding part of a span moved down ahead.
   bool is_ahead_source(const SlotRef& s) const noexcept {
-    return s.level == 1 && ahead_source_ != kNoSource && s.slot == ahead_source_;
+    return s.level > 0 && ((ahead_levels_ >> (s.level - 1)) & 1) != 0 && s.slot == ahead_source_slot(s.level - 1);
   }
 
-  // The first (or last) non-empty level-0 slot of the next block's bank, or
-  // level < 0 if that bank is empty. first_key is set for the first.
-  SlotRef ahead_bank_slot(bool first) const noexcept {
-    const Level& l = levels_[0];
+  // The first (or last) non-empty slot of the next span's bank of `level`
+  // (below the top), or level < 0 if that bank is empty.
+  SlotRef ahead_bank_slot(int level, bool first) const noexcept {
+    const Level& l = levels_[level];
     const std::size_t bank = std::size_t{1} << l.bits;
-    const std::size_t now_slot = slot_of(now_, 0);
-    const std::size_t ahead = (now_slot & ~(bank - 1)) ^ bank;
+    const std::size_t ahead = (slot_of(now_, level) & ~(bank - 1)) ^ bank;
     const std::size_t j = first ? l.occupied.find_next(ahead) : l.occupied.find_prev(ahead + bank - 1);
     if (j == detail::OccupancyBitmap::npos || j < ahead || j >= ahead + bank) return {};
-    return {0, j, level0_end() + (j - ahead)};
+    return {level, j, span_end(level, false) + (Key{j - ahead} << l.shift)};
   }
   std::size_t slot_of(Key key, int level) const noexcept {
     return static_cast<std::size_t>((key >> levels_[level].shift) & levels_[level].mask);
@@ -819,7 +908,6 @@ class KeyWheel {
     if (n.next == i) {
       head = detail::kNilIndex;
       l.occupied.reset(slot);
-      if (n.level == 1 && slot == ahead_source_) ahead_source_ = kNoSource;  // the block is all on level 0
     } else {
       pool_[n.prev].next = n.next;
       pool_[n.next].prev = n.prev;
@@ -834,27 +922,22 @@ class KeyWheel {
     if (nonempty_levels_ == 0) return {};
     const int top = num_levels_ - 1;
     const int level = std::countr_zero(nonempty_levels_);
-    if (level == 0 && top > 0) {
-      // Level 0 holds now's block and, while it is moved down ahead, part of
-      // the next one: now's bank first, then the next block's level-1 slot if
-      // some of it is still there (its first key is the block's first), then
-      // the next block's bank.
-      const Level& l = levels_[0];
-      const std::size_t now_slot = slot_of(now_, 0);
-      const std::size_t j = l.occupied.find_next(now_slot);
-      const std::size_t end = bank_end(now_slot);
-      if (j < end) return {0, j, level0_end() - (end - j)};
-      if (ahead_source_ != kNoSource) return {1, ahead_source_, level0_end()};
-      return ahead_bank_slot(true);
-    }
     if (level < top) {
+      // Below the top, a level holds now's span and, while it is moved down
+      // ahead, part of the next one: now's bank first (slots before now's
+      // are empty, and so is now's own above level 0: its keys live lower),
+      // then the next span's slot one level up if some of it is still there
+      // (its first key is the span's first), then the next span's bank.
       const Level& l = levels_[level];
       const std::size_t now_slot = slot_of(now_, level);
-      // Below the top, slots before now's slot are empty, and so is now's
-      // own slot above level 0 (its keys live lower).
       const std::size_t j = l.occupied.find_next(level == 0 ? now_slot : now_slot + 1);
-      const int span_shift = l.shift + l.bits;
-      return {level, j, (now_ >> span_shift << span_shift) + (Key{j} << l.shift)};
+      const std::size_t end = bank_end(level, now_slot);
+      const Key next_span = span_end(level, false);
+      if (j < end) return {level, j, next_span - (Key{end - j} << l.shift)};
+      if (((ahead_levels_ >> level) & 1) != 0 && !ahead_source_empty(level)) {
+        return {level + 1, ahead_source_slot(level), next_span};
+      }
+      return ahead_bank_slot(level, true);
     }
     const Level& l = levels_[top];
     const Key now_slot = (now_ >> l.shift) & l.mask;
@@ -882,10 +965,9 @@ class KeyWheel {
     for (int level = top - 1; level >= 0; --level) {
       const Level& l = levels_[level];
       if (l.count == 0) continue;
-      if (level > 0) return {level, l.occupied.find_prev(static_cast<std::size_t>(l.mask)), 0};
-      // Level 0 below the top: the next block's bank, else now's bank.
-      if (const SlotRef a = ahead_bank_slot(false); a.level == 0) return a;
-      return {0, l.occupied.find_prev(bank_end(slot_of(now_, 0)) - 1), 0};
+      // Below the top: the next span's bank, else now's bank.
+      if (const SlotRef a = ahead_bank_slot(level, false); a.level >= 0) return a;
+      return {level, l.occupied.find_prev(bank_end(level, slot_of(now_, level)) - 1), 0};
     }
     return {};
   }
@@ -900,26 +982,39 @@ class KeyWheel {
 
   // Index of an element with the minimum key (cached), or kNilIndex.
   std::uint32_t min_index() const noexcept {
-    if (min_cache_ != kMinUnknown) return min_cache_;
+    if (min_cache_ != kMinUnknown) [[likely]]
+      return min_cache_;
+    return find_min_index();
+  }
+  // min_index on a cache miss: out of line, so the hit inlines small.
+  [[gnu::noinline]] std::uint32_t find_min_index() const noexcept {
     const SlotRef s = first_slot();
     if (s.level < 0) return min_cache_ = detail::kNilIndex;
-    const std::uint32_t head = slot_head(s);
-    std::uint32_t best = head;
-    if (s.level > 0) {  // a higher slot holds a range of keys: its first smallest
-      std::uint32_t& m = slot_min_[levels_[s.level].slot_base + s.slot];
-      if (m == kMinUnknown) {
-        for (std::uint32_t i = pool_[head].next; i != head; i = pool_[i].next) {
-          if (pool_[i].key < pool_[best].key) best = i;
-        }
-        m = best;
-      }
-      best = m;
-      if (is_ahead_source(s) && levels_[0].count != 0) {  // the rest of the next block is on level 0
-        const std::uint32_t a = slot_head(ahead_bank_slot(true));
-        if (pool_[a].key < pool_[best].key) best = a;
+    std::uint32_t best = slot_min(s);
+    if (is_ahead_source(s)) {  // the rest of that span is one level down
+      if (const SlotRef a = ahead_bank_slot(s.level - 1, true); a.level >= 0) {
+        const std::uint32_t m = slot_min(a);
+        if (pool_[m].key < pool_[best].key) best = m;
       }
     }
     return min_cache_ = best;
+  }
+
+  // The first element with the smallest key of non-empty slot s: the head on
+  // level 0; above, a slot holds a range of keys and keeps its minimum,
+  // found again by a scan after it left.
+  std::uint32_t slot_min(const SlotRef& s) const noexcept {
+    const std::uint32_t head = slot_head(s);
+    if (s.level == 0) return head;
+    std::uint32_t& m = slot_min_[levels_[s.level].slot_base + s.slot];
+    if (m == kMinUnknown) {
+      std::uint32_t best = head;
+      for (std::uint32_t i = pool_[head].next; i != head; i = pool_[i].next) {
+        if (pool_[i].key < pool_[best].key) best = i;
+      }
+      m = best;
+    }
+    return m;
   }
 
   // Removes the elements of level-0 slot s one by one, head first, passing
@@ -962,8 +1057,22 @@ class KeyWheel {
       const std::uint32_t next = pool_[i].next;
       if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
       link(i);
+      ++moved_by_last_increase_;
       i = next;
     } while (i != head);
+  }
+
+  // After now_ entered the next span moved down ahead of the levels in
+  // `levels` (bits; above 0, below the top), now's slot on each may hold
+  // elements moved down ahead whose keys now belong lower: re-file them, as
+  // the increase that enters a slot does. (Elsewhere now's slot above level
+  // 0 is the slot the increase just cascaded, or was empty.)
+  void cascade_now_slots(std::uint64_t levels) noexcept {
+    for (; levels != 0; levels &= levels - 1) {
+      const int level = std::countr_zero(levels);
+      const std::size_t slot = slot_of(now_, level);
+      if (heads_[levels_[level].slot_base + slot] != detail::kNilIndex) cascade_slot(SlotRef{level, slot, now_});
+    }
   }
 
   // Calls f(const T&) for each element of slot s; false if s is none.
@@ -989,18 +1098,20 @@ class KeyWheel {
   // meaningful while the slot is non-empty; the first link into an empty
   // slot sets it.
   mutable std::vector<std::uint32_t> slot_min_;
-  std::array<std::uint8_t, 65> level_by_width_{};
   int num_levels_ = 0;
   int num_bits_ = 0;
+  int block_shift_ = 0;  // S_1: now_ >> it is now's block
   Key now_ = 0;
   std::size_t size_ = 0;
   std::uint64_t nonempty_levels_ = 0;  // bit i set iff levels_[i].count > 0
-  // The block (key >> b_0) being moved down ahead by cascade_ahead, always
-  // now's block + 1, or kNoAhead; and its level-1 slot while that still holds
-  // part of it (non-empty), or kNoSource.
-  Key ahead_block_ = kNoAhead;
-  std::size_t ahead_source_ = kNoSource;
+  // Bit j set: level j (below the top) also holds the next level-j span,
+  // moved down ahead by cascade_ahead (its second bank).
+  std::uint64_t ahead_levels_ = 0;
+  // Per level below the top: one past its last key, the end of now's span or,
+  // while bit j of ahead_levels_ is set, of the next span. level_of reads it.
+  std::array<Key, kMaxLevels> level_end_{};
   mutable std::uint32_t min_cache_ = detail::kNilIndex;
+  std::size_t moved_by_last_increase_ = 0;
   bool removing_ = false;
 };
 

@@ -244,15 +244,22 @@ class TimingWheel {
     upper_bound_ns_ = upper_bound_formula();
   }
 
-  // Moves up to `budget` alarms of the next block of 2^b_0 intervals down to
-  // the wheel's lowest level, ahead of the advance that reaches them; returns
-  // true if some are left. An advance_clock into that block then cascades
-  // only what is left, instead of every alarm of the block in one go:
-  // calling this between advances, with a budget, spreads that work over the
-  // time before (KeyWheel::cascade_ahead has the details). Optional: it
-  // changes no result, only when the work is done. Throws std::logic_error
-  // inside handle_fired. O(budget). Never allocates.
+  // Moves up to `budget` alarms down the wheel ahead of the advance that
+  // needs them there: at every level, the alarms of the next span (the next
+  // block of 2^b_0 intervals at the lowest level, the next 2^(b_0+b_1) at the
+  // one above, ...) come down from the level above; returns true if some
+  // are left. An advance_clock into such a span then cascades only what is
+  // left, instead of every alarm of the span in one go: calling this between
+  // advances with a budget of about twice the alarms due per interval per
+  // level leaves nothing (KeyWheel::cascade_ahead has the details).
+  // Optional: it changes no result, only when the work is done. Throws
+  // std::logic_error inside handle_fired. O(levels + budget). Never
+  // allocates.
   bool cascade_ahead(std::size_t budget) { return queue_.cascade_ahead(budget); }
+  // Alarms the last advance_clock into a new interval moved between levels
+  // of the wheel (its cascading work, KeyWheel::moved_by_last_increase).
+  // Never allocates.
+  std::size_t moved_by_last_advance() const noexcept { return queue_.moved_by_last_increase(); }
 
   // Fires, via handle_fired, the alarms with at <= now() (all of them are in
   // now()'s interval), in insertion order. Same rules for handle_fired as
