@@ -741,10 +741,10 @@ class TimingWheelDifferential {
   TimingStats stats_;
 };
 
-class TimingWheelDifferentialTest : public ::testing::TestWithParam<std::int64_t> {};
+class WheelDifferential : public ::testing::TestWithParam<std::int64_t> {};
 
 // For every configuration, every operation of TimingWheel agrees exactly with the reference model.
-TEST_P(TimingWheelDifferentialTest, matches_reference_model) {
+TEST_P(WheelDifferential, timing_wheel_matches_reference_model) {
   const std::int64_t precision = GetParam();
   const std::uint64_t ops = kTimingOpsPerConfig * scale_percent() / 100;
   std::uint64_t total = 0;
@@ -774,7 +774,7 @@ TEST_P(TimingWheelDifferentialTest, matches_reference_model) {
   std::cout << "[ DIFF     ] precision " << precision << "ns: " << total << " TimingWheel operations" << std::endl;
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, TimingWheelDifferentialTest,
+INSTANTIATE_TEST_SUITE_P(Precisions, WheelDifferential,
                          ::testing::Values(std::int64_t{1}, std::int64_t{3}, std::int64_t{1000},
                                            std::int64_t{1'000'000}),
                          [](const ::testing::TestParamInfo<std::int64_t>& info) {
@@ -1184,7 +1184,7 @@ class KeyWheelDifferential {
 
 // For every level-bits configuration (and 61 one-bit levels), every KeyWheel operation agrees exactly with
 // the reference model.
-TEST(KeyWheelDifferential, matches_reference_model) {
+TEST(WheelDifferential, key_wheel_matches_reference_model) {
   const std::uint64_t ops = kKeyOpsPerConfig * scale_percent() / 100;
   std::uint64_t total = 0;
   std::vector<std::vector<int>> sets = bit_sets();
