@@ -67,7 +67,7 @@ class Log {
   std::vector<std::pair<K, V>> calls_;
 };
 
-class KeyedTimersTest : public ::testing::Test {
+class KeyedTimers : public ::testing::Test {
  protected:
   // Moves the clock to kStart + d and waits for the runtime to catch up.
   // Commands posted before are applied at the old time first (see
@@ -86,7 +86,7 @@ class KeyedTimersTest : public ::testing::Test {
 using Calls = std::vector<std::pair<int, std::string>>;
 
 // set returns true iff the key was not pending (new, or after it fired or was removed).
-TEST_F(KeyedTimersTest, set_returns_true_iff_key_was_not_pending) {
+TEST_F(KeyedTimers, set_returns_true_iff_key_was_not_pending) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   EXPECT_TRUE(timers.set(1, "a", 10ms));
   EXPECT_FALSE(timers.set(1, "b", 10ms));
@@ -99,7 +99,7 @@ TEST_F(KeyedTimersTest, set_returns_true_iff_key_was_not_pending) {
 }
 
 // Replacing a pending key's value: only the new value executes, once, at the new due time.
-TEST_F(KeyedTimersTest, set_on_pending_key_executes_only_the_new_value_once_at_the_new_time) {
+TEST_F(KeyedTimers, set_on_pending_key_executes_only_the_new_value_once_at_the_new_time) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   ASSERT_TRUE(timers.set(1, "old", 10ms));
   ASSERT_FALSE(timers.set(1, "new", 20ms));
@@ -113,7 +113,7 @@ TEST_F(KeyedTimersTest, set_on_pending_key_executes_only_the_new_value_once_at_t
 }
 
 // The replaced value is destroyed by set, on the caller's thread, and never executes.
-TEST_F(KeyedTimersTest, set_destroys_the_replaced_value) {
+TEST_F(KeyedTimers, set_destroys_the_replaced_value) {
   Log<int, std::shared_ptr<int>> log;
   chime::KeyedTimers<int, std::shared_ptr<int>> timers(runtime_, log.execute());
   auto old_value = std::make_shared<int>(1);
@@ -127,7 +127,7 @@ TEST_F(KeyedTimersTest, set_destroys_the_replaced_value) {
 }
 
 // execute receives the key and the value by rvalue; a move-only Value works.
-TEST_F(KeyedTimersTest, execute_receives_key_and_move_only_value) {
+TEST_F(KeyedTimers, execute_receives_key_and_move_only_value) {
   std::mutex mu;
   std::vector<std::pair<std::string, std::unique_ptr<int>>> got;
   chime::KeyedTimers<std::string, std::unique_ptr<int>> timers(
@@ -148,7 +148,7 @@ TEST_F(KeyedTimersTest, execute_receives_key_and_move_only_value) {
 }
 
 // A key never executes before its delay has passed by the runtime's clock.
-TEST_F(KeyedTimersTest, never_executes_before_its_delay) {
+TEST_F(KeyedTimers, never_executes_before_its_delay) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 10ms);
   advance_to(10ms);
@@ -160,7 +160,7 @@ TEST_F(KeyedTimersTest, never_executes_before_its_delay) {
 }
 
 // A key moved later does not fire at its old time, and fires once at its new time.
-TEST_F(KeyedTimersTest, move_later_does_not_fire_at_old_time_and_fires_at_new_time) {
+TEST_F(KeyedTimers, move_later_does_not_fire_at_old_time_and_fires_at_new_time) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 10ms);
   advance_to(5ms);
@@ -177,7 +177,7 @@ TEST_F(KeyedTimersTest, move_later_does_not_fire_at_old_time_and_fires_at_new_ti
 }
 
 // Repeated touches (the idle-timeout pattern) keep pushing the key out.
-TEST_F(KeyedTimersTest, repeated_moves_later_keep_the_key_pending) {
+TEST_F(KeyedTimers, repeated_moves_later_keep_the_key_pending) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "idle", 10ms);
   for (int t = 5; t <= 100; t += 5) {
@@ -190,7 +190,7 @@ TEST_F(KeyedTimersTest, repeated_moves_later_keep_the_key_pending) {
 }
 
 // A key moved earlier fires at its new, earlier time.
-TEST_F(KeyedTimersTest, move_earlier_fires_earlier) {
+TEST_F(KeyedTimers, move_earlier_fires_earlier) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 100ms);
   advance_to(2ms);
@@ -204,7 +204,7 @@ TEST_F(KeyedTimersTest, move_earlier_fires_earlier) {
 }
 
 // move returns true iff the key was pending: false for unknown, fired and removed keys.
-TEST_F(KeyedTimersTest, move_returns_true_iff_key_was_pending) {
+TEST_F(KeyedTimers, move_returns_true_iff_key_was_pending) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   EXPECT_FALSE(timers.move(1, 10ms));
   timers.set(1, "x", 10ms);
@@ -221,7 +221,7 @@ TEST_F(KeyedTimersTest, move_returns_true_iff_key_was_pending) {
 }
 
 // remove prevents execute, destroys the value, and returns true iff the key was pending.
-TEST_F(KeyedTimersTest, remove_prevents_execute_and_returns_true_iff_pending) {
+TEST_F(KeyedTimers, remove_prevents_execute_and_returns_true_iff_pending) {
   Log<int, std::shared_ptr<int>> log;
   chime::KeyedTimers<int, std::shared_ptr<int>> timers(runtime_, log.execute());
   auto value = std::make_shared<int>(5);
@@ -240,7 +240,7 @@ TEST_F(KeyedTimersTest, remove_prevents_execute_and_returns_true_iff_pending) {
 }
 
 // contains and size track exactly the pending keys.
-TEST_F(KeyedTimersTest, contains_and_size_track_pending_keys) {
+TEST_F(KeyedTimers, contains_and_size_track_pending_keys) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   EXPECT_EQ(timers.size(), 0u);
   timers.set(1, "a", 10ms);
@@ -263,7 +263,7 @@ TEST_F(KeyedTimersTest, contains_and_size_track_pending_keys) {
 }
 
 // Keys spread over all shards: each executes exactly once with its own value.
-TEST_F(KeyedTimersTest, many_keys_each_execute_exactly_once_with_their_value) {
+TEST_F(KeyedTimers, many_keys_each_execute_exactly_once_with_their_value) {
   Log<int, int> log;
   chime::KeyedTimers<int, int> timers(runtime_, log.execute());
   constexpr int kKeys = 5000;
@@ -286,7 +286,7 @@ TEST_F(KeyedTimersTest, many_keys_each_execute_exactly_once_with_their_value) {
 
 // drain hands every pending key to fn on the caller's thread, empties the
 // timers, and none of the drained keys executes later.
-TEST_F(KeyedTimersTest, drain_calls_fn_for_every_pending_key_on_caller_thread_and_empties) {
+TEST_F(KeyedTimers, drain_calls_fn_for_every_pending_key_on_caller_thread_and_empties) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   constexpr int kKeys = 200;
   for (int k = 0; k < kKeys; ++k) timers.set(k, "v" + std::to_string(k), 10ms);
@@ -314,7 +314,7 @@ TEST_F(KeyedTimersTest, drain_calls_fn_for_every_pending_key_on_caller_thread_an
 }
 
 // fn may call back into the timers (no lock is held while it runs).
-TEST_F(KeyedTimersTest, drain_fn_may_rearm_keys) {
+TEST_F(KeyedTimers, drain_fn_may_rearm_keys) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "a", 50ms);
   timers.set(2, "b", 50ms);
@@ -327,7 +327,7 @@ TEST_F(KeyedTimersTest, drain_fn_may_rearm_keys) {
 
 // Destroying the timers cancels their pending keys: execute is never called
 // afterwards and the values are destroyed.
-TEST_F(KeyedTimersTest, destruction_cancels_pending_keys) {
+TEST_F(KeyedTimers, destruction_cancels_pending_keys) {
   Log<int, std::shared_ptr<int>> log;
   std::vector<std::weak_ptr<int>> watches;
   {
@@ -346,7 +346,7 @@ TEST_F(KeyedTimersTest, destruction_cancels_pending_keys) {
 }
 
 // execute may call back into the timers: a key can re-arm itself.
-TEST_F(KeyedTimersTest, execute_may_rearm_its_own_key) {
+TEST_F(KeyedTimers, execute_may_rearm_its_own_key) {
   std::vector<std::pair<int, Duration>> runs;
   std::mutex mu;
   chime::KeyedTimers<int, int>* self = nullptr;
@@ -370,7 +370,7 @@ TEST_F(KeyedTimersTest, execute_may_rearm_its_own_key) {
 }
 
 // An exception from execute goes to the runtime's on_error; the key counts as fired.
-TEST(KeyedTimersErrors, execute_exception_goes_to_on_error_and_key_is_gone) {
+TEST(KeyedTimersStandalone, execute_exception_goes_to_on_error_and_key_is_gone) {
   chime::ManualClock clock{kStart};
   std::atomic<int> errors{0};
   auto options = manual_options(clock, 1);
@@ -394,7 +394,7 @@ TEST(KeyedTimersErrors, execute_exception_goes_to_on_error_and_key_is_gone) {
 }
 
 // After Runtime::shutdown, set throws StoppedError and leaves the key not pending.
-TEST(KeyedTimersErrors, set_after_shutdown_throws_and_leaves_key_not_pending) {
+TEST(KeyedTimersStandalone, set_after_shutdown_throws_and_leaves_key_not_pending) {
   chime::ManualClock clock{kStart};
   chime::Runtime runtime(manual_options(clock, 1));
   Log<int, int> log;
@@ -409,7 +409,7 @@ TEST(KeyedTimersErrors, set_after_shutdown_throws_and_leaves_key_not_pending) {
   EXPECT_EQ(log.count(), 0u);
 }
 
-TEST(KeyedTimersErrors, empty_execute_is_rejected) {
+TEST(KeyedTimersStandalone, empty_execute_is_rejected) {
   chime::ManualClock clock{kStart};
   chime::Runtime runtime(manual_options(clock, 1));
   EXPECT_THROW((chime::KeyedTimers<int, int>(runtime, nullptr)), std::invalid_argument);
@@ -418,9 +418,9 @@ TEST(KeyedTimersErrors, empty_execute_is_rejected) {
 // --- Races made deterministic: an operation on key B while B's fire has
 // already been handed to the (single) worker, which is blocked running key A.
 
-class KeyedTimersDispatchedTest : public ::testing::Test {
+class KeyedTimersDispatched : public ::testing::Test {
  protected:
-  KeyedTimersDispatchedTest()
+  KeyedTimersDispatched()
       : timers_(std::in_place, runtime_, [this](const int& key, std::string&& value) {
           if (key == kBlocker) {
             blocker_started_.set_value();
@@ -456,7 +456,7 @@ class KeyedTimersDispatchedTest : public ::testing::Test {
 };
 
 // move of a key whose fire is already dispatched still postpones it: the old run does nothing.
-TEST_F(KeyedTimersDispatchedTest, move_later_while_fire_dispatched_postpones_it) {
+TEST_F(KeyedTimersDispatched, move_later_while_fire_dispatched_postpones_it) {
   std::thread flusher = start_blocked_flush();
   EXPECT_TRUE(timers_->move(kB, 10ms));  // due at 15 ms
   release_blocker();
@@ -475,7 +475,7 @@ TEST_F(KeyedTimersDispatchedTest, move_later_while_fire_dispatched_postpones_it)
 }
 
 // remove of a key whose fire is already dispatched wins: it never executes.
-TEST_F(KeyedTimersDispatchedTest, remove_while_fire_dispatched_prevents_execute) {
+TEST_F(KeyedTimersDispatched, remove_while_fire_dispatched_prevents_execute) {
   std::thread flusher = start_blocked_flush();
   EXPECT_TRUE(timers_->remove(kB));
   release_blocker();
@@ -487,7 +487,7 @@ TEST_F(KeyedTimersDispatchedTest, remove_while_fire_dispatched_prevents_execute)
 }
 
 // set of a key whose fire is already dispatched replaces it: only the new value executes, at its time.
-TEST_F(KeyedTimersDispatchedTest, set_while_fire_dispatched_executes_only_the_new_value) {
+TEST_F(KeyedTimersDispatched, set_while_fire_dispatched_executes_only_the_new_value) {
   std::thread flusher = start_blocked_flush();
   EXPECT_FALSE(timers_->set(kB, "B-new", 10ms));  // due at 15 ms
   release_blocker();
@@ -499,7 +499,7 @@ TEST_F(KeyedTimersDispatchedTest, set_while_fire_dispatched_executes_only_the_ne
 }
 
 // The destructor waits for an execute in progress, and nothing executes after it returns.
-TEST_F(KeyedTimersDispatchedTest, destructor_waits_for_execute_in_progress) {
+TEST_F(KeyedTimersDispatched, destructor_waits_for_execute_in_progress) {
   std::thread flusher = start_blocked_flush();
   std::atomic<bool> destroyed{false};
   bool finished_when_destroyed = false;
@@ -532,7 +532,7 @@ void destroy_from_inside_execute() {
 }
 
 // Destroying the timers from inside their own execute would wait for itself: it terminates instead.
-TEST(KeyedTimersDeathTest, destroy_from_inside_own_execute_terminates) {
+TEST(KeyedTimersStandalone, destroy_from_inside_own_execute_terminates) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(destroy_from_inside_execute(), "destroyed from inside its own execute");
 }

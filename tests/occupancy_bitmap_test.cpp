@@ -31,7 +31,7 @@ std::size_t model_prev(const std::vector<bool>& m, std::size_t from) {
   return OccupancyBitmap::npos;
 }
 
-TEST(OccupancyBitmapTest, searches_agree_with_a_plain_bit_vector_and_check_holds) {
+TEST(OccupancyBitmap, searches_agree_with_a_plain_bit_vector_and_check_holds) {
   std::mt19937_64 rng(20261125);
   for (const std::size_t size : {1u, 2u, 63u, 64u, 65u, 100u, 4095u, 4096u, 4097u, 262145u}) {
     OccupancyBitmap b(size);
@@ -59,7 +59,7 @@ TEST(OccupancyBitmapTest, searches_agree_with_a_plain_bit_vector_and_check_holds
   }
 }
 
-TEST(OccupancyBitmapTest, check_names_a_bit_set_beyond_the_size) {
+TEST(OccupancyBitmap, check_names_a_bit_set_beyond_the_size) {
   OccupancyBitmap b(100);
   b.set(99);
   ASSERT_NO_THROW(b.check());

@@ -43,7 +43,7 @@ bool eventually(Pred pred) {
   return pred();
 }
 
-class AsioLaneTest : public ::testing::Test {
+class RuntimeAsio : public ::testing::Test {
  protected:
   struct Run {
     int tag;
@@ -102,7 +102,7 @@ class AsioLaneTest : public ::testing::Test {
 };
 
 // Every run happens on the io_context's thread, by due, at or after its due.
-TEST_F(AsioLaneTest, runs_on_the_io_context_thread_in_due_order_never_early) {
+TEST_F(RuntimeAsio, runs_on_the_io_context_thread_in_due_order_never_early) {
   const int dues[] = {7, 3, 9, 1, 5, 3, 8};
   for (int i = 0; i < 7; ++i) record_at(lane, at(std::chrono::milliseconds(dues[i])), i);
   advance_to(clock, rt, at(4ms));
@@ -117,7 +117,7 @@ TEST_F(AsioLaneTest, runs_on_the_io_context_thread_in_due_order_never_early) {
 
 // A cancel from another thread, or from a callback of the same batch, wins
 // until the callback starts.
-TEST_F(AsioLaneTest, a_cancel_before_the_run_starts_wins) {
+TEST_F(RuntimeAsio, a_cancel_before_the_run_starts_wins) {
   record_at(lane, at(1ms), 0);
   const chime::TimerId b = record_at(lane, at(1ms), 1);
   EXPECT_TRUE(lane.cancel(b));
@@ -132,7 +132,7 @@ TEST_F(AsioLaneTest, a_cancel_before_the_run_starts_wins) {
 
 // stop() from a lane callback: no wait is left, so io.run() returns; the
 // lane keeps its later runs, for whichever thread runs it next.
-TEST_F(AsioLaneTest, stop_from_a_callback_lets_io_run_return_and_leaves_the_lane_usable) {
+TEST_F(RuntimeAsio, stop_from_a_callback_lets_io_run_return_and_leaves_the_lane_usable) {
   lane.schedule_at(at(1ms), [&] { driver->stop(); });
   record_at(lane, at(1ms), 1);  // same batch: runs after the stop
   record_at(lane, at(5ms), 2);
@@ -149,7 +149,7 @@ TEST_F(AsioLaneTest, stop_from_a_callback_lets_io_run_return_and_leaves_the_lane
 
 // The driver and the lane destroyed on the io thread while the wait is
 // pending: the cancelled handler runs afterwards and touches neither (ASan).
-TEST_F(AsioLaneTest, driver_and_lane_destroyed_with_the_wait_pending_leave_no_handler_touching_them) {
+TEST_F(RuntimeAsio, driver_and_lane_destroyed_with_the_wait_pending_leave_no_handler_touching_them) {
   auto lane2 = std::make_unique<chime::Lane>(rt.lane());
   auto driver2 = std::make_unique<chime::asio::LaneDriver>(io, *lane2);
   on_io([] {});  // driver2's first handler ran: the io thread is lane2's thread
@@ -170,7 +170,7 @@ TEST_F(AsioLaneTest, driver_and_lane_destroyed_with_the_wait_pending_leave_no_ha
 // A LaneTimer's wait completes with success on the io_context's thread, not
 
 // A second thread running the io_context of a LaneDriver gets std::logic_error, never a lane callback.
-TEST(AsioLaneDriver, a_second_thread_running_the_io_context_throws_logic_error) {
+TEST(RuntimeAsioStandalone, a_second_thread_running_the_io_context_throws_logic_error) {
   chime::Runtime rt{steady_options(0)};
   chime::Lane lane = rt.lane();
   boost::asio::io_context io;  // the default concurrency hint: built for several threads
@@ -222,7 +222,7 @@ TEST(AsioLaneDriver, a_second_thread_running_the_io_context_throws_logic_error) 
 }
 
 // before its expiry on the runtime's clock.
-TEST_F(AsioLaneTest, lane_timer_wait_completes_on_the_io_thread_not_before_expiry) {
+TEST_F(RuntimeAsio, lane_timer_wait_completes_on_the_io_thread_not_before_expiry) {
   std::unique_ptr<chime::asio::LaneTimer> timer;
   std::atomic<bool> done{false};
   boost::system::error_code code = boost::asio::error::would_block;
@@ -253,7 +253,7 @@ TEST_F(AsioLaneTest, lane_timer_wait_completes_on_the_io_thread_not_before_expir
 }
 
 // cancel() completes the pending wait with operation_aborted, exactly once.
-TEST_F(AsioLaneTest, lane_timer_cancel_completes_the_wait_with_operation_aborted_once) {
+TEST_F(RuntimeAsio, lane_timer_cancel_completes_the_wait_with_operation_aborted_once) {
   std::unique_ptr<chime::asio::LaneTimer> timer;
   std::atomic<int> completions{0};
   boost::system::error_code code;
@@ -278,7 +278,7 @@ TEST_F(AsioLaneTest, lane_timer_cancel_completes_the_wait_with_operation_aborted
 
 // co_await chime::asio::sleep_for resumes the coroutine on the io_context's
 // thread, at or after now + delay on the runtime's clock.
-TEST_F(AsioLaneTest, sleep_for_resumes_the_coroutine_on_the_io_thread_after_its_due) {
+TEST_F(RuntimeAsio, sleep_for_resumes_the_coroutine_on_the_io_thread_after_its_due) {
   std::atomic<bool> suspended{false};
   std::atomic<bool> resumed{false};
   std::thread::id thread;
@@ -306,7 +306,7 @@ TEST_F(AsioLaneTest, sleep_for_resumes_the_coroutine_on_the_io_thread_after_its_
 
 // A LaneTimer awaited in a coroutine, cancelled by another handler: the
 // co_await throws system_error(operation_aborted), Asio's use_awaitable way.
-TEST_F(AsioLaneTest, a_lane_timer_awaited_in_a_coroutine_is_cancelled_with_operation_aborted) {
+TEST_F(RuntimeAsio, a_lane_timer_awaited_in_a_coroutine_is_cancelled_with_operation_aborted) {
   chime::asio::LaneTimer* timer = nullptr;
   std::atomic<bool> done{false};
   boost::system::error_code code;
@@ -336,7 +336,7 @@ TEST_F(AsioLaneTest, a_lane_timer_awaited_in_a_coroutine_is_cancelled_with_opera
 
 // Destroying the lane aborts its pending sleeps; the coroutine resumes on the
 // io_context's thread with operation_aborted and touches the lane no more.
-TEST_F(AsioLaneTest, destroying_the_lane_aborts_a_pending_sleep) {
+TEST_F(RuntimeAsio, destroying_the_lane_aborts_a_pending_sleep) {
   auto lane2 = std::make_unique<chime::Lane>(rt.lane());
   auto driver2 = std::make_unique<chime::asio::LaneDriver>(io, *lane2);
   std::atomic<bool> done{false};

@@ -22,7 +22,7 @@ using std::chrono::microseconds;
 
 // The documented schedule: kYields yields, then sleeps of 1, 2, 4, ... us up
 // to the bound; reset starts over.
-TEST(Backoff, yields_then_sleeps_doubling_up_to_its_bound) {
+TEST(RuntimeBackoff, yields_then_sleeps_doubling_up_to_its_bound) {
   Backoff b(microseconds{5});
   for (int i = 0; i < Backoff::kYields; ++i) {
     EXPECT_FALSE(b.sleeps_next()) << "wait " << i << " must yield";
@@ -58,7 +58,7 @@ bool pin_to(int cpu) {
 // With Backoff the owner runs during the waiter's first sleeps: the store is
 // seen within 200 ms, a bound the throttling alone does not meet. Skipped
 // where SCHED_FIFO or pinning is not permitted.
-TEST(Backoff, a_waiter_under_sched_fifo_lets_an_owner_on_its_core_run) {
+TEST(RuntimeBackoff, a_waiter_under_sched_fifo_lets_an_owner_on_its_core_run) {
   std::atomic<bool> published{false};
   std::atomic<bool> waiter_ready{false};
   std::atomic<int> setup{0};  // 1: the waiter could not get SCHED_FIFO or pin itself

@@ -26,11 +26,11 @@ using chime::Runtime;
 using chime::TimerId;
 using chime::TimerState;
 
-class CancelResultTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, CancelResultTest, testing::Values(0u, 1u, 2u), workers_name);
+class RuntimeCancelResults : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeCancelResults, testing::Values(0u, 1u, 2u), workers_name);
 
 // A pending timer: try_cancel wins (cancelled), and a second try reports done.
-TEST_P(CancelResultTest, try_cancel_of_a_pending_timer_is_cancelled_then_done) {
+TEST_P(RuntimeCancelResults, try_cancel_of_a_pending_timer_is_cancelled_then_done) {
   const TimerId id = rt.schedule_at(at(5ms), rec.task());
   EXPECT_EQ(rt.try_cancel(id), CancelResult::cancelled);
   EXPECT_EQ(rt.try_cancel(id), CancelResult::done);
@@ -41,7 +41,7 @@ TEST_P(CancelResultTest, try_cancel_of_a_pending_timer_is_cancelled_then_done) {
 }
 
 // A timer that fired and returned: done; cancel_and_wait does not wait.
-TEST_P(CancelResultTest, try_cancel_of_a_fired_timer_is_done) {
+TEST_P(RuntimeCancelResults, try_cancel_of_a_fired_timer_is_done) {
   const TimerId id = rt.schedule_at(at(1ms), rec.task());
   advance_to(clock, rt, at(2ms));
   ASSERT_EQ(rec.count(), 1u);
@@ -52,7 +52,7 @@ TEST_P(CancelResultTest, try_cancel_of_a_fired_timer_is_done) {
 
 // The default id and ids never issued (a slot never used, a generation the slot has not reached yet) are
 // unknown.
-TEST_P(CancelResultTest, default_and_unissued_ids_are_unknown) {
+TEST_P(RuntimeCancelResults, default_and_unissued_ids_are_unknown) {
   EXPECT_EQ(rt.try_cancel(TimerId{}), CancelResult::unknown);
   EXPECT_EQ(rt.cancel_and_wait(TimerId{}), CancelResult::unknown);
   const TimerId id = rt.schedule_at(at(1ms), rec.task());
@@ -66,7 +66,7 @@ TEST_P(CancelResultTest, default_and_unissued_ids_are_unknown) {
 // An id this runtime issued whose slot has since been reused (an older generation) is finished: try_cancel
 // and cancel_and_wait say done, not unknown (a harness can tell "fired long ago" from "never mine"); cancel
 // is false, state() unknown, and the slot's new timer is untouched.
-TEST_P(CancelResultTest, a_finished_id_whose_slot_was_reused_is_done) {
+TEST_P(RuntimeCancelResults, a_finished_id_whose_slot_was_reused_is_done) {
   const TimerId id = rt.schedule_at(at(1ms), rec.task());
   ASSERT_TRUE(rt.cancel(id));
   advance_to(clock, rt, at(3ms));  // its alarm comes up: the zombie is reclaimed
@@ -90,13 +90,13 @@ TEST_P(CancelResultTest, a_finished_id_whose_slot_was_reused_is_done) {
   EXPECT_EQ(rt.try_cancel(TimerId(id.slot(), id.generation(), id.runtime() + 1000)), CancelResult::unknown);
 }
 
-class RunningTest : public ManualRuntimeTest {};
+class RuntimeCancelResultsRunning : public ManualRuntimeTest {};
 // A worker runs the callback while the test thread looks at it.
-INSTANTIATE_TEST_SUITE_P(Runtime, RunningTest, testing::Values(1u, 2u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeCancelResultsRunning, testing::Values(1u, 2u), workers_name);
 
 // A one-shot whose callback is running: try_cancel says running (cancel: false), state() running; once it
 // returned, done and fired.
-TEST_P(RunningTest, one_shot_in_progress_is_running_then_done) {
+TEST_P(RuntimeCancelResultsRunning, one_shot_in_progress_is_running_then_done) {
   Gate gate;
   const TimerId id = rt.schedule_at(at(1ms), gate.blocker());
   rt.flush();
@@ -114,7 +114,7 @@ TEST_P(RunningTest, one_shot_in_progress_is_running_then_done) {
 
 // A periodic timer whose run is in progress: the first cancel stops its later runs (cancel true, try_cancel
 // running); while the run lasts state() is running and a second cancel returns false; then cancelled.
-TEST_P(RunningTest, periodic_in_progress_cancel_stops_later_runs_and_state_stays_running) {
+TEST_P(RuntimeCancelResultsRunning, periodic_in_progress_cancel_stops_later_runs_and_state_stays_running) {
   Gate gate;
   std::atomic<int> runs{0};
   const TimerId id = rt.schedule_every(
@@ -141,7 +141,7 @@ TEST_P(RunningTest, periodic_in_progress_cancel_stops_later_runs_and_state_stays
 }
 
 // cancel(bool) on a running periodic: true iff this very call stopped its later runs.
-TEST_P(RunningTest, cancel_of_a_running_periodic_is_true_once) {
+TEST_P(RuntimeCancelResultsRunning, cancel_of_a_running_periodic_is_true_once) {
   Gate gate;
   const TimerId id = rt.schedule_every(5ms, gate.blocker(), first_at(at(5ms)));
   rt.flush();
@@ -156,7 +156,7 @@ TEST_P(RunningTest, cancel_of_a_running_periodic_is_true_once) {
 }
 
 // cancel_and_wait of a running one-shot returns running only after the callback returned.
-TEST_P(RunningTest, cancel_and_wait_returns_after_the_run_returned) {
+TEST_P(RuntimeCancelResultsRunning, cancel_and_wait_returns_after_the_run_returned) {
   Gate gate;
   const TimerId id = rt.schedule_at(at(1ms), gate.blocker());
   rt.flush();
@@ -174,7 +174,7 @@ TEST_P(RunningTest, cancel_and_wait_returns_after_the_run_returned) {
 }
 
 // cancel_and_wait of a running periodic stops it and waits for the run in progress.
-TEST_P(RunningTest, cancel_and_wait_of_a_running_periodic_stops_it_and_waits) {
+TEST_P(RuntimeCancelResultsRunning, cancel_and_wait_of_a_running_periodic_stops_it_and_waits) {
   Gate gate;
   const TimerId id = rt.schedule_every(5ms, gate.blocker(), first_at(at(5ms)));
   rt.flush();
@@ -193,7 +193,7 @@ TEST_P(RunningTest, cancel_and_wait_of_a_running_periodic_stops_it_and_waits) {
 }
 
 // Two threads waiting for the same run both return after it.
-TEST_P(RunningTest, several_waiters_all_wake) {
+TEST_P(RuntimeCancelResultsRunning, several_waiters_all_wake) {
   Gate gate;
   const TimerId id = rt.schedule_at(at(1ms), gate.blocker());
   rt.flush();
@@ -217,7 +217,7 @@ TEST_P(RunningTest, several_waiters_all_wake) {
 
 // From the timer's own callback, cancel_and_wait does not wait for itself: it returns running at once
 // (one-shot and periodic; the periodic runs no more).
-TEST_P(CancelResultTest, cancel_and_wait_from_its_own_callback_returns_running_without_waiting) {
+TEST_P(RuntimeCancelResults, cancel_and_wait_from_its_own_callback_returns_running_without_waiting) {
   std::vector<CancelResult> seen;
   std::mutex mu;
   auto task = [&](const chime::Firing& f) {
@@ -237,9 +237,9 @@ TEST_P(CancelResultTest, cancel_and_wait_from_its_own_callback_returns_running_w
 }
 
 // A run handed over but not started counts as not started: try_cancel wins it (cancelled) and it never runs.
-class HandedTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, HandedTest, testing::Values(0u, 1u), workers_name);
-TEST_P(HandedTest, try_cancel_of_a_run_handed_over_but_not_started_is_cancelled) {
+class RuntimeCancelResultsHanded : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeCancelResultsHanded, testing::Values(0u, 1u), workers_name);
+TEST_P(RuntimeCancelResultsHanded, try_cancel_of_a_run_handed_over_but_not_started_is_cancelled) {
   Gate gate;
   rt.schedule_at(at(1ms), gate.blocker());
   const TimerId behind = rt.schedule_at(at(1ms) + 500us, rec.task(1));
@@ -257,7 +257,7 @@ TEST_P(HandedTest, try_cancel_of_a_run_handed_over_but_not_started_is_cancelled)
 
 // Ids are bound to their runtime: two runtimes with identical slot histories issue ids with the same slot
 // and generation; each treats the other's as unknown and never touches its own timer through it.
-TEST(RuntimeIds, an_id_from_another_runtime_is_unknown_everywhere) {
+TEST(RuntimeCancelResults, an_id_from_another_runtime_is_unknown_everywhere) {
   ManualClock clock{kStart};
   Recorder rec;
   Runtime a{manual_options(clock, 1)};
@@ -287,7 +287,7 @@ TEST(RuntimeIds, an_id_from_another_runtime_is_unknown_everywhere) {
 
 // Missed::delay: a run that ends late restarts the fixed rate from its end: the next run is due one period
 // after the callback returned (the callback moves the manual clock by 5 ms to stand for a long run).
-TEST_P(CancelResultTest, missed_delay_restarts_the_rate_from_the_end_of_the_run) {
+TEST_P(RuntimeCancelResults, missed_delay_restarts_the_rate_from_the_end_of_the_run) {
   std::atomic<int> runs{0};
   std::vector<chime::Firing> firings;
   std::mutex mu;
@@ -313,7 +313,7 @@ TEST_P(CancelResultTest, missed_delay_restarts_the_rate_from_the_end_of_the_run)
 }
 
 // Missed::delay coalesces missed runs into one, like skip, then goes on from the end of that run.
-TEST_P(CancelResultTest, missed_delay_coalesces_like_skip_then_restarts_from_the_run) {
+TEST_P(RuntimeCancelResults, missed_delay_coalesces_like_skip_then_restarts_from_the_run) {
   std::vector<chime::Firing> firings;
   std::mutex mu;
   rt.schedule_every(
@@ -338,7 +338,7 @@ TEST_P(CancelResultTest, missed_delay_coalesces_like_skip_then_restarts_from_the
 // may preempt its thread for longer than slow_run (this failed once under ASan beside other work): so
 // every run reported must have taken longer than slow_run, the sleeping one must be among them, and
 // the count must equal the reports, whether or not the quick one was slow this time.
-TEST(RuntimeObservability, slow_runs_are_counted_and_reported) {
+TEST(RuntimeCancelResults, slow_runs_are_counted_and_reported) {
   ManualClock clock{kStart};
   std::mutex mu;
   std::vector<std::pair<TimerId, chime::Duration>> reported;
@@ -372,7 +372,7 @@ TEST(RuntimeObservability, slow_runs_are_counted_and_reported) {
 }
 
 // The default slow_run is 10 ms, and quick runs are not slow.
-TEST(RuntimeObservability, quick_runs_are_not_slow) {
+TEST(RuntimeCancelResults, quick_runs_are_not_slow) {
   EXPECT_EQ(chime::RuntimeOptions{}.slow_run, 10ms);
   ManualClock clock{kStart};
   Runtime rt{manual_options(clock, 1)};
@@ -421,7 +421,7 @@ void two_callbacks_wait_for_each_other() {
 }
 
 // Debug builds catch the simplest deadlock: two callbacks each cancel_and_wait the other's running timer.
-TEST(RuntimeDeadlockCheck, two_callbacks_waiting_for_each_other_abort_with_a_message) {
+TEST(RuntimeCancelResults, two_callbacks_waiting_for_each_other_abort_with_a_message) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(two_callbacks_wait_for_each_other(), "cancel_and_wait deadlock");
 }
@@ -447,7 +447,7 @@ void two_callbacks_on_two_wheel_threads_wait_for_each_other() {
   std::_Exit(0);                     // not detected: exit without dying by the signal
 }
 
-TEST(RuntimeDeadlockCheck, two_callbacks_on_two_shards_wheel_threads_waiting_for_each_other_abort_with_a_message) {
+TEST(RuntimeCancelResults, two_callbacks_on_two_shards_wheel_threads_waiting_for_each_other_abort_with_a_message) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(two_callbacks_on_two_wheel_threads_wait_for_each_other(), "cancel_and_wait deadlock");
 }

@@ -27,7 +27,7 @@ using chime::Runtime;
 using chime::TimerId;
 using chime::TimerState;
 
-class CancelTest : public ManualRuntimeTest {
+class RuntimeCancel : public ManualRuntimeTest {
  protected:
   // Files a timer (tag 9) at `due` and flushes. While it is the earliest
   // alarm, a schedule due at or after its interval does not wake the wheel
@@ -54,12 +54,12 @@ class CancelTest : public ManualRuntimeTest {
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Runtime, CancelTest, testing::Values(0u, 1u, 2u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeCancel, testing::Values(0u, 1u, 2u), workers_name);
 
 chime::Task tag7(Recorder& rec) { return rec.task(7); }
 
 // A cancel before the due time returns true and the callback never runs.
-TEST_P(CancelTest, cancel_before_fire_suppresses_callback) {
+TEST_P(RuntimeCancel, cancel_before_fire_suppresses_callback) {
   const TimerId id = rt.schedule_at(at(10ms), rec.task());
   rt.flush();
   advance_to(clock, rt, at(5ms));
@@ -71,7 +71,7 @@ TEST_P(CancelTest, cancel_before_fire_suppresses_callback) {
 }
 
 // A cancel posted right after schedule, before any flush applied the schedule, still wins.
-TEST_P(CancelTest, cancel_before_schedule_is_applied_is_not_lost) {
+TEST_P(RuntimeCancel, cancel_before_schedule_is_applied_is_not_lost) {
   std::vector<TimerId> ids;
   for (int i = 0; i < 500; ++i) {
     const TimerId id = rt.schedule_at(at(1ms), rec.task(i));
@@ -82,7 +82,7 @@ TEST_P(CancelTest, cancel_before_schedule_is_applied_is_not_lost) {
 }
 
 // A cancel of a timer whose due time is already past, before the flush that would fire it, wins.
-TEST_P(CancelTest, cancel_of_due_but_undispatched_timer_wins) {
+TEST_P(RuntimeCancel, cancel_of_due_but_undispatched_timer_wins) {
   const TimerId id = rt.schedule_at(at(1ms), rec.task());
   rt.flush();
   clock.set(at(100ms));  // due, but the wheel has not advanced yet
@@ -92,7 +92,7 @@ TEST_P(CancelTest, cancel_of_due_but_undispatched_timer_wins) {
 }
 
 // A cancel after the timer fired returns false and the state stays fired.
-TEST_P(CancelTest, cancel_after_fire_returns_false) {
+TEST_P(RuntimeCancel, cancel_after_fire_returns_false) {
   const TimerId id = rt.schedule_at(at(1ms), rec.task());
   advance_to(clock, rt, at(2ms));
   ASSERT_EQ(rec.count(), 1u);
@@ -101,7 +101,7 @@ TEST_P(CancelTest, cancel_after_fire_returns_false) {
 }
 
 // The second cancel of a timer returns false.
-TEST_P(CancelTest, cancel_twice_second_returns_false) {
+TEST_P(RuntimeCancel, cancel_twice_second_returns_false) {
   const TimerId id = rt.schedule_at(at(10ms), rec.task());
   EXPECT_TRUE(rt.cancel(id));
   EXPECT_FALSE(rt.cancel(id));
@@ -112,7 +112,7 @@ TEST_P(CancelTest, cancel_twice_second_returns_false) {
 }
 
 // The default TimerId and ids never issued cancel nothing and return false.
-TEST_P(CancelTest, cancel_of_default_or_never_issued_id_returns_false) {
+TEST_P(RuntimeCancel, cancel_of_default_or_never_issued_id_returns_false) {
   const TimerId live = rt.schedule_at(at(10ms), rec.task());
   EXPECT_FALSE(rt.cancel(TimerId{}));
   EXPECT_FALSE(rt.cancel(TimerId{live.slot(), live.generation() + 1}));
@@ -124,7 +124,7 @@ TEST_P(CancelTest, cancel_of_default_or_never_issued_id_returns_false) {
 }
 
 // Cancelling one timer leaves the others of the same interval alone.
-TEST_P(CancelTest, cancel_removes_only_its_timer) {
+TEST_P(RuntimeCancel, cancel_removes_only_its_timer) {
   std::vector<TimerId> ids;
   for (int i = 0; i < 10; ++i) ids.push_back(rt.schedule_at(at(3ms), rec.task(i)));
   rt.flush();
@@ -137,7 +137,7 @@ TEST_P(CancelTest, cancel_removes_only_its_timer) {
 }
 
 // A stale id (its timer cancelled, its slot reused) never cancels the slot's new timer.
-TEST_P(CancelTest, stale_id_after_slot_reuse_never_cancels_new_timer) {
+TEST_P(RuntimeCancel, stale_id_after_slot_reuse_never_cancels_new_timer) {
   file_keeper(at(5ms));
   const TimerId old = rt.schedule_at(at(1s), rec.task(1));
   ASSERT_TRUE(rt.cancel(old));
@@ -156,7 +156,7 @@ TEST_P(CancelTest, stale_id_after_slot_reuse_never_cancels_new_timer) {
 }
 
 // A stale id of a timer that fired never cancels the timer that reused its slot.
-TEST_P(CancelTest, stale_id_after_fire_and_reuse_never_cancels_new_timer) {
+TEST_P(RuntimeCancel, stale_id_after_fire_and_reuse_never_cancels_new_timer) {
   file_keeper(at(5ms));
   const TimerId old = rt.schedule_at(at(1ms), rec.task(1));
   advance_to(clock, rt, at(2ms));
@@ -170,7 +170,7 @@ TEST_P(CancelTest, stale_id_after_fire_and_reuse_never_cancels_new_timer) {
 }
 
 // A one-shot cancelling itself from inside its callback loses: it has started.
-TEST_P(CancelTest, cancel_from_inside_own_callback_returns_false) {
+TEST_P(RuntimeCancel, cancel_from_inside_own_callback_returns_false) {
   std::atomic<int> result{-1};
   rt.schedule_at(at(1ms), [&](const Firing& f) { result.store(rt.cancel(f.id) ? 1 : 0); });
   advance_to(clock, rt, at(2ms));
@@ -178,7 +178,7 @@ TEST_P(CancelTest, cancel_from_inside_own_callback_returns_false) {
 }
 
 // While a callback runs, cancel from another thread returns false and state() is running.
-TEST_P(CancelTest, cancel_while_running_returns_false) {
+TEST_P(RuntimeCancel, cancel_while_running_returns_false) {
   std::atomic<bool> started{false};
   std::atomic<bool> release{false};
   const TimerId id = rt.schedule_at(at(1ms), [&] {
@@ -196,7 +196,7 @@ TEST_P(CancelTest, cancel_while_running_returns_false) {
 }
 
 // Only successful cancels are counted in stats().cancelled.
-TEST_P(CancelTest, stats_count_only_successful_cancels) {
+TEST_P(RuntimeCancel, stats_count_only_successful_cancels) {
   const TimerId a = rt.schedule_at(at(10ms), rec.task());
   const TimerId b = rt.schedule_at(at(1ms), rec.task());
   advance_to(clock, rt, at(2ms));
@@ -221,7 +221,7 @@ bool released_soon(const std::shared_ptr<int>& p) {
 // A cancelled timer's Task (and what it captured) is destroyed once the cancel is applied, not kept until slot reuse.
 // The canceller destroys the Task before cancel returns, although the wheel
 // reclaims the filed timer's slot only later (a zombie).
-TEST_P(CancelTest, cancelled_task_is_released) {
+TEST_P(RuntimeCancel, cancelled_task_is_released) {
   auto resource = std::make_shared<int>(1);
   const TimerId id = rt.schedule_at(at(10ms), [resource] { (void)resource; });
   EXPECT_EQ(resource.use_count(), 2);
@@ -233,7 +233,7 @@ TEST_P(CancelTest, cancelled_task_is_released) {
 }
 
 // A timer cancelled before the wheel filed it releases its Task when cancel returns; its ADD is then a no-op.
-TEST_P(CancelTest, task_cancelled_before_it_was_filed_is_released_when_cancel_returns) {
+TEST_P(RuntimeCancel, task_cancelled_before_it_was_filed_is_released_when_cancel_returns) {
   file_keeper(at(5ms));
   auto resource = std::make_shared<int>(1);
   const TimerId id = rt.schedule_at(at(10ms), [resource] { (void)resource; });
@@ -244,7 +244,7 @@ TEST_P(CancelTest, task_cancelled_before_it_was_filed_is_released_when_cancel_re
 }
 
 // A fired one-shot's Task (and what it captured) is destroyed after its run, not kept until slot reuse.
-TEST_P(CancelTest, fired_task_is_released) {
+TEST_P(RuntimeCancel, fired_task_is_released) {
   auto resource = std::make_shared<int>(1);
   rt.schedule_at(at(1ms), [resource] { (void)resource; });
   advance_to(clock, rt, at(2ms));

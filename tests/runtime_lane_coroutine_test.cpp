@@ -48,7 +48,7 @@ struct FrameWitness {
   ~FrameWitness() { ++*destroyed; }
 };
 
-class LaneCoroutineTest : public ::testing::Test {
+class RuntimeLaneCoroutine : public ::testing::Test {
  protected:
   chime::ManualClock clock{kStart};
   chime::Runtime rt{manual_options(clock, 1)};
@@ -64,7 +64,7 @@ chime::Detached sleep_chain(chime::Lane& lane, std::vector<chime::TimePoint>& wo
   }
 }
 
-TEST_F(LaneCoroutineTest, a_sleep_chain_resumes_on_the_lane_each_time_never_early) {
+TEST_F(RuntimeLaneCoroutine, a_sleep_chain_resumes_on_the_lane_each_time_never_early) {
   std::vector<chime::TimePoint> woke;
   std::thread::id thread;
   sleep_chain(lane, woke, thread);  // suspends at its first sleep (due at 10 ms)
@@ -88,7 +88,7 @@ OwnedCoroutine sleeper(chime::Lane& lane, int& resumed, int& destroyed) {
   ++resumed;
 }
 
-TEST_F(LaneCoroutineTest, destroying_a_suspended_frame_cancels_its_sleep) {
+TEST_F(RuntimeLaneCoroutine, destroying_a_suspended_frame_cancels_its_sleep) {
   int resumed = 0, destroyed = 0;
   std::optional<OwnedCoroutine> c;
   c.emplace(sleeper(lane, resumed, destroyed));
@@ -102,7 +102,7 @@ TEST_F(LaneCoroutineTest, destroying_a_suspended_frame_cancels_its_sleep) {
   EXPECT_EQ(resumed, 0) << "a destroyed frame was resumed";
 }
 
-TEST_F(LaneCoroutineTest, destroying_a_frame_whose_sleep_is_already_ready_cancels_it) {
+TEST_F(RuntimeLaneCoroutine, destroying_a_frame_whose_sleep_is_already_ready_cancels_it) {
   int resumed = 0, destroyed = 0;
   std::optional<OwnedCoroutine> c;
   c.emplace(sleeper(lane, resumed, destroyed));
@@ -125,7 +125,7 @@ chime::Detached thrower(chime::Lane& lane, int& destroyed) {
   throw std::runtime_error("entity failed");
 }
 
-TEST(LaneCoroutineErrors, an_exception_escaping_a_detached_coroutine_goes_to_on_error_and_frees_the_frame) {
+TEST(RuntimeLaneCoroutineStandalone, an_exception_escaping_a_detached_coroutine_goes_to_on_error_and_frees_the_frame) {
   chime::ManualClock clock{kStart};
   std::vector<chime::TimerId> errors;
   std::string what;
@@ -160,7 +160,7 @@ chime::Detached sleep_after_shutdown(chime::Lane& lane, bool& threw) {
   }
 }
 
-TEST_F(LaneCoroutineTest, a_sleep_after_shutdown_throws_from_the_co_await) {
+TEST_F(RuntimeLaneCoroutine, a_sleep_after_shutdown_throws_from_the_co_await) {
   rt.shutdown();
   bool threw = false;
   sleep_after_shutdown(lane, threw);
@@ -172,7 +172,7 @@ chime::Detached many_sleeps(chime::Lane& lane, int n, int& done) {
   ++done;
 }
 
-TEST_F(LaneCoroutineTest, many_coroutines_sleep_concurrently_and_all_finish) {
+TEST_F(RuntimeLaneCoroutine, many_coroutines_sleep_concurrently_and_all_finish) {
   int done = 0;
   for (int i = 0; i < 1000; ++i) many_sleeps(lane, 5, done);
   for (int ms = 1; ms <= 20 && done < 1000; ++ms) advance_to(clock, rt, at(std::chrono::milliseconds(ms)));
@@ -215,7 +215,7 @@ void expect_twenty_sleeping_frames_destroyed(chime::Runtime& rt, int destroyed, 
 // Nobody holds a Detached coroutine's frame but its sleep: when the sleep is
 // cancelled by the lane's close (pending: the wheel thread; already ready:
 // the closing thread), the frame is destroyed, not leaked, and never resumed.
-TEST(LaneCoroutineTeardown, destroying_a_lane_destroys_its_sleeping_detached_coroutines) {
+TEST(RuntimeLaneCoroutineStandalone, destroying_a_lane_destroys_its_sleeping_detached_coroutines) {
   chime::ManualClock clock{kStart};
   chime::Runtime rt(manual_options(clock, 1));
   int destroyed = 0, resumed = 0;
@@ -229,7 +229,7 @@ TEST(LaneCoroutineTeardown, destroying_a_lane_destroys_its_sleeping_detached_cor
   expect_twenty_sleeping_frames_destroyed(rt, destroyed, resumed);
 }
 
-TEST(LaneCoroutineTeardown, shutdown_cancel_pending_destroys_sleeping_detached_coroutines) {
+TEST(RuntimeLaneCoroutineStandalone, shutdown_cancel_pending_destroys_sleeping_detached_coroutines) {
   chime::ManualClock clock{kStart};
   chime::Runtime rt(manual_options(clock, 1));
   chime::Lane lane = rt.lane();
@@ -241,7 +241,7 @@ TEST(LaneCoroutineTeardown, shutdown_cancel_pending_destroys_sleeping_detached_c
   EXPECT_EQ(resumed, 0);
 }
 
-TEST(LaneCoroutineTeardown, shutdown_fire_pending_resumes_sleeping_coroutines_at_the_next_run_ready) {
+TEST(RuntimeLaneCoroutineStandalone, shutdown_fire_pending_resumes_sleeping_coroutines_at_the_next_run_ready) {
   chime::ManualClock clock{kStart};
   chime::Runtime rt(manual_options(clock, 1));
   chime::Lane lane = rt.lane();
@@ -278,7 +278,7 @@ chime::Detached sleeper_that_gives_away_its_frame(chime::Lane& lane, std::corout
 // thread while it sleeps: the sleep is cancelled and the frame destroyed
 // once (the sleep's task, which owns a Detached frame, must not destroy it
 // again: ASan reports the double destruction).
-TEST_F(LaneCoroutineTest, a_detached_frame_destroyed_through_its_handle_is_destroyed_once_and_its_sleep_cancelled) {
+TEST_F(RuntimeLaneCoroutine, a_detached_frame_destroyed_through_its_handle_is_destroyed_once_and_its_sleep_cancelled) {
   int destroyed = 0, resumed = 0;
   std::coroutine_handle<> frame;
   sleeper_that_gives_away_its_frame(lane, frame, destroyed, resumed);
@@ -295,7 +295,8 @@ TEST_F(LaneCoroutineTest, a_detached_frame_destroyed_through_its_handle_is_destr
 // cancel is C4): the sleep's task stays in the slot until the lane dequeues
 // the cancelled run, after the frame is freed, and must not look at the
 // frame then (ASan: heap-use-after-free in ~LaneSleepResumer before).
-TEST_F(LaneCoroutineTest, a_detached_frame_destroyed_through_its_handle_while_its_run_is_ready_is_not_touched_again) {
+TEST_F(RuntimeLaneCoroutine,
+       a_detached_frame_destroyed_through_its_handle_while_its_run_is_ready_is_not_touched_again) {
   int destroyed = 0, resumed = 0;
   std::coroutine_handle<> frame;
   sleeper_that_gives_away_its_frame(lane, frame, destroyed, resumed);
@@ -318,7 +319,7 @@ TEST_F(LaneCoroutineTest, a_detached_frame_destroyed_through_its_handle_while_it
 // A sleep belongs to the lane, not to the Lane object: after the Lane is
 // moved (and the moved-from one left empty), destroying the suspended frame
 // still cancels its sleep, and the lane never resumes the freed frame.
-TEST_F(LaneCoroutineTest, a_frame_destroyed_after_its_lane_was_moved_cancels_its_sleep) {
+TEST_F(RuntimeLaneCoroutine, a_frame_destroyed_after_its_lane_was_moved_cancels_its_sleep) {
   int resumed = 0, destroyed = 0;
   std::optional<OwnedCoroutine> c;
   c.emplace(sleeper(lane, resumed, destroyed));
@@ -336,7 +337,7 @@ TEST_F(LaneCoroutineTest, a_frame_destroyed_after_its_lane_was_moved_cancels_its
 // The same with the moved-from Lane destroyed before the frame (ASan: no
 // heap-use-after-free), and with the sleep's run already in the ready queue
 // of the new Lane: the cancel on the lane's thread still wins.
-TEST_F(LaneCoroutineTest, a_frame_destroyed_after_its_lane_was_moved_and_the_old_handle_freed_cancels_its_sleep) {
+TEST_F(RuntimeLaneCoroutine, a_frame_destroyed_after_its_lane_was_moved_and_the_old_handle_freed_cancels_its_sleep) {
   int resumed = 0, destroyed = 0;
   auto first = std::make_unique<chime::Lane>(std::move(lane));
   std::optional<OwnedCoroutine> pending;
@@ -368,7 +369,7 @@ TEST_F(LaneCoroutineTest, a_frame_destroyed_after_its_lane_was_moved_and_the_old
 
 // A coroutine sleeping on a Lane that is then moved resumes on the new Lane's
 // thread at its due, through the new Lane's run_ready.
-TEST_F(LaneCoroutineTest, a_sleep_on_a_moved_lane_resumes_through_the_new_lane) {
+TEST_F(RuntimeLaneCoroutine, a_sleep_on_a_moved_lane_resumes_through_the_new_lane) {
   int resumed = 0, destroyed = 0;
   auto first = std::make_unique<chime::Lane>(std::move(lane));
   std::optional<OwnedCoroutine> c;
@@ -388,7 +389,7 @@ TEST_F(LaneCoroutineTest, a_sleep_on_a_moved_lane_resumes_through_the_new_lane) 
 // Destroying a Lane that was moved to destroys the Detached coroutines
 // sleeping on it (pending and ready), even though they suspended through the
 // Lane it was moved from, now freed (ASan: no heap-use-after-free).
-TEST(LaneCoroutineTeardown, destroying_a_moved_lane_destroys_its_sleeping_detached_coroutines) {
+TEST(RuntimeLaneCoroutineStandalone, destroying_a_moved_lane_destroys_its_sleeping_detached_coroutines) {
   chime::ManualClock clock{kStart};
   chime::Runtime rt(manual_options(clock, 1));
   int destroyed = 0, resumed = 0;
@@ -408,7 +409,7 @@ TEST(LaneCoroutineTeardown, destroying_a_moved_lane_destroys_its_sleeping_detach
 // cancelled the sleep, and destroying the frame afterwards (on any thread)
 // touches nothing freed and cancels nothing of a new Lane that reuses the
 // lane's core, whose timers may reuse the sleep's slot.
-TEST(LaneCoroutineTeardown, a_frame_destroyed_after_its_lane_is_safe_and_cancels_nothing_of_the_next_lane) {
+TEST(RuntimeLaneCoroutineStandalone, a_frame_destroyed_after_its_lane_is_safe_and_cancels_nothing_of_the_next_lane) {
   chime::ManualClock clock{kStart};
   chime::Runtime rt(manual_options(clock, 1));
   int resumed = 0, destroyed = 0;
@@ -433,7 +434,7 @@ TEST(LaneCoroutineTeardown, a_frame_destroyed_after_its_lane_is_safe_and_cancels
 }
 
 // The same after the Runtime itself is gone: nothing of it is touched.
-TEST(LaneCoroutineTeardown, a_frame_destroyed_after_its_lane_and_runtime_is_safe) {
+TEST(RuntimeLaneCoroutineStandalone, a_frame_destroyed_after_its_lane_and_runtime_is_safe) {
   chime::ManualClock clock{kStart};
   auto rt = std::make_unique<chime::Runtime>(manual_options(clock, 1));
   int resumed = 0, destroyed = 0;
@@ -460,7 +461,7 @@ chime::Detached sleep_after_the_lane_is_destroyed(std::unique_ptr<chime::Lane>& 
 
 // A sleep made from a Lane that is destroyed before its co_await throws
 // std::logic_error from the co_await, naming the cause, and schedules nothing.
-TEST(LaneCoroutineErrors, a_sleep_whose_lane_was_destroyed_before_the_co_await_throws_logic_error) {
+TEST(RuntimeLaneCoroutineStandalone, a_sleep_whose_lane_was_destroyed_before_the_co_await_throws_logic_error) {
   chime::ManualClock clock{kStart};
   chime::Runtime rt(manual_options(clock, 1));
   auto lane = std::make_unique<chime::Lane>(rt.lane());
@@ -473,7 +474,7 @@ TEST(LaneCoroutineErrors, a_sleep_whose_lane_was_destroyed_before_the_co_await_t
 // The thread that made a lane is its thread until another runs it: its
 // flush runs the lane's due runs instead of waiting for a thread that never
 // comes.
-TEST(LaneOwnership, a_flush_on_the_thread_that_made_the_lane_runs_it) {
+TEST(RuntimeLaneCoroutineStandalone, a_flush_on_the_thread_that_made_the_lane_runs_it) {
   chime::ManualClock clock{kStart};
   chime::Runtime rt(manual_options(clock, 1));
   chime::Lane lane = rt.lane();

@@ -27,16 +27,16 @@ bool readable(int fd) {
   return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
 }
 
-class LaneTest : public ::testing::TestWithParam<unsigned> {
+class RuntimeLane : public ::testing::TestWithParam<unsigned> {
  protected:
   chime::ManualClock clock{kStart};
   chime::Runtime rt{manual_options(clock, GetParam())};
 };
 
-INSTANTIATE_TEST_SUITE_P(Runtime, LaneTest, ::testing::Values(0u, 2u),
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeLane, ::testing::Values(0u, 2u),
                          [](const auto& info) { return "workers" + std::to_string(info.param); });
 
-TEST_P(LaneTest, runs_appear_on_ready_fd_only_once_the_wheel_reaches_them_and_run_on_the_lane_thread) {
+TEST_P(RuntimeLane, runs_appear_on_ready_fd_only_once_the_wheel_reaches_them_and_run_on_the_lane_thread) {
   chime::Lane lane = rt.lane();
   std::vector<std::thread::id> ran_on;
   lane.schedule_at(at(5ms), [&] { ran_on.push_back(std::this_thread::get_id()); });
@@ -57,7 +57,7 @@ TEST_P(LaneTest, runs_appear_on_ready_fd_only_once_the_wheel_reaches_them_and_ru
   EXPECT_EQ(lane.run_ready(), 0u);
 }
 
-TEST_P(LaneTest, a_flush_on_the_lane_thread_runs_the_lanes_runs_itself) {
+TEST_P(RuntimeLane, a_flush_on_the_lane_thread_runs_the_lanes_runs_itself) {
   chime::Lane lane = rt.lane();
   int runs = 0;
   lane.run_ready();  // makes this thread the lane's thread
@@ -68,7 +68,7 @@ TEST_P(LaneTest, a_flush_on_the_lane_thread_runs_the_lanes_runs_itself) {
   EXPECT_EQ(rt.stats().fired, 2u);
 }
 
-TEST_P(LaneTest, runs_go_in_due_order_within_and_across_advances) {
+TEST_P(RuntimeLane, runs_go_in_due_order_within_and_across_advances) {
   chime::Lane lane = rt.lane();
   lane.run_ready();
   std::vector<int> order;
@@ -81,7 +81,7 @@ TEST_P(LaneTest, runs_go_in_due_order_within_and_across_advances) {
   EXPECT_EQ(order, (std::vector<int>{3, 1, 5, 4, 0, 6, 2}));
 }
 
-TEST_P(LaneTest, cancel_wins_even_after_the_run_was_queued_on_the_lane) {
+TEST_P(RuntimeLane, cancel_wins_even_after_the_run_was_queued_on_the_lane) {
   chime::Lane lane = rt.lane();
   int runs = 0;
   const chime::TimerId a = lane.schedule_at(at(1ms), [&] { ++runs; });
@@ -107,7 +107,7 @@ TEST_P(LaneTest, cancel_wins_even_after_the_run_was_queued_on_the_lane) {
 // design.md, Lanes: on the lane's thread a reschedule of a run already in
 // the ready queue wins as a cancel does: it returns true, the queued run
 // never happens, and the timer runs once, at its new due.
-TEST_P(LaneTest, a_reschedule_on_the_lane_thread_wins_over_a_run_already_queued) {
+TEST_P(RuntimeLane, a_reschedule_on_the_lane_thread_wins_over_a_run_already_queued) {
   chime::Lane lane = rt.lane();  // this thread made it: it is the lane's thread
   std::vector<chime::TimePoint> dues;
   const chime::TimerId a = lane.schedule_at(at(1ms), [&](const chime::Firing& f) { dues.push_back(f.due); });
@@ -134,7 +134,7 @@ TEST_P(LaneTest, a_reschedule_on_the_lane_thread_wins_over_a_run_already_queued)
 // The same from a callback on the lane: the other run of its batch is taken
 // back before the lane reaches it; a periodic timer taken back keeps its
 // rate from the new due, and a cancel after the take-back still wins once.
-TEST_P(LaneTest, a_reschedule_from_a_lane_callback_wins_over_a_run_of_the_same_batch) {
+TEST_P(RuntimeLane, a_reschedule_from_a_lane_callback_wins_over_a_run_of_the_same_batch) {
   chime::Lane lane = rt.lane();
   lane.run_ready();
   std::vector<chime::TimePoint> periodic_dues;
@@ -161,7 +161,7 @@ TEST_P(LaneTest, a_reschedule_from_a_lane_callback_wins_over_a_run_of_the_same_b
 // A reschedule from another thread than the lane's keeps the rule for a run
 // already handed over (design.md, Lanes): it returns false and the run goes
 // ahead at its old due, as for a worker.
-TEST_P(LaneTest, a_reschedule_from_another_thread_of_a_queued_run_returns_false_and_the_run_goes_ahead) {
+TEST_P(RuntimeLane, a_reschedule_from_another_thread_of_a_queued_run_returns_false_and_the_run_goes_ahead) {
   chime::Lane lane = rt.lane();
   std::vector<chime::TimePoint> dues;
   const chime::TimerId a = lane.schedule_at(at(1ms), [&](const chime::Firing& f) { dues.push_back(f.due); });
@@ -179,7 +179,7 @@ TEST_P(LaneTest, a_reschedule_from_another_thread_of_a_queued_run_returns_false_
   EXPECT_EQ(rt.stats().rescheduled, 0u);
 }
 
-TEST_P(LaneTest, a_cancel_of_every_ready_run_leaves_ready_fd_readable_with_nothing_to_run) {
+TEST_P(RuntimeLane, a_cancel_of_every_ready_run_leaves_ready_fd_readable_with_nothing_to_run) {
   chime::Lane lane = rt.lane();
   const chime::TimerId a = lane.schedule_at(at(1ms), [] { ADD_FAILURE() << "cancelled run ran"; });
   clock.set(at(2ms));
@@ -192,7 +192,7 @@ TEST_P(LaneTest, a_cancel_of_every_ready_run_leaves_ready_fd_readable_with_nothi
   EXPECT_FALSE(readable(lane.ready_fd()));
 }
 
-TEST_P(LaneTest, run_ready_with_a_max_runs_that_many_and_stays_readable_for_the_rest) {
+TEST_P(RuntimeLane, run_ready_with_a_max_runs_that_many_and_stays_readable_for_the_rest) {
   chime::Lane lane = rt.lane();
   int runs = 0;
   for (int i = 0; i < 5; ++i) lane.schedule_at(at(1ms), [&] { ++runs; });
@@ -208,7 +208,7 @@ TEST_P(LaneTest, run_ready_with_a_max_runs_that_many_and_stays_readable_for_the_
   EXPECT_FALSE(readable(lane.ready_fd()));
 }
 
-TEST_P(LaneTest, wait_and_run_returns_at_its_deadline_or_when_a_run_is_ready) {
+TEST_P(RuntimeLane, wait_and_run_returns_at_its_deadline_or_when_a_run_is_ready) {
   chime::Lane lane = rt.lane();
   // Deadline already passed: no wait.
   EXPECT_EQ(lane.wait_and_run(at(0ms)), 0u);
@@ -233,7 +233,7 @@ TEST_P(LaneTest, wait_and_run_returns_at_its_deadline_or_when_a_run_is_ready) {
   EXPECT_EQ(runs, 1);
 }
 
-TEST_P(LaneTest, a_callbacks_exception_never_escapes_run_ready_and_goes_to_on_error) {
+TEST_P(RuntimeLane, a_callbacks_exception_never_escapes_run_ready_and_goes_to_on_error) {
   chime::ManualClock c{kStart};
   std::vector<chime::TimerId> errors;
   std::thread::id error_thread;
@@ -257,7 +257,7 @@ TEST_P(LaneTest, a_callbacks_exception_never_escapes_run_ready_and_goes_to_on_er
   EXPECT_EQ(r.stats().callback_errors, 1u);
 }
 
-TEST_P(LaneTest, periodic_lane_timers_keep_their_fixed_rate_and_stop_on_cancel) {
+TEST_P(RuntimeLane, periodic_lane_timers_keep_their_fixed_rate_and_stop_on_cancel) {
   chime::Lane lane = rt.lane();
   lane.run_ready();
   std::vector<chime::TimePoint> dues;
@@ -270,7 +270,7 @@ TEST_P(LaneTest, periodic_lane_timers_keep_their_fixed_rate_and_stop_on_cancel) 
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
-TEST_P(LaneTest, calls_from_inside_a_callback_that_would_nest_runs_throw) {
+TEST_P(RuntimeLane, calls_from_inside_a_callback_that_would_nest_runs_throw) {
   chime::Lane lane = rt.lane();
   lane.run_ready();
   bool threw = false;
@@ -285,7 +285,7 @@ TEST_P(LaneTest, calls_from_inside_a_callback_that_would_nest_runs_throw) {
   EXPECT_TRUE(threw);
 }
 
-TEST_P(LaneTest, destroying_a_lane_cancels_its_pending_and_ready_runs) {
+TEST_P(RuntimeLane, destroying_a_lane_cancels_its_pending_and_ready_runs) {
   int runs = 0;
   chime::TimerId pending, ready, periodic;
   {
@@ -325,7 +325,7 @@ void expect_returns(Future& f, const char* what) {
 
 // With workers = 0 the callback runs on the wheel thread, which must not wait for a pass of itself
 // to close the lane (it would wait forever).
-TEST_P(LaneTest, a_callback_that_destroys_another_lane_returns_and_cancels_that_lanes_runs) {
+TEST_P(RuntimeLane, a_callback_that_destroys_another_lane_returns_and_cancels_that_lanes_runs) {
   int lane_runs = 0;
   bool closed = false;
   std::optional<chime::Lane> other(rt.lane());
@@ -355,7 +355,7 @@ TEST_P(LaneTest, a_callback_that_destroys_another_lane_returns_and_cancels_that_
 
 // The same from a final run of shutdown(fire_pending): with workers = 0 the wheel thread runs it
 // before it exits, so closing the lane must not wait for that exit either.
-TEST_P(LaneTest, a_final_run_at_shutdown_that_destroys_another_lane_returns) {
+TEST_P(RuntimeLane, a_final_run_at_shutdown_that_destroys_another_lane_returns) {
   int lane_runs = 0;
   std::optional<chime::Lane> other(rt.lane());
   const chime::TimerId lane_timer = other->schedule_at(at(50ms), [&] { ++lane_runs; });
@@ -374,7 +374,7 @@ TEST_P(LaneTest, a_final_run_at_shutdown_that_destroys_another_lane_returns) {
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
-TEST_P(LaneTest, a_new_lane_reusing_a_closed_one_gets_none_of_its_runs) {
+TEST_P(RuntimeLane, a_new_lane_reusing_a_closed_one_gets_none_of_its_runs) {
   int old_runs = 0, new_runs = 0;
   {
     chime::Lane old_lane = rt.lane();
@@ -388,7 +388,7 @@ TEST_P(LaneTest, a_new_lane_reusing_a_closed_one_gets_none_of_its_runs) {
   EXPECT_EQ(new_runs, 1);
 }
 
-TEST_P(LaneTest, shutdown_cancel_pending_cancels_ready_and_pending_lane_runs) {
+TEST_P(RuntimeLane, shutdown_cancel_pending_cancels_ready_and_pending_lane_runs) {
   chime::Lane lane = rt.lane();
   int runs = 0;
   lane.schedule_at(at(1ms), [&] { ++runs; });
@@ -406,7 +406,7 @@ TEST_P(LaneTest, shutdown_cancel_pending_cancels_ready_and_pending_lane_runs) {
   EXPECT_THROW(lane.schedule_after(1ms, [] {}), chime::StoppedError);
 }
 
-TEST_P(LaneTest, shutdown_fire_pending_makes_lane_runs_ready_without_waiting_for_them) {
+TEST_P(RuntimeLane, shutdown_fire_pending_makes_lane_runs_ready_without_waiting_for_them) {
   chime::Lane lane = rt.lane();
   std::vector<int> ran;
   lane.schedule_at(at(50ms), [&] { ran.push_back(1); });
@@ -420,7 +420,7 @@ TEST_P(LaneTest, shutdown_fire_pending_makes_lane_runs_ready_without_waiting_for
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
-TEST_P(LaneTest, a_timer_bound_to_a_lane_runs_there_and_re_arms_from_its_callback) {
+TEST_P(RuntimeLane, a_timer_bound_to_a_lane_runs_there_and_re_arms_from_its_callback) {
   chime::Lane lane = rt.lane();
   lane.run_ready();
   std::vector<chime::TimePoint> dues;
@@ -438,7 +438,7 @@ TEST_P(LaneTest, a_timer_bound_to_a_lane_runs_there_and_re_arms_from_its_callbac
   EXPECT_FALSE(t.armed());
 }
 
-TEST(LaneErrors, an_empty_lane_names_the_call_it_refuses) {
+TEST(RuntimeLane, an_empty_lane_names_the_call_it_refuses) {
   chime::Lane lane;
   try {
     lane.schedule_after(1ms, [] {});

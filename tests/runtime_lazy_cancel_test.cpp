@@ -32,13 +32,13 @@ using chime::TimerState;
 // With workers = 0 the wheel thread runs the batch itself; with workers = 1
 // the only worker takes the whole batch. Either way the blocker runs first and
 // the timer behind it in the same batch is handed over but not started.
-class HandedRunTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, HandedRunTest, testing::Values(0u, 1u), workers_name);
+class RuntimeLazyCancelHanded : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeLazyCancelHanded, testing::Values(0u, 1u), workers_name);
 
 // Cancel wins until the callback starts: a periodic run already handed to a
 // busy worker is skipped when cancel returns true (Go's timer tests: a game
 // that frees an entity after cancel returned true must not see its run).
-TEST_P(HandedRunTest, cancel_of_a_periodic_run_handed_over_but_not_started_skips_it) {
+TEST_P(RuntimeLazyCancelHanded, cancel_of_a_periodic_run_handed_over_but_not_started_skips_it) {
   Gate gate;
   rt.schedule_at(at(1ms), gate.blocker());
   const TimerId periodic = rt.schedule_every(10ms, rec.task(1), first_at(at(5ms)));
@@ -58,7 +58,7 @@ TEST_P(HandedRunTest, cancel_of_a_periodic_run_handed_over_but_not_started_skips
 }
 
 // The same for a one-shot timer: its cancel returns true and it never runs.
-TEST_P(HandedRunTest, cancel_of_a_one_shot_run_handed_over_but_not_started_skips_it) {
+TEST_P(RuntimeLazyCancelHanded, cancel_of_a_one_shot_run_handed_over_but_not_started_skips_it) {
   Gate gate;
   rt.schedule_at(at(1ms), gate.blocker());
   const TimerId one_shot = rt.schedule_at(at(5ms), rec.task(2));
@@ -78,7 +78,7 @@ TEST_P(HandedRunTest, cancel_of_a_one_shot_run_handed_over_but_not_started_skips
 
 // A run that started cannot be cancelled: cancel of a one-shot returns false
 // once its callback runs (the other side of the same race).
-TEST_P(HandedRunTest, cancel_of_a_started_one_shot_returns_false) {
+TEST_P(RuntimeLazyCancelHanded, cancel_of_a_started_one_shot_returns_false) {
   Gate gate;
   const TimerId id = rt.schedule_at(at(1ms), gate.blocker());
   clock.set(at(2ms));
@@ -92,14 +92,14 @@ TEST_P(HandedRunTest, cancel_of_a_started_one_shot_returns_false) {
 }
 
 // workers = 0: callbacks run on the wheel thread, in dispatch order.
-class DueOrderTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, DueOrderTest, testing::Values(0u), workers_name);
+class RuntimeLazyCancelDueOrder : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeLazyCancelDueOrder, testing::Values(0u), workers_name);
 
 // Timers already due when their commands are applied in one pass go out in
 // nondecreasing due order, ties in posting order (as Go's runtime does), not
 // in posting order. The wheel thread is held in a callback while the 13
 // timers are posted, so it applies them in one pass.
-TEST_P(DueOrderTest, past_due_timers_applied_together_run_in_due_order_ties_in_posting_order) {
+TEST_P(RuntimeLazyCancelDueOrder, past_due_timers_applied_together_run_in_due_order_ties_in_posting_order) {
   Gate gate;
   rt.schedule_at(at(100ms), gate.blocker());
   clock.set(at(101ms));
@@ -119,7 +119,8 @@ TEST_P(DueOrderTest, past_due_timers_applied_together_run_in_due_order_ties_in_p
 // long list by radix, a short one by comparison): 3,000 past-due timers
 // with dues drawn from 0-99 ms (many ties) run in nondecreasing due order,
 // ties in posting order.
-TEST_P(DueOrderTest, thousands_of_past_due_timers_applied_together_run_in_due_order_ties_in_posting_order) {
+TEST_P(RuntimeLazyCancelDueOrder,
+       thousands_of_past_due_timers_applied_together_run_in_due_order_ties_in_posting_order) {
   Gate gate;
   rt.schedule_at(at(100ms), gate.blocker());
   clock.set(at(101ms));
@@ -146,13 +147,13 @@ TEST_P(DueOrderTest, thousands_of_past_due_timers_applied_together_run_in_due_or
   EXPECT_EQ(rec.tags(), expected);
 }
 
-class LazyReclaimTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, LazyReclaimTest, testing::Values(0u, 2u), workers_name);
+class RuntimeLazyCancel : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeLazyCancel, testing::Values(0u, 2u), workers_name);
 
 // A successful cancel is one CAS and nothing else: it posts no command (the
 // queue stays empty; before, each cancel queued a REMOVE) and frees
 // capacity at once.
-TEST_P(LazyReclaimTest, cancel_posts_no_command) {
+TEST_P(RuntimeLazyCancel, cancel_posts_no_command) {
   std::vector<TimerId> ids;
   for (int i = 0; i < 100; ++i) ids.push_back(rt.schedule_at(at(10s), rec.task()));
   rt.flush();
@@ -170,7 +171,7 @@ TEST_P(LazyReclaimTest, cancel_posts_no_command) {
 // A cancel that lands before the wheel filed the ADD makes the ADD a no-op:
 // the timer never runs and its slot is free again at once (its canceller
 // frees it: the filed bit was clear), so the next schedule takes it.
-TEST_P(LazyReclaimTest, cancel_before_the_add_is_filed_makes_the_add_a_no_op) {
+TEST_P(RuntimeLazyCancel, cancel_before_the_add_is_filed_makes_the_add_a_no_op) {
   // A filed alarm at 3 ms: a schedule due later does not wake the wheel
   // (ManualClock), so the cancel below lands before its ADD is applied.
   rt.schedule_at(at(3ms), rec.task(9));
@@ -190,7 +191,7 @@ TEST_P(LazyReclaimTest, cancel_before_the_add_is_filed_makes_the_add_a_no_op) {
 
 // Zombies (cancelled timers still filed) are reclaimed in one sweep once they
 // exceed a quarter of the filed timers (and 1,024), and not before.
-TEST_P(LazyReclaimTest, zombies_over_a_quarter_of_the_filed_timers_are_swept_at_once) {
+TEST_P(RuntimeLazyCancel, zombies_over_a_quarter_of_the_filed_timers_are_swept_at_once) {
   std::vector<TimerId> ids;
   for (int i = 0; i < 8'000; ++i) ids.push_back(rt.schedule_at(at(10s), rec.task(i)));
   rt.flush();

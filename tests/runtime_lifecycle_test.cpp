@@ -58,7 +58,7 @@ chime::Task noop() {
 // Errors
 
 // A precision <= 0 is rejected at construction with std::invalid_argument.
-TEST(RuntimeErrors, nonpositive_precision_throws_invalid_argument) {
+TEST(RuntimeLifecycle, nonpositive_precision_throws_invalid_argument) {
   ManualClock clock{kStart};
   chime::RuntimeOptions options = manual_options(clock, 1);
   options.precision = Duration::zero();
@@ -68,7 +68,7 @@ TEST(RuntimeErrors, nonpositive_precision_throws_invalid_argument) {
 }
 
 // A due time beyond the wheel's range throws std::out_of_range whose message names it; nothing is scheduled.
-TEST(RuntimeErrors, due_beyond_range_throws_out_of_range) {
+TEST(RuntimeLifecycle, due_beyond_range_throws_out_of_range) {
   ManualClock clock{kStart};
   Runtime rt{small_range_options(clock)};
   EXPECT_NO_THROW(rt.schedule_at(at(200ms), noop()));
@@ -89,7 +89,7 @@ TEST(RuntimeErrors, due_beyond_range_throws_out_of_range) {
 }
 
 // The range moves with the wheel: a due time out of range at the start is accepted once the clock is closer.
-TEST(RuntimeErrors, range_moves_with_the_clock) {
+TEST(RuntimeLifecycle, range_moves_with_the_clock) {
   ManualClock clock{kStart};
   Runtime rt{small_range_options(clock)};
   EXPECT_THROW(rt.schedule_at(at(1200ms), noop()), std::out_of_range);
@@ -98,7 +98,7 @@ TEST(RuntimeErrors, range_moves_with_the_clock) {
 }
 
 // After shutdown, schedule_* throws StoppedError, checked before the range (so even for an out-of-range due).
-TEST(RuntimeErrors, schedule_after_shutdown_throws_stopped_even_beyond_range) {
+TEST(RuntimeLifecycle, schedule_after_shutdown_throws_stopped_even_beyond_range) {
   ManualClock clock{kStart};
   Runtime rt{small_range_options(clock)};
   chime::Producer p = rt.producer();
@@ -112,7 +112,7 @@ TEST(RuntimeErrors, schedule_after_shutdown_throws_stopped_even_beyond_range) {
 }
 
 // Over max_pending, schedule throws CapacityError; nothing is scheduled by the failed call.
-TEST(RuntimeErrors, over_max_pending_throws_capacity_error) {
+TEST(RuntimeLifecycle, over_max_pending_throws_capacity_error) {
   ManualClock clock{kStart};
   chime::RuntimeOptions options = manual_options(clock, 1);
   options.max_pending = 3;
@@ -134,7 +134,7 @@ TEST(RuntimeErrors, over_max_pending_throws_capacity_error) {
 }
 
 // Periodic timers count against max_pending for as long as they live (across their runs).
-TEST(RuntimeErrors, periodic_timers_count_against_max_pending) {
+TEST(RuntimeLifecycle, periodic_timers_count_against_max_pending) {
   ManualClock clock{kStart};
   chime::RuntimeOptions options = manual_options(clock, 1);
   options.max_pending = 2;
@@ -150,7 +150,7 @@ TEST(RuntimeErrors, periodic_timers_count_against_max_pending) {
 }
 
 // A timer stops counting against max_pending once it fired or was cancelled.
-TEST(RuntimeErrors, fired_and_cancelled_timers_free_capacity) {
+TEST(RuntimeLifecycle, fired_and_cancelled_timers_free_capacity) {
   ManualClock clock{kStart};
   chime::RuntimeOptions options = manual_options(clock, 1);
   options.max_pending = 2;
@@ -169,7 +169,7 @@ TEST(RuntimeErrors, fired_and_cancelled_timers_free_capacity) {
 
 // A cancel that returned true frees its capacity and leaves stats().pending at once, without waiting for the
 // wheel thread to free the slot (no flush in between; the wheel thread sleeps until a timer 30 s away).
-TEST(RuntimeErrors, cancel_frees_capacity_at_once) {
+TEST(RuntimeLifecycle, cancel_frees_capacity_at_once) {
   for (const unsigned workers : {0u, 1u}) {
     ManualClock clock{kStart};
     chime::RuntimeOptions options = manual_options(clock, workers);
@@ -191,7 +191,7 @@ TEST(RuntimeErrors, cancel_frees_capacity_at_once) {
 }
 
 // The range is checked before the capacity: a full runtime reports an out-of-range due as std::out_of_range.
-TEST(RuntimeErrors, out_of_range_is_checked_before_capacity) {
+TEST(RuntimeLifecycle, out_of_range_is_checked_before_capacity) {
   ManualClock clock{kStart};
   chime::RuntimeOptions options = small_range_options(clock);
   options.max_pending = 1;
@@ -205,14 +205,14 @@ TEST(RuntimeErrors, out_of_range_is_checked_before_capacity) {
 // flush
 
 // flush() on an idle runtime returns, repeatedly.
-TEST(RuntimeFlush, flush_on_idle_runtime_returns) {
+TEST(RuntimeLifecycle, flush_on_idle_runtime_returns) {
   ManualClock clock{kStart};
   Runtime rt{manual_options(clock, 2)};
   for (int i = 0; i < 100; ++i) rt.flush();
 }
 
 // flush() waits for a callback that takes a while (real sleep) before returning.
-TEST(RuntimeFlush, flush_waits_for_slow_callbacks) {
+TEST(RuntimeLifecycle, flush_waits_for_slow_callbacks) {
   for (unsigned workers : {0u, 1u, 2u}) {
     ManualClock clock{kStart};
     Runtime rt{manual_options(clock, workers)};
@@ -229,7 +229,7 @@ TEST(RuntimeFlush, flush_waits_for_slow_callbacks) {
 }
 
 // flush() applies commands other threads posted before it was called.
-TEST(RuntimeFlush, flush_applies_commands_posted_by_other_threads) {
+TEST(RuntimeLifecycle, flush_applies_commands_posted_by_other_threads) {
   ManualClock clock{kStart};
   Recorder rec;
   Runtime rt{manual_options(clock, 1)};
@@ -245,7 +245,7 @@ TEST(RuntimeFlush, flush_applies_commands_posted_by_other_threads) {
 }
 
 // flush(), drain() and shutdown() from inside a callback throw std::logic_error; the runtime keeps working.
-TEST(RuntimeFlush, flush_drain_shutdown_inside_callback_throw_logic_error) {
+TEST(RuntimeLifecycle, flush_drain_shutdown_inside_callback_throw_logic_error) {
   for (unsigned workers : {0u, 1u, 2u}) {
     ManualClock clock{kStart};
     Runtime rt{manual_options(clock, workers)};
@@ -279,7 +279,7 @@ TEST(RuntimeFlush, flush_drain_shutdown_inside_callback_throw_logic_error) {
 // drain
 
 // drain() fires every pending timer now (before its due), returns the count; periodic timers keep their schedule.
-TEST(RuntimeDrain, drain_fires_all_pending_now_and_returns_count) {
+TEST(RuntimeLifecycle, drain_fires_all_pending_now_and_returns_count) {
   for (unsigned workers : {0u, 1u, 2u}) {
     ManualClock clock{kStart};
     Recorder rec{&clock};
@@ -313,7 +313,7 @@ TEST(RuntimeDrain, drain_fires_all_pending_now_and_returns_count) {
 }
 
 // drain() covers timers whose schedule command was posted but not yet applied.
-TEST(RuntimeDrain, drain_includes_timers_not_yet_applied) {
+TEST(RuntimeLifecycle, drain_includes_timers_not_yet_applied) {
   ManualClock clock{kStart};
   Recorder rec;
   Runtime rt{manual_options(clock, 1)};
@@ -324,7 +324,7 @@ TEST(RuntimeDrain, drain_includes_timers_not_yet_applied) {
 }
 
 // drain() with nothing pending returns 0.
-TEST(RuntimeDrain, drain_with_nothing_pending_returns_zero) {
+TEST(RuntimeLifecycle, drain_with_nothing_pending_returns_zero) {
   ManualClock clock{kStart};
   Runtime rt{manual_options(clock, 1)};
   EXPECT_EQ(rt.drain(), 0u);
@@ -334,7 +334,7 @@ TEST(RuntimeDrain, drain_with_nothing_pending_returns_zero) {
 }
 
 // Drained runs are left out of the lateness histogram (they would count as negative lateness).
-TEST(RuntimeDrain, drained_runs_are_excluded_from_lateness) {
+TEST(RuntimeLifecycle, drained_runs_are_excluded_from_lateness) {
   ManualClock clock{kStart};
   Runtime rt{manual_options(clock, 1)};
   for (int i = 0; i < 9; ++i) rt.schedule_at(at(500ms), noop());
@@ -352,7 +352,7 @@ TEST(RuntimeDrain, drained_runs_are_excluded_from_lateness) {
 // shutdown and the destructor
 
 // shutdown(cancel_pending) runs nothing, returns the number of pending timers, and marks them cancelled.
-TEST(RuntimeShutdown, cancel_pending_returns_pending_count_and_runs_nothing) {
+TEST(RuntimeLifecycle, cancel_pending_returns_pending_count_and_runs_nothing) {
   ManualClock clock{kStart};
   Recorder rec;
   Runtime rt{manual_options(clock, 2)};
@@ -377,7 +377,7 @@ TEST(RuntimeShutdown, cancel_pending_returns_pending_count_and_runs_nothing) {
 }
 
 // shutdown() defaults to cancel_pending.
-TEST(RuntimeShutdown, default_mode_is_cancel_pending) {
+TEST(RuntimeLifecycle, default_mode_is_cancel_pending) {
   ManualClock clock{kStart};
   Recorder rec;
   Runtime rt{manual_options(clock, 1)};
@@ -388,7 +388,7 @@ TEST(RuntimeShutdown, default_mode_is_cancel_pending) {
 }
 
 // shutdown(fire_pending) runs every pending timer (before its due) before returning, and returns 0.
-TEST(RuntimeShutdown, fire_pending_runs_pending_before_returning) {
+TEST(RuntimeLifecycle, fire_pending_runs_pending_before_returning) {
   for (unsigned workers : {0u, 1u, 2u}) {
     ManualClock clock{kStart};
     Recorder rec;
@@ -405,7 +405,7 @@ TEST(RuntimeShutdown, fire_pending_runs_pending_before_returning) {
 }
 
 // A second shutdown (either mode) does nothing and returns 0; schedule still throws StoppedError.
-TEST(RuntimeShutdown, second_shutdown_is_a_noop_returning_zero) {
+TEST(RuntimeLifecycle, second_shutdown_is_a_noop_returning_zero) {
   ManualClock clock{kStart};
   Recorder rec;
   Runtime rt{manual_options(clock, 1)};
@@ -418,7 +418,7 @@ TEST(RuntimeShutdown, second_shutdown_is_a_noop_returning_zero) {
 }
 
 // shutdown() waits for a callback that is running when it is called.
-TEST(RuntimeShutdown, shutdown_waits_for_running_callback) {
+TEST(RuntimeLifecycle, shutdown_waits_for_running_callback) {
   Runtime rt{steady_options(2)};
   std::atomic<bool> started{false};
   std::atomic<bool> finished{false};
@@ -435,7 +435,7 @@ TEST(RuntimeShutdown, shutdown_waits_for_running_callback) {
 }
 
 // The destructor shuts down with cancel_pending: pending callbacks never run and their Tasks are released.
-TEST(RuntimeShutdown, destructor_cancels_pending_timers) {
+TEST(RuntimeLifecycle, destructor_cancels_pending_timers) {
   ManualClock clock{kStart};
   auto resource = std::make_shared<int>(0);
   std::atomic<int> runs{0};
@@ -450,7 +450,7 @@ TEST(RuntimeShutdown, destructor_cancels_pending_timers) {
 }
 
 // Destroying a runtime after an explicit shutdown is fine, as is destroying one that never scheduled anything.
-TEST(RuntimeShutdown, destructor_after_shutdown_and_on_idle_runtime) {
+TEST(RuntimeLifecycle, destructor_after_shutdown_and_on_idle_runtime) {
   ManualClock clock{kStart};
   { Runtime rt{manual_options(clock, 2)}; }
   {
@@ -484,7 +484,7 @@ std::string describe(std::exception_ptr e) {
 
 // A throwing callback is caught on its worker, counted in callback_errors, passed to on_error with its
 // TimerId (by the time flush returns), and the runtime keeps running.
-TEST(RuntimeCallbackErrors, throwing_callback_goes_to_on_error_and_runtime_keeps_running) {
+TEST(RuntimeLifecycle, throwing_callback_goes_to_on_error_and_runtime_keeps_running) {
   for (unsigned workers : {0u, 1u, 2u}) {
     ManualClock clock{kStart};
     ErrorLog log;
@@ -522,7 +522,7 @@ TEST(RuntimeCallbackErrors, throwing_callback_goes_to_on_error_and_runtime_keeps
 }
 
 // Without an on_error hook a throwing callback is still caught and counted; nothing else is disturbed.
-TEST(RuntimeCallbackErrors, throwing_callback_without_on_error_is_counted) {
+TEST(RuntimeLifecycle, throwing_callback_without_on_error_is_counted) {
   ManualClock clock{kStart};
   Recorder rec;
   Runtime rt{manual_options(clock, 1)};

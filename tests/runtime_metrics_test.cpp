@@ -74,7 +74,7 @@ chime::Stats known_stats() {
 
 // The whole text for a known Stats, without labels: every family of design.md's "Metrics", in
 // order, each with HELP and TYPE; counters as _total; times as exact decimal seconds; # EOF last.
-TEST(Metrics, writes_every_family_exactly) {
+TEST(RuntimeMetrics, writes_every_family_exactly) {
   const chime::Stats s = known_stats();
   const std::string expected =
       "# HELP chime_scheduled Timers accepted by schedule_*.\n"
@@ -132,7 +132,7 @@ TEST(Metrics, writes_every_family_exactly) {
 // With Stats::shards (a runtime's stats()), queue_depth is one gauge sample per shard and each
 // shard's wheel thread CPU time is a counter in seconds, both labelled shard="k" after the user's
 // labels; a user label named shard is then refused.
-TEST(Metrics, per_shard_samples_carry_a_shard_label) {
+TEST(RuntimeMetrics, per_shard_samples_carry_a_shard_label) {
   chime::Stats s = known_stats();
   s.shards = {chime::ShardStats{4, 7, 1500us}};
   const std::string text = metrics_text(s, "chime", {{"service", "api"}});
@@ -149,7 +149,7 @@ TEST(Metrics, per_shard_samples_carry_a_shard_label) {
 }
 
 // Every sample line carries the user's labels, in order, before le; the prefix renames every family.
-TEST(Metrics, labels_on_every_sample_and_prefix_on_every_family) {
+TEST(RuntimeMetrics, labels_on_every_sample_and_prefix_on_every_family) {
   const chime::Stats s = known_stats();
   const std::string text = metrics_text(s, "app_timers", {{"service", "api"}, {"zone", "eu-1"}});
   std::istringstream lines(text);
@@ -173,14 +173,14 @@ TEST(Metrics, labels_on_every_sample_and_prefix_on_every_family) {
 }
 
 // Label values are escaped as the format says: backslash, double quote and newline.
-TEST(Metrics, label_values_are_escaped) {
+TEST(RuntimeMetrics, label_values_are_escaped) {
   const std::string text = metrics_text(known_stats(), "chime", {{"path", "a\"b\\c\nd"}});
   EXPECT_NE(text.find("chime_fired_total{path=\"a\\\"b\\\\c\\nd\"} 6\n"), std::string::npos) << text;
 }
 
 // A prefix that is not a metric name, or a label name that is not a label name (or le, or twice),
 // throws before anything is written.
-TEST(Metrics, refuses_bad_names_before_writing) {
+TEST(RuntimeMetrics, refuses_bad_names_before_writing) {
   const chime::Stats s;
   for (const char* prefix : {"", "9lives", "has-dash", "sp ace"}) {
     std::ostringstream out;
@@ -201,7 +201,7 @@ TEST(Metrics, refuses_bad_names_before_writing) {
 
 // Label names starting with __ are reserved (Prometheus's __name__ and its internal labels):
 // refused before anything is written, the message naming the label.
-TEST(Metrics, refuses_reserved_label_names_before_writing) {
+TEST(RuntimeMetrics, refuses_reserved_label_names_before_writing) {
   const chime::Stats s;
   for (const char* name : {"__name__", "__", "__x", "__meta_job"}) {
     std::ostringstream out;
@@ -222,7 +222,7 @@ TEST(Metrics, refuses_reserved_label_names_before_writing) {
 // overlong encoding, a surrogate, a code point beyond U+10FFFF, a byte never in UTF-8) is refused
 // before anything is written, the message naming the label and the value's bytes (\xNN); valid
 // multi-byte values are written as they are.
-TEST(Metrics, refuses_label_values_that_are_not_utf8_before_writing) {
+TEST(RuntimeMetrics, refuses_label_values_that_are_not_utf8_before_writing) {
   const chime::Stats s;
   for (const char* value : {"a\x80", "ab\xC3", "\xE2\x82", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xFF",
                             "\xE0\x80\xAF", "\xF0\x80\x80\xAF"}) {
@@ -253,7 +253,7 @@ TEST(Metrics, refuses_label_values_that_are_not_utf8_before_writing) {
 }
 
 // A default Stats has every bucket bound and no counts; its histograms are empty but well formed.
-TEST(Metrics, default_stats_have_bounds_and_zero_counts) {
+TEST(RuntimeMetrics, default_stats_have_bounds_and_zero_counts) {
   const chime::DurationStats d;
   EXPECT_EQ(d.count, 0u);
   EXPECT_EQ(d.sum, chime::Duration::zero());
@@ -269,7 +269,7 @@ TEST(Metrics, default_stats_have_bounds_and_zero_counts) {
 
 // A live runtime's lateness histogram: count and sum are exact, buckets are cumulative and exact
 // at their bounds, and the +Inf bucket (count) covers them all. All 100 runs are 3 ms late.
-TEST(Metrics, runtime_histogram_counts_sum_and_buckets_are_exact) {
+TEST(RuntimeMetrics, runtime_histogram_counts_sum_and_buckets_are_exact) {
   chime::ManualClock clock(kStart);
   chime::Runtime rt(manual_options(clock, 1));
   for (int i = 0; i < 100; ++i) rt.schedule_at(at(10ms), [] {});

@@ -63,12 +63,12 @@ struct Connections {
   }
 };
 
-class TimerFromOwnCallbackTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, TimerFromOwnCallbackTest, testing::Values(0u, 1u, 2u), workers_name);
+class RuntimeMisuse : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeMisuse, testing::Values(0u, 1u, 2u), workers_name);
 
 // A Timer destroyed from its own callback (on the workers): the callback's closure stays alive until it
 // returns, and nothing of the destroyed Timer is touched after it (ASan: no heap-use-after-free).
-TEST_P(TimerFromOwnCallbackTest, a_timer_destroyed_from_its_own_callback_keeps_its_closure_until_it_returns) {
+TEST_P(RuntimeMisuse, a_timer_destroyed_from_its_own_callback_keeps_its_closure_until_it_returns) {
   Connections server;
   for (int i = 0; i < 8; ++i) {
     auto c = std::make_unique<Connection>();
@@ -88,7 +88,7 @@ TEST_P(TimerFromOwnCallbackTest, a_timer_destroyed_from_its_own_callback_keeps_i
 
 // A Timer assigned over from its own callback (the old task replaced by a new one): the running closure
 // stays alive until it returns, and the new Timer works.
-TEST_P(TimerFromOwnCallbackTest, a_timer_assigned_over_from_its_own_callback_keeps_its_closure_until_it_returns) {
+TEST_P(RuntimeMisuse, a_timer_assigned_over_from_its_own_callback_keeps_its_closure_until_it_returns) {
   Timer t;
   std::vector<std::string> seen;
   std::string name = "the first task" + std::string(64, '.');
@@ -107,7 +107,7 @@ TEST_P(TimerFromOwnCallbackTest, a_timer_assigned_over_from_its_own_callback_kee
 
 // The same on a lane: a lane's Timer destroyed or assigned over from its own callback keeps its closure
 // until the callback returns.
-TEST_P(TimerFromOwnCallbackTest, a_lane_timer_destroyed_or_assigned_over_from_its_own_callback_is_safe) {
+TEST_P(RuntimeMisuse, a_lane_timer_destroyed_or_assigned_over_from_its_own_callback_is_safe) {
   chime::Lane lane = rt.lane();
   Connections server;
   for (int i = 0; i < 4; ++i) {
@@ -135,7 +135,7 @@ TEST_P(TimerFromOwnCallbackTest, a_lane_timer_destroyed_or_assigned_over_from_it
 }
 
 // A Timer destroyed from its own periodic callback: no further run, and the run in progress finishes.
-TEST_P(TimerFromOwnCallbackTest, a_periodic_timer_destroyed_from_its_own_callback_runs_no_more) {
+TEST_P(RuntimeMisuse, a_periodic_timer_destroyed_from_its_own_callback_runs_no_more) {
   auto t = std::make_unique<Timer>();
   int runs = 0;
   std::string name = "periodic" + std::string(64, '.');
@@ -153,12 +153,12 @@ TEST_P(TimerFromOwnCallbackTest, a_periodic_timer_destroyed_from_its_own_callbac
   EXPECT_EQ(rt.stats().pending, 0u);
 }
 
-class LaneMisuseTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, LaneMisuseTest, testing::Values(0u, 2u), workers_name);
+class RuntimeMisuseLane : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeMisuseLane, testing::Values(0u, 2u), workers_name);
 
 // A Timer whose Lane was destroyed refuses to arm (std::logic_error), also after a new Lane reuses the old
 // lane's core, and that new Lane never gets a run of it.
-TEST_P(LaneMisuseTest, a_timer_whose_lane_was_destroyed_refuses_to_arm_and_never_runs_on_another_lane) {
+TEST_P(RuntimeMisuseLane, a_timer_whose_lane_was_destroyed_refuses_to_arm_and_never_runs_on_another_lane) {
   auto lane = std::make_unique<chime::Lane>(rt.lane());
   int runs = 0;
   Timer t(*lane, [&] { ++runs; });
@@ -186,7 +186,7 @@ TEST_P(LaneMisuseTest, a_timer_whose_lane_was_destroyed_refuses_to_arm_and_never
 // A lane is run by one thread at a time: run_ready or wait_and_run entered while another thread is inside
 // run_ready or wait_and_run of the same lane throws std::logic_error instead of running callbacks
 // concurrently; once that thread has left, the lane runs on the new thread.
-TEST_P(LaneMisuseTest, a_second_thread_entering_a_running_lane_throws_logic_error) {
+TEST_P(RuntimeMisuseLane, a_second_thread_entering_a_running_lane_throws_logic_error) {
   chime::Lane lane = rt.lane();
   Gate gate;
   std::atomic<bool> entered{false};
@@ -218,7 +218,7 @@ TEST_P(LaneMisuseTest, a_second_thread_entering_a_running_lane_throws_logic_erro
 
 // Options are validated at construction: more workers than RuntimeOptions::max_workers (4096) throws
 // std::invalid_argument naming the value, before any thread starts.
-TEST(RuntimeOptionsValidation, too_many_workers_throws_invalid_argument_naming_the_value) {
+TEST(RuntimeMisuse, too_many_workers_throws_invalid_argument_naming_the_value) {
   chime::ManualClock clock{kStart};
   for (unsigned workers : {35000u, 1u << 30}) {
     try {
@@ -250,7 +250,7 @@ struct HugeDefaultThreadStacks {
 
 // A thread that cannot start makes the constructor throw std::system_error (never std::terminate), with
 // workers and without: every thread's stack is refused.
-TEST(RuntimeOptionsValidation, a_thread_that_cannot_start_throws_system_error_not_terminate) {
+TEST(RuntimeMisuse, a_thread_that_cannot_start_throws_system_error_not_terminate) {
   chime::ManualClock clock{kStart};
   for (unsigned workers : {0u, 2u}) {
     HugeDefaultThreadStacks huge;
@@ -295,7 +295,7 @@ void start_workers_under_an_address_space_limit() {
 
 // Some threads started, then one could not: they are stopped and joined, and the constructor throws
 // std::system_error (before, the joinable std::threads destroyed during unwinding called std::terminate).
-TEST(RuntimeOptionsValidation, a_thread_failing_after_others_started_joins_them_and_throws_system_error) {
+TEST(RuntimeMisuse, a_thread_failing_after_others_started_joins_them_and_throws_system_error) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(start_workers_under_an_address_space_limit(), testing::ExitedWithCode(0), "");
 }
@@ -316,7 +316,7 @@ void expect_runtime_gone(F&& call, const char* what) {
 // A Timer, Lane, Producer or KeyedTimers outliving its Runtime: in every build, each use that needs the
 // runtime throws std::logic_error saying so (one load per call), queries answer "nothing armed", and the
 // destructors touch nothing of the runtime (before: a use-after-free, a silent segfault in release).
-TEST(RuntimeLifetime, handles_outliving_their_runtime_throw_logic_error_and_destroy_cleanly) {
+TEST(RuntimeMisuse, handles_outliving_their_runtime_throw_logic_error_and_destroy_cleanly) {
   chime::ManualClock clock{kStart};
   auto rt = std::make_unique<chime::Runtime>(manual_options(clock, 1));
   int runs = 0;

@@ -26,12 +26,12 @@ using chime::Runtime;
 using chime::TimerId;
 using chime::TimerState;
 
-class ObserveTest : public ManualRuntimeTest {};
+class RuntimeObserve : public ManualRuntimeTest {};
 
-INSTANTIATE_TEST_SUITE_P(Runtime, ObserveTest, testing::Values(0u, 1u, 2u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeObserve, testing::Values(0u, 1u, 2u), workers_name);
 
 // A one-shot is pending from schedule on (even before the wheel applied it), running inside its callback, then fired.
-TEST_P(ObserveTest, state_goes_pending_running_fired) {
+TEST_P(RuntimeObserve, state_goes_pending_running_fired) {
   std::atomic<int> inside{-1};
   const TimerId id = rt.schedule_at(at(5ms), [&](const Firing& f) { inside.store(static_cast<int>(rt.state(f.id))); });
   EXPECT_EQ(rt.state(id), TimerState::pending);
@@ -45,7 +45,7 @@ TEST_P(ObserveTest, state_goes_pending_running_fired) {
 }
 
 // A cancelled timer reports cancelled (before and after the wheel applied the cancel).
-TEST_P(ObserveTest, state_goes_pending_cancelled) {
+TEST_P(RuntimeObserve, state_goes_pending_cancelled) {
   const TimerId id = rt.schedule_at(at(5ms), rec.task());
   EXPECT_TRUE(rt.cancel(id));
   EXPECT_EQ(rt.state(id), TimerState::cancelled);
@@ -54,7 +54,7 @@ TEST_P(ObserveTest, state_goes_pending_cancelled) {
 }
 
 // The default id and ids never issued are unknown.
-TEST_P(ObserveTest, state_is_unknown_for_default_and_never_issued_ids) {
+TEST_P(RuntimeObserve, state_is_unknown_for_default_and_never_issued_ids) {
   const TimerId live = rt.schedule_at(at(5ms), rec.task());
   EXPECT_EQ(rt.state(TimerId{}), TimerState::unknown);
   EXPECT_EQ(rt.state(TimerId{live.slot(), live.generation() + 1}), TimerState::unknown);
@@ -66,7 +66,7 @@ TEST_P(ObserveTest, state_is_unknown_for_default_and_never_issued_ids) {
 }
 
 // stats(): scheduled, fired, cancelled, rescheduled and pending add up (scheduled = fired + cancelled + pending).
-TEST_P(ObserveTest, stats_counters_add_up) {
+TEST_P(RuntimeObserve, stats_counters_add_up) {
   std::vector<TimerId> ids;
   for (int i = 0; i < 10; ++i) ids.push_back(rt.schedule_at(at(5ms + i * 1ms), rec.task()));
   EXPECT_TRUE(rt.cancel(ids[0]));
@@ -92,7 +92,7 @@ TEST_P(ObserveTest, stats_counters_add_up) {
 }
 
 // stats() counts each periodic run as fired; the timer stays pending until cancelled.
-TEST_P(ObserveTest, stats_count_each_periodic_run) {
+TEST_P(RuntimeObserve, stats_count_each_periodic_run) {
   const TimerId id = rt.schedule_every(2ms, rec.task());
   for (int k = 1; k <= 10; ++k) advance_to(clock, rt, at(k * 2ms + 1ms));
   chime::Stats s = rt.stats();
@@ -107,7 +107,7 @@ TEST_P(ObserveTest, stats_count_each_periodic_run) {
 }
 
 // The lateness histogram measures callback start minus due on the runtime clock: here all runs are 3 ms late.
-TEST_P(ObserveTest, lateness_measures_start_minus_due) {
+TEST_P(RuntimeObserve, lateness_measures_start_minus_due) {
   for (int i = 0; i < 100; ++i) rt.schedule_at(at(10ms), rec.task());
   advance_to(clock, rt, at(13ms));
   const chime::LatenessStats l = rt.stats().lateness;
@@ -128,13 +128,13 @@ std::uint64_t wakeups_over(Runtime& rt, chime::Duration d) {
 }
 
 // Idle costs nothing: with nothing scheduled on the steady clock the wheel thread does not wake up.
-TEST(RuntimeIdle, no_wakeups_with_nothing_scheduled) {
+TEST(RuntimeObserve, no_wakeups_with_nothing_scheduled) {
   Runtime rt{steady_options(2)};
   EXPECT_EQ(wakeups_over(rt, 300ms), 0u) << "the wheel thread ticks while idle";
 }
 
 // No busy ticking: with one timer 10 s away the wheel thread sleeps until then.
-TEST(RuntimeIdle, no_wakeups_while_waiting_for_a_far_timer) {
+TEST(RuntimeObserve, no_wakeups_while_waiting_for_a_far_timer) {
   Runtime rt{steady_options(2)};
   rt.schedule_after(10s, [] {});
   rt.flush();
@@ -142,7 +142,7 @@ TEST(RuntimeIdle, no_wakeups_while_waiting_for_a_far_timer) {
 }
 
 // After its timers fired, the wheel thread goes back to sleep without a timeout.
-TEST(RuntimeIdle, no_wakeups_after_the_last_timer_fired) {
+TEST(RuntimeObserve, no_wakeups_after_the_last_timer_fired) {
   Runtime rt{steady_options(1)};
   std::atomic<int> fired{0};
   for (int i = 0; i < 20; ++i) rt.schedule_after(i * 1ms, [&] { fired.fetch_add(1); });
@@ -154,7 +154,7 @@ TEST(RuntimeIdle, no_wakeups_after_the_last_timer_fired) {
 
 // With a ManualClock the wheel thread never wakes on its own (clock.hpp), not even once after a burst of
 // commands: time set ahead of a due timer fires nothing until flush().
-TEST(RuntimeIdle, manual_clock_never_wakes_without_flush) {
+TEST(RuntimeObserve, manual_clock_never_wakes_without_flush) {
   ManualClock clock{kStart};
   Runtime rt{manual_options(clock, 1)};
   std::atomic<int> fired{0};

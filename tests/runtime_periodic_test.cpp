@@ -34,15 +34,15 @@ using chime::TimePoint;
 using chime::TimerId;
 using chime::TimerState;
 
-class PeriodicTest : public ManualRuntimeTest {};
+class RuntimePeriodic : public ManualRuntimeTest {};
 
-INSTANTIATE_TEST_SUITE_P(Runtime, PeriodicTest, testing::Values(0u, 1u, 2u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimePeriodic, testing::Values(0u, 1u, 2u), workers_name);
 
 // interval_start(t) for the manual runtimes (grid anchored at kStart, 1 ms).
 TimePoint interval_start(TimePoint t) { return kStart + (t - kStart) / kPrecision * kPrecision; }
 
 // By default the first run is due at now + period, and later runs every period after it.
-TEST_P(PeriodicTest, default_first_due_is_now_plus_period) {
+TEST_P(RuntimePeriodic, default_first_due_is_now_plus_period) {
   advance_to(clock, rt, at(3ms));
   const TimerId id = rt.schedule_every(10ms, rec.task());
   advance_to(clock, rt, at(13ms));
@@ -61,7 +61,7 @@ TEST_P(PeriodicTest, default_first_due_is_now_plus_period) {
 }
 
 // PeriodicOptions::first_due sets the first run; the rest follow at first + n*period.
-TEST_P(PeriodicTest, first_due_option_sets_the_first_run) {
+TEST_P(RuntimePeriodic, first_due_option_sets_the_first_run) {
   rt.schedule_every(10ms, rec.task(), first_at(at(5ms)));
   for (int k = 1; k <= 40; ++k) advance_to(clock, rt, at(k * 1ms));
   const auto runs = rec.runs();
@@ -139,7 +139,7 @@ TEST(RuntimePeriodic, fixed_rate_has_no_drift_over_10000_periods_skip) {
 
 // Missed::skip: with the clock 5.5 periods on, the five due runs coalesce into one run whose due is the latest
 // (50 ms) and whose missed is 4; the rate then continues (next run due 60 ms, missed 0).
-TEST_P(PeriodicTest, skip_coalesces_missed_runs_into_one) {
+TEST_P(RuntimePeriodic, skip_coalesces_missed_runs_into_one) {
   rt.schedule_every(10ms, rec.task());  // due 10, 20, 30, ...
   advance_to(clock, rt, at(55ms));
   auto runs = rec.runs();
@@ -157,7 +157,7 @@ TEST_P(PeriodicTest, skip_coalesces_missed_runs_into_one) {
 }
 
 // Missed::catch_up: with the clock 5.5 periods on, one flush runs each due run, in order, each with missed 0.
-TEST_P(PeriodicTest, catch_up_runs_each_missed_run_in_order_within_one_flush) {
+TEST_P(RuntimePeriodic, catch_up_runs_each_missed_run_in_order_within_one_flush) {
   PeriodicOptions o;
   o.on_missed = Missed::catch_up;
   rt.schedule_every(10ms, rec.task(), o);
@@ -177,7 +177,7 @@ TEST_P(PeriodicTest, catch_up_runs_each_missed_run_in_order_within_one_flush) {
 }
 
 // A first_due already in the past: skip makes one run (the latest due run, the others counted as missed).
-TEST_P(PeriodicTest, past_first_due_with_skip_runs_once_at_next_flush) {
+TEST_P(RuntimePeriodic, past_first_due_with_skip_runs_once_at_next_flush) {
   advance_to(clock, rt, at(100ms));
   rt.schedule_every(10ms, rec.task(), first_at(at(55ms)));  // due 55, 65, 75, 85, 95 are past
   rt.flush();
@@ -188,7 +188,7 @@ TEST_P(PeriodicTest, past_first_due_with_skip_runs_once_at_next_flush) {
 }
 
 // A first_due already in the past: catch_up runs every past run at the next flush, in order.
-TEST_P(PeriodicTest, past_first_due_with_catch_up_runs_each_at_next_flush) {
+TEST_P(RuntimePeriodic, past_first_due_with_catch_up_runs_each_at_next_flush) {
   advance_to(clock, rt, at(100ms));
   rt.schedule_every(10ms, rec.task(), first_at(at(55ms), Missed::catch_up));
   rt.flush();
@@ -198,7 +198,7 @@ TEST_P(PeriodicTest, past_first_due_with_catch_up_runs_each_at_next_flush) {
 }
 
 // Cancelling a periodic timer from inside its own callback returns true and no later run starts.
-TEST_P(PeriodicTest, cancel_from_inside_own_callback_stops_later_runs) {
+TEST_P(RuntimePeriodic, cancel_from_inside_own_callback_stops_later_runs) {
   std::atomic<int> runs{0};
   std::atomic<int> result{-1};
   const TimerId id = rt.schedule_every(10ms, [&](const Firing& f) {
@@ -212,7 +212,7 @@ TEST_P(PeriodicTest, cancel_from_inside_own_callback_stops_later_runs) {
 }
 
 // Cancelling a periodic timer between runs returns true and no later run starts.
-TEST_P(PeriodicTest, cancel_between_runs_stops_later_runs) {
+TEST_P(RuntimePeriodic, cancel_between_runs_stops_later_runs) {
   const TimerId id = rt.schedule_every(10ms, rec.task());
   advance_to(clock, rt, at(11ms));
   advance_to(clock, rt, at(21ms));
@@ -225,7 +225,7 @@ TEST_P(PeriodicTest, cancel_between_runs_stops_later_runs) {
 }
 
 // A periodic timer is pending between runs, running inside its callback, and stays counted in stats().pending.
-TEST_P(PeriodicTest, state_is_pending_between_runs_and_running_inside) {
+TEST_P(RuntimePeriodic, state_is_pending_between_runs_and_running_inside) {
   std::atomic<int> inside{-1};
   const TimerId id = rt.schedule_every(10ms, [&](const Firing& f) { inside.store(static_cast<int>(rt.state(f.id))); });
   EXPECT_EQ(rt.state(id), TimerState::pending);
@@ -243,7 +243,7 @@ TEST_P(PeriodicTest, state_is_pending_between_runs_and_running_inside) {
 }
 
 // Rescheduling a periodic timer later moves its next run; the fixed rate continues from the new due time.
-TEST_P(PeriodicTest, reschedule_later_moves_next_run_and_rate_continues_from_it) {
+TEST_P(RuntimePeriodic, reschedule_later_moves_next_run_and_rate_continues_from_it) {
   const TimerId id = rt.schedule_every(10ms, rec.task());
   advance_to(clock, rt, at(11ms));  // run due 10; next due 20
   ASSERT_EQ(rec.count(), 1u);
@@ -259,7 +259,7 @@ TEST_P(PeriodicTest, reschedule_later_moves_next_run_and_rate_continues_from_it)
 }
 
 // Rescheduling a periodic timer earlier moves its next run there; the rate continues from it.
-TEST_P(PeriodicTest, reschedule_earlier_moves_next_run_and_rate_continues_from_it) {
+TEST_P(RuntimePeriodic, reschedule_earlier_moves_next_run_and_rate_continues_from_it) {
   const TimerId id = rt.schedule_every(10ms, rec.task());
   advance_to(clock, rt, at(11ms));  // run due 10; next due 20
   EXPECT_TRUE(rt.reschedule_at(id, at(14ms)));
@@ -273,7 +273,7 @@ TEST_P(PeriodicTest, reschedule_earlier_moves_next_run_and_rate_continues_from_i
 }
 
 // schedule_every rejects a period <= 0 with std::invalid_argument.
-TEST_P(PeriodicTest, nonpositive_period_throws_invalid_argument) {
+TEST_P(RuntimePeriodic, nonpositive_period_throws_invalid_argument) {
   EXPECT_THROW(rt.schedule_every(Duration::zero(), rec.task()), std::invalid_argument);
   EXPECT_THROW(rt.schedule_every(-1ms, rec.task()), std::invalid_argument);
   EXPECT_THROW(rt.producer().schedule_every(Duration::zero(), rec.task()), std::invalid_argument);
@@ -306,15 +306,13 @@ void expect_runs_never_overlap(Missed missed) {
 }
 
 // Missed::skip: runs of one periodic timer never overlap, even when each run outlasts the period.
-TEST(RuntimePeriodicOverlap, skip_runs_never_overlap_with_two_workers) { expect_runs_never_overlap(Missed::skip); }
+TEST(RuntimePeriodic, skip_runs_never_overlap_with_two_workers) { expect_runs_never_overlap(Missed::skip); }
 
 // Missed::catch_up: runs of one periodic timer never overlap, even when each run outlasts the period.
-TEST(RuntimePeriodicOverlap, catch_up_runs_never_overlap_with_two_workers) {
-  expect_runs_never_overlap(Missed::catch_up);
-}
+TEST(RuntimePeriodic, catch_up_runs_never_overlap_with_two_workers) { expect_runs_never_overlap(Missed::catch_up); }
 
 // Missed::skip with a slow callback: the missed counts account for every period that went by.
-TEST(RuntimePeriodicOverlap, skip_with_slow_callback_accounts_for_every_period) {
+TEST(RuntimePeriodic, skip_with_slow_callback_accounts_for_every_period) {
   Runtime rt{steady_options(2)};
   Recorder rec;
   std::atomic<int> runs{0};

@@ -45,9 +45,9 @@ TimePoint horizon_start(TimePoint start) {
   return TimePoint(Duration(s + (k_max - 1) * p));
 }
 
-class RangeTest : public ManualRuntimeTest {};
+class RuntimeRange : public ManualRuntimeTest {};
 
-INSTANTIATE_TEST_SUITE_P(Runtime, RangeTest, testing::Values(0u, 1u, 2u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeRange, testing::Values(0u, 1u, 2u), workers_name);
 
 // A clock with fewer than two intervals left before TimePoint::max() is
 // refused with std::invalid_argument naming its time; two intervals are enough.
@@ -67,7 +67,7 @@ TEST(RuntimeRange, clock_too_close_to_end_of_time_is_refused_by_name) {
 
 // The horizon's start is the last due time refused and the time before it
 // the last accepted, from the first moment (default bits reach that far).
-TEST_P(RangeTest, due_limit_is_the_horizon_start) {
+TEST_P(RuntimeRange, due_limit_is_the_horizon_start) {
   const TimePoint h = horizon_start(kStart);
   try {
     rt.schedule_at(h, rec.task());
@@ -85,7 +85,7 @@ TEST_P(RangeTest, due_limit_is_the_horizon_start) {
 // A one-shot due just before the horizon fires once the clock reaches the
 // end of time (the wheel stops at the horizon, which is past its due), with
 // its due reported exactly.
-TEST_P(RangeTest, one_shot_due_just_before_horizon_fires_at_end_of_time) {
+TEST_P(RuntimeRange, one_shot_due_just_before_horizon_fires_at_end_of_time) {
   const TimePoint due = horizon_start(kStart) - Duration(1);
   rt.schedule_at(due, rec.task());
   advance_to(clock, rt, at(1s));
@@ -100,7 +100,7 @@ TEST_P(RangeTest, one_shot_due_just_before_horizon_fires_at_end_of_time) {
 // thread alive (it once terminated the process: the re-arm was parked before
 // the wheel's now): one coalesced run up to the horizon, none beyond; it
 // stays cancellable, and the runtime keeps serving.
-TEST_P(RangeTest, periodic_timer_survives_clock_reaching_end_of_time) {
+TEST_P(RuntimeRange, periodic_timer_survives_clock_reaching_end_of_time) {
   const TimerId id = rt.schedule_every(1ms, rec.task(), first_at(at(1ms), Missed::skip));
   advance_to(clock, rt, TimePoint::max());
   ASSERT_EQ(rec.count(), 1u);
@@ -123,7 +123,7 @@ TEST_P(RangeTest, periodic_timer_survives_clock_reaching_end_of_time) {
 // A Missed::skip periodic timer first due at TimePoint::min() coalesces the
 // 2^63-odd nanoseconds of missed runs into one run, due at the latest grid
 // point before the wheel's interval, without overflow.
-TEST_P(RangeTest, skip_periodic_due_at_time_min_coalesces_without_overflow) {
+TEST_P(RuntimeRange, skip_periodic_due_at_time_min_coalesces_without_overflow) {
   const TimerId id = rt.schedule_every(1ms, rec.task(), first_at(TimePoint::min(), Missed::skip));
   rt.flush();
   ASSERT_EQ(rec.count(), 1u);
@@ -144,7 +144,7 @@ TEST_P(RangeTest, skip_periodic_due_at_time_min_coalesces_without_overflow) {
 // A periodic timer whose next run would be past TimePoint::max() runs once
 // and never again (the next due saturates; it is parked beyond the horizon),
 // and stays cancellable.
-TEST_P(RangeTest, periodic_next_run_past_end_of_time_never_runs) {
+TEST_P(RuntimeRange, periodic_next_run_past_end_of_time_never_runs) {
   const TimerId id = rt.schedule_every(Duration::max(), rec.task(), first_at(at(1ms), Missed::catch_up));
   advance_to(clock, rt, at(2ms));
   ASSERT_EQ(rec.count(), 1u);

@@ -26,12 +26,12 @@ using chime::Runtime;
 using chime::TimerId;
 using chime::TimerState;
 
-class RescheduleTest : public ManualRuntimeTest {};
+class RuntimeReschedule : public ManualRuntimeTest {};
 
-INSTANTIATE_TEST_SUITE_P(Runtime, RescheduleTest, testing::Values(0u, 1u, 2u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeReschedule, testing::Values(0u, 1u, 2u), workers_name);
 
 // Pushed later, a timer does not fire at its old due time nor before the new one, then fires once.
-TEST_P(RescheduleTest, reschedule_later_never_fires_before_new_due) {
+TEST_P(RuntimeReschedule, reschedule_later_never_fires_before_new_due) {
   const TimerId id = rt.schedule_at(at(10ms), rec.task());
   rt.flush();
   EXPECT_TRUE(rt.reschedule_at(id, at(30ms)));
@@ -48,7 +48,7 @@ TEST_P(RescheduleTest, reschedule_later_never_fires_before_new_due) {
 }
 
 // Pushed later when the old due time has already passed on the clock (but not the wheel), it waits for the new one.
-TEST_P(RescheduleTest, reschedule_later_after_old_due_passed_on_clock_waits) {
+TEST_P(RuntimeReschedule, reschedule_later_after_old_due_passed_on_clock_waits) {
   const TimerId id = rt.schedule_at(at(10ms), rec.task());
   rt.flush();
   clock.set(at(15ms));  // the wheel has not seen this time yet
@@ -60,7 +60,7 @@ TEST_P(RescheduleTest, reschedule_later_after_old_due_passed_on_clock_waits) {
 }
 
 // Pushed later before the wheel applied the schedule, the new due time still holds.
-TEST_P(RescheduleTest, reschedule_later_before_schedule_is_applied) {
+TEST_P(RuntimeReschedule, reschedule_later_before_schedule_is_applied) {
   const TimerId id = rt.schedule_at(at(10ms), rec.task());
   EXPECT_TRUE(rt.reschedule_at(id, at(30ms)));
   advance_to(clock, rt, at(11ms));
@@ -70,7 +70,7 @@ TEST_P(RescheduleTest, reschedule_later_before_schedule_is_applied) {
 }
 
 // Pulled earlier, a timer fires at the new due time and not again at the old one.
-TEST_P(RescheduleTest, reschedule_earlier_fires_at_new_due) {
+TEST_P(RuntimeReschedule, reschedule_earlier_fires_at_new_due) {
   const TimerId id = rt.schedule_at(at(30ms), rec.task());
   rt.flush();
   EXPECT_TRUE(rt.reschedule_at(id, at(10ms)));
@@ -84,7 +84,7 @@ TEST_P(RescheduleTest, reschedule_earlier_fires_at_new_due) {
 }
 
 // Pulled earlier before the wheel applied the schedule, it fires at the new due time.
-TEST_P(RescheduleTest, reschedule_earlier_before_schedule_is_applied) {
+TEST_P(RuntimeReschedule, reschedule_earlier_before_schedule_is_applied) {
   const TimerId id = rt.schedule_at(at(30ms), rec.task());
   EXPECT_TRUE(rt.reschedule_at(id, at(10ms)));
   advance_to(clock, rt, at(11ms));
@@ -92,7 +92,7 @@ TEST_P(RescheduleTest, reschedule_earlier_before_schedule_is_applied) {
 }
 
 // reschedule_after(delay) moves the due time to clock.now() + delay.
-TEST_P(RescheduleTest, reschedule_after_is_relative_to_now) {
+TEST_P(RuntimeReschedule, reschedule_after_is_relative_to_now) {
   const TimerId id = rt.schedule_at(at(10ms), rec.task());
   advance_to(clock, rt, at(8ms));
   EXPECT_TRUE(rt.reschedule_after(id, 7ms));  // due 15 ms
@@ -104,7 +104,7 @@ TEST_P(RescheduleTest, reschedule_after_is_relative_to_now) {
 }
 
 // Rescheduled to a time in the past, a pending timer fires at the next flush.
-TEST_P(RescheduleTest, reschedule_to_the_past_fires_at_next_flush) {
+TEST_P(RuntimeReschedule, reschedule_to_the_past_fires_at_next_flush) {
   const TimerId id = rt.schedule_at(at(100ms), rec.task());
   advance_to(clock, rt, at(50ms));
   EXPECT_TRUE(rt.reschedule_at(id, at(20ms)));
@@ -114,7 +114,7 @@ TEST_P(RescheduleTest, reschedule_to_the_past_fires_at_next_flush) {
 }
 
 // The idle-timeout pattern: touched every 5 ms to now + 10 ms, it never fires; left alone, it fires once.
-TEST_P(RescheduleTest, repeated_touch_keeps_idle_timer_from_firing) {
+TEST_P(RuntimeReschedule, repeated_touch_keeps_idle_timer_from_firing) {
   const TimerId id = rt.schedule_after(10ms, rec.task());
   for (int step = 1; step <= 200; ++step) {
     advance_to(clock, rt, at(step * 5ms));
@@ -130,7 +130,7 @@ TEST_P(RescheduleTest, repeated_touch_keeps_idle_timer_from_firing) {
 }
 
 // From one thread, a later reschedule followed by an earlier one ends at the last due time given.
-TEST_P(RescheduleTest, later_then_earlier_ends_at_the_last) {
+TEST_P(RuntimeReschedule, later_then_earlier_ends_at_the_last) {
   const TimerId a = rt.schedule_at(at(10ms), rec.task(1));
   const TimerId b = rt.schedule_at(at(10ms), rec.task(2));
   rt.flush();
@@ -150,7 +150,7 @@ TEST_P(RescheduleTest, later_then_earlier_ends_at_the_last) {
 }
 
 // Rescheduling a fired, cancelled, default or never-issued id returns false and schedules nothing.
-TEST_P(RescheduleTest, reschedule_of_fired_cancelled_or_invalid_id_returns_false) {
+TEST_P(RuntimeReschedule, reschedule_of_fired_cancelled_or_invalid_id_returns_false) {
   const TimerId fired = rt.schedule_at(at(1ms), rec.task(1));
   const TimerId cancelled = rt.schedule_at(at(5ms), rec.task(2));
   EXPECT_TRUE(rt.cancel(cancelled));
@@ -170,7 +170,7 @@ TEST_P(RescheduleTest, reschedule_of_fired_cancelled_or_invalid_id_returns_false
 }
 
 // A one-shot rescheduling itself from inside its callback loses: it is running, not pending.
-TEST_P(RescheduleTest, reschedule_from_inside_own_callback_returns_false) {
+TEST_P(RuntimeReschedule, reschedule_from_inside_own_callback_returns_false) {
   std::atomic<int> result{-1};
   std::atomic<int> runs{0};
   rt.schedule_at(at(1ms), [&](const Firing& f) {
@@ -185,7 +185,7 @@ TEST_P(RescheduleTest, reschedule_from_inside_own_callback_returns_false) {
 
 // Commands on different threads apply in happens-before order: another thread's reschedule or cancel of an
 // id whose schedule (posted through a Producer) has not been applied yet is never lost.
-TEST_P(RescheduleTest, other_threads_commands_on_unapplied_schedule_are_not_lost) {
+TEST_P(RuntimeReschedule, other_threads_commands_on_unapplied_schedule_are_not_lost) {
   std::vector<TimerId> ids;
   std::thread scheduler([&] {
     chime::Producer p = rt.producer();
@@ -214,7 +214,7 @@ TEST_P(RescheduleTest, other_threads_commands_on_unapplied_schedule_are_not_lost
 }
 
 // A due time beyond the wheel's range throws std::out_of_range and leaves the timer as it was.
-TEST(RuntimeRescheduleErrors, reschedule_beyond_range_throws_and_changes_nothing) {
+TEST(RuntimeReschedule, reschedule_beyond_range_throws_and_changes_nothing) {
   ManualClock clock{kStart};
   Recorder rec;
   chime::RuntimeOptions options = manual_options(clock, 1);
@@ -230,7 +230,7 @@ TEST(RuntimeRescheduleErrors, reschedule_beyond_range_throws_and_changes_nothing
 }
 
 // stats().rescheduled counts successful reschedules only.
-TEST_P(RescheduleTest, stats_count_successful_reschedules_only) {
+TEST_P(RuntimeReschedule, stats_count_successful_reschedules_only) {
   const TimerId id = rt.schedule_at(at(10ms), rec.task());
   EXPECT_TRUE(rt.reschedule_at(id, at(20ms)));
   EXPECT_TRUE(rt.reschedule_at(id, at(5ms)));

@@ -32,13 +32,13 @@ using chime::TimePoint;
 using chime::TimerId;
 using chime::TimerState;
 
-class ScheduleTest : public ManualRuntimeTest {};
+class RuntimeSchedule : public ManualRuntimeTest {};
 
-INSTANTIATE_TEST_SUITE_P(Runtime, ScheduleTest, testing::Values(0u, 1u, 2u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeSchedule, testing::Values(0u, 1u, 2u), workers_name);
 
 // A timer due at d (mid-interval) has not fired with the clock exactly at d nor
 // one nanosecond before interval_start(d) + precision, and fires exactly there.
-TEST_P(ScheduleTest, fires_at_interval_start_plus_precision_not_at_due) {
+TEST_P(RuntimeSchedule, fires_at_interval_start_plus_precision_not_at_due) {
   const TimePoint due = at(10ms + 500us);
   rt.schedule_at(due, rec.task());
   rt.flush();
@@ -55,7 +55,7 @@ TEST_P(ScheduleTest, fires_at_interval_start_plus_precision_not_at_due) {
 }
 
 // A due time on an interval boundary waits for the whole interval: not at d, at d + precision.
-TEST_P(ScheduleTest, due_on_interval_boundary_fires_one_precision_later) {
+TEST_P(RuntimeSchedule, due_on_interval_boundary_fires_one_precision_later) {
   rt.schedule_at(at(10ms), rec.task());
   advance_to(clock, rt, at(10ms));
   EXPECT_EQ(rec.count(), 0u);
@@ -66,7 +66,7 @@ TEST_P(ScheduleTest, due_on_interval_boundary_fires_one_precision_later) {
 }
 
 // Intervals are counted from the clock's time when the runtime was constructed, not from epoch 0.
-TEST(RuntimeScheduleGrid, interval_grid_starts_at_construction_time) {
+TEST(RuntimeSchedule, interval_grid_starts_at_construction_time) {
   const TimePoint start = kStart + 400us;  // not a multiple of the precision
   ManualClock clock{start};
   Recorder rec;
@@ -79,7 +79,7 @@ TEST(RuntimeScheduleGrid, interval_grid_starts_at_construction_time) {
 }
 
 // schedule_after(delay) is due at clock.now() + delay.
-TEST_P(ScheduleTest, schedule_after_is_due_at_now_plus_delay) {
+TEST_P(RuntimeSchedule, schedule_after_is_due_at_now_plus_delay) {
   advance_to(clock, rt, at(5ms + 300us));
   const TimerId id = rt.schedule_after(10ms, rec.task());
   advance_to(clock, rt, at(15ms + 300us));
@@ -91,7 +91,7 @@ TEST_P(ScheduleTest, schedule_after_is_due_at_now_plus_delay) {
 }
 
 // A due time well in the past fires at the next flush, without the clock moving.
-TEST_P(ScheduleTest, past_due_fires_at_next_flush) {
+TEST_P(RuntimeSchedule, past_due_fires_at_next_flush) {
   advance_to(clock, rt, at(50ms));
   const TimerId id = rt.schedule_at(at(20ms), rec.task());
   rt.flush();
@@ -105,7 +105,7 @@ TEST_P(ScheduleTest, past_due_fires_at_next_flush) {
 }
 
 // A due time in the past fires at the next flush even if that flush is the first since construction.
-TEST_P(ScheduleTest, due_before_the_wheel_start_fires_at_next_flush) {
+TEST_P(RuntimeSchedule, due_before_the_wheel_start_fires_at_next_flush) {
   rt.schedule_at(kStart - 1s, rec.task());
   rt.flush();
   EXPECT_EQ(rec.count(), 1u);
@@ -113,7 +113,7 @@ TEST_P(ScheduleTest, due_before_the_wheel_start_fires_at_next_flush) {
 
 // A due time in the current interval, already reached when its command is applied, is due now: it fires at
 // that application (the flush), not at the interval's end.
-TEST_P(ScheduleTest, past_due_in_current_interval_fires_at_application) {
+TEST_P(RuntimeSchedule, past_due_in_current_interval_fires_at_application) {
   advance_to(clock, rt, at(50ms + 500us));
   const TimerId id = rt.schedule_at(at(50ms + 200us), rec.task());
   rt.flush();
@@ -124,7 +124,7 @@ TEST_P(ScheduleTest, past_due_in_current_interval_fires_at_application) {
 }
 
 // A due time exactly at the clock's time when its command is applied is due now: it fires at that flush.
-TEST_P(ScheduleTest, due_exactly_now_fires_at_application) {
+TEST_P(RuntimeSchedule, due_exactly_now_fires_at_application) {
   advance_to(clock, rt, at(50ms));
   rt.schedule_at(at(50ms), rec.task());
   rt.flush();
@@ -133,7 +133,7 @@ TEST_P(ScheduleTest, due_exactly_now_fires_at_application) {
 }
 
 // schedule_after(0ns) then flush() runs the callback with a ManualClock that never moves.
-TEST_P(ScheduleTest, schedule_after_zero_fires_at_flush_with_a_clock_that_never_moves) {
+TEST_P(RuntimeSchedule, schedule_after_zero_fires_at_flush_with_a_clock_that_never_moves) {
   const TimerId id = rt.schedule_after(0ns, rec.task());
   rt.flush();
   ASSERT_EQ(rec.count(), 1u);
@@ -182,7 +182,7 @@ class PausingClock final : public chime::Clock {
 // judged by the clock read for A, it would be filed in the interval [3, 4)
 // and the flush at 3 ms would not run it (CI found this as a flush that
 // returned with schedule_after(0ns) timers still pending).
-TEST(RuntimeDueNow, a_command_dequeued_after_the_passs_first_clock_read_is_judged_by_a_later_read) {
+TEST(RuntimeSchedule, a_command_dequeued_after_the_passs_first_clock_read_is_judged_by_a_later_read) {
   for (const unsigned workers : {0u, 1u, 2u}) {
     SCOPED_TRACE("workers " + std::to_string(workers));
     PausingClock clock(kStart);
@@ -210,7 +210,7 @@ TEST(RuntimeDueNow, a_command_dequeued_after_the_passs_first_clock_read_is_judge
 
 // A due time one nanosecond after the clock's time keeps the interval rule: not due now, and not fired
 // before interval_start(due) + precision.
-TEST_P(ScheduleTest, due_just_after_now_keeps_the_interval_rule) {
+TEST_P(RuntimeSchedule, due_just_after_now_keeps_the_interval_rule) {
   advance_to(clock, rt, at(50ms));
   rt.schedule_at(at(50ms) + 1ns, rec.task());
   rt.flush();
@@ -222,7 +222,7 @@ TEST_P(ScheduleTest, due_just_after_now_keeps_the_interval_rule) {
 }
 
 // A reschedule to a due time at or before the clock's time is due now as well.
-TEST_P(ScheduleTest, reschedule_to_now_fires_at_application) {
+TEST_P(RuntimeSchedule, reschedule_to_now_fires_at_application) {
   const TimerId id = rt.schedule_at(at(30ms), rec.task());
   advance_to(clock, rt, at(10ms + 300us));
   ASSERT_TRUE(rt.reschedule_at(id, at(10ms + 100us)));
@@ -233,7 +233,7 @@ TEST_P(ScheduleTest, reschedule_to_now_fires_at_application) {
 
 // Timers due now in one application go out in nondecreasing due order, merged with the wheel's own alarms of
 // that advance in nondecreasing interval order (workers = 0 and 1 run them in that order).
-TEST_P(ScheduleTest, due_now_timers_merge_with_the_advance_in_interval_order) {
+TEST_P(RuntimeSchedule, due_now_timers_merge_with_the_advance_in_interval_order) {
   if (GetParam() > 1) GTEST_SKIP() << "order of callbacks is only defined for workers = 0 or 1";
   rt.schedule_at(at(2ms), rec.task(2));  // filed in the wheel, fires with the advance below
   rt.schedule_at(at(6ms), rec.task(6));
@@ -251,7 +251,7 @@ TEST_P(ScheduleTest, due_now_timers_merge_with_the_advance_in_interval_order) {
 }
 
 // Firing carries the id schedule_at returned, the due time given, the clock time of the advance, missed == 0.
-TEST_P(ScheduleTest, firing_reports_id_due_fired_at_and_no_missed_runs) {
+TEST_P(RuntimeSchedule, firing_reports_id_due_fired_at_and_no_missed_runs) {
   const TimerId a = rt.schedule_at(at(3ms + 1ns), rec.task(1));
   const TimerId b = rt.schedule_at(at(7ms), rec.task(2));
   EXPECT_TRUE(a);
@@ -272,7 +272,7 @@ TEST_P(ScheduleTest, firing_reports_id_due_fired_at_and_no_missed_runs) {
 }
 
 // Each timer fires exactly once, however many flushes and clock moves follow.
-TEST_P(ScheduleTest, one_shot_fires_exactly_once) {
+TEST_P(RuntimeSchedule, one_shot_fires_exactly_once) {
   rt.schedule_at(at(2ms), rec.task());
   for (int i = 1; i <= 20; ++i) advance_to(clock, rt, at(i * 1ms));
   rt.flush();
@@ -280,7 +280,7 @@ TEST_P(ScheduleTest, one_shot_fires_exactly_once) {
 }
 
 // A jump far ahead fires everything due in between, and nothing due after.
-TEST_P(ScheduleTest, jump_far_ahead_fires_exactly_the_timers_due_before) {
+TEST_P(RuntimeSchedule, jump_far_ahead_fires_exactly_the_timers_due_before) {
   std::vector<TimerId> ids;
   for (int i = 0; i < 300; ++i) rt.schedule_at(at(i * 7ms + 3us), rec.task(i));
   advance_to(clock, rt, at(1000ms));
@@ -295,7 +295,7 @@ TEST_P(ScheduleTest, jump_far_ahead_fires_exactly_the_timers_due_before) {
 }
 
 // Commands posted with no flush in between are all applied by the next flush.
-TEST_P(ScheduleTest, commands_posted_without_flush_are_applied_by_next_flush) {
+TEST_P(RuntimeSchedule, commands_posted_without_flush_are_applied_by_next_flush) {
   for (int i = 0; i < 1000; ++i) rt.schedule_at(at(5ms), rec.task(i));
   clock.set(at(6ms));
   rt.flush();
@@ -306,7 +306,7 @@ TEST_P(ScheduleTest, commands_posted_without_flush_are_applied_by_next_flush) {
 }
 
 // Every TimerId issued while timers are alive is distinct and valid.
-TEST_P(ScheduleTest, live_timer_ids_are_distinct_and_valid) {
+TEST_P(RuntimeSchedule, live_timer_ids_are_distinct_and_valid) {
   std::vector<TimerId> ids;
   for (int i = 0; i < 2000; ++i) ids.push_back(rt.schedule_at(at(1s), rec.task()));
   for (const TimerId& id : ids) EXPECT_TRUE(id);
@@ -316,7 +316,7 @@ TEST_P(ScheduleTest, live_timer_ids_are_distinct_and_valid) {
 }
 
 // A callback can schedule another timer (also on the wheel thread with workers = 0) and it fires later.
-TEST_P(ScheduleTest, callback_can_schedule_a_timer) {
+TEST_P(RuntimeSchedule, callback_can_schedule_a_timer) {
   std::atomic<int> second{0};
   rt.schedule_at(at(5ms), [&](const Firing& f) {
     rt.schedule_at(f.due + 10ms, [&] { second.fetch_add(1); });
@@ -330,7 +330,7 @@ TEST_P(ScheduleTest, callback_can_schedule_a_timer) {
 }
 
 // Plain (non-atomic) writes made by callbacks are visible to the thread whose flush() waited for them.
-TEST_P(ScheduleTest, callback_writes_happen_before_flush_returns) {
+TEST_P(RuntimeSchedule, callback_writes_happen_before_flush_returns) {
   std::vector<int> slots(100, 0);  // each written by exactly one callback, read after flush
   for (int i = 0; i < 100; ++i) {
     rt.schedule_at(at(1ms + i * 10us), [&slots, i] { slots[i] = i + 1; });
@@ -340,7 +340,7 @@ TEST_P(ScheduleTest, callback_writes_happen_before_flush_returns) {
 }
 
 // Writes made before schedule_at are visible to the callback.
-TEST_P(ScheduleTest, writes_before_schedule_happen_before_callback) {
+TEST_P(RuntimeSchedule, writes_before_schedule_happen_before_callback) {
   int payload = 0;  // non-atomic: ordered by schedule_at -> callback
   int seen = -1;
   payload = 42;
@@ -350,7 +350,7 @@ TEST_P(ScheduleTest, writes_before_schedule_happen_before_callback) {
 }
 
 // With workers = 0 or 1, callbacks within one advance run in nondecreasing interval order.
-TEST(RuntimeScheduleOrder, single_runner_callbacks_run_in_nondecreasing_interval_order) {
+TEST(RuntimeSchedule, single_runner_callbacks_run_in_nondecreasing_interval_order) {
   for (unsigned workers : {0u, 1u}) {
     ManualClock clock{kStart};
     Recorder rec;
@@ -372,7 +372,7 @@ TEST(RuntimeScheduleOrder, single_runner_callbacks_run_in_nondecreasing_interval
 }
 
 // With workers = 0 callbacks run on one runtime thread (the wheel thread), never on the caller.
-TEST(RuntimeScheduleThreads, zero_workers_run_callbacks_on_the_wheel_thread) {
+TEST(RuntimeSchedule, zero_workers_run_callbacks_on_the_wheel_thread) {
   ManualClock clock{kStart};
   Recorder rec;
   Runtime rt{manual_options(clock, 0)};
@@ -387,14 +387,14 @@ TEST(RuntimeScheduleThreads, zero_workers_run_callbacks_on_the_wheel_thread) {
 }
 
 // With workers > 0 callbacks never run on the thread that called flush().
-TEST_P(ScheduleTest, callbacks_never_run_on_the_flushing_thread) {
+TEST_P(RuntimeSchedule, callbacks_never_run_on_the_flushing_thread) {
   for (int i = 0; i < 20; ++i) rt.schedule_at(at(1ms), rec.task(i));
   advance_to(clock, rt, at(2ms));
   for (const RunRecord& r : rec.runs()) EXPECT_NE(r.thread, std::this_thread::get_id());
 }
 
 // Runtime::clock() is the clock given in the options; precision() the precision.
-TEST(RuntimeScheduleOptions, clock_and_precision_are_the_configured_ones) {
+TEST(RuntimeSchedule, clock_and_precision_are_the_configured_ones) {
   ManualClock clock{kStart};
   chime::RuntimeOptions options = manual_options(clock, 1);
   options.precision = 250us;
@@ -405,7 +405,7 @@ TEST(RuntimeScheduleOptions, clock_and_precision_are_the_configured_ones) {
 }
 
 // A non-default precision moves the interval grid: due 1.1 ms with 250 us precision fires at 1.25 ms.
-TEST(RuntimeScheduleOptions, precision_sets_the_interval_length) {
+TEST(RuntimeSchedule, precision_sets_the_interval_length) {
   ManualClock clock{kStart};
   chime::RuntimeOptions options = manual_options(clock, 1);
   options.precision = 250us;
@@ -419,7 +419,7 @@ TEST(RuntimeScheduleOptions, precision_sets_the_interval_length) {
 }
 
 // Runtime() (defaults: steady clock, 1 ms) fires a real-time timer, never before its due time by its clock.
-TEST(RuntimeScheduleSteady, default_runtime_fires_on_the_steady_clock_never_early) {
+TEST(RuntimeSchedule, default_runtime_fires_on_the_steady_clock_never_early) {
   Runtime rt;
   EXPECT_EQ(rt.precision(), Duration(1ms));
   std::atomic<bool> fired{false};
@@ -436,7 +436,7 @@ TEST(RuntimeScheduleSteady, default_runtime_fires_on_the_steady_clock_never_earl
 }
 
 // A Producer handle schedules, cancels and reschedules like the Runtime.
-TEST_P(ScheduleTest, producer_has_the_same_calls) {
+TEST_P(RuntimeSchedule, producer_has_the_same_calls) {
   chime::Producer p = rt.producer();
   const TimerId a = p.schedule_at(at(5ms), rec.task(1));
   const TimerId b = p.schedule_after(5ms, rec.task(2));
@@ -465,7 +465,7 @@ TEST_P(ScheduleTest, producer_has_the_same_calls) {
 }
 
 // A Producer can be moved (constructed and assigned) and keeps working.
-TEST_P(ScheduleTest, producer_is_movable) {
+TEST_P(RuntimeSchedule, producer_is_movable) {
   chime::Producer p = rt.producer();
   chime::Producer q = std::move(p);
   q.schedule_at(at(1ms), rec.task(1));
@@ -477,7 +477,7 @@ TEST_P(ScheduleTest, producer_is_movable) {
 }
 
 // Commands from one Producer take effect in the order posted: later-then-earlier reschedules end at the last one.
-TEST_P(ScheduleTest, producer_commands_take_effect_in_order) {
+TEST_P(RuntimeSchedule, producer_commands_take_effect_in_order) {
   chime::Producer p = rt.producer();
   std::vector<TimerId> ids;
   for (int i = 0; i < 200; ++i) {
@@ -495,7 +495,7 @@ TEST_P(ScheduleTest, producer_commands_take_effect_in_order) {
 }
 
 // Each thread's Producer schedules independently; all timers fire.
-TEST_P(ScheduleTest, producers_on_several_threads_all_fire) {
+TEST_P(RuntimeSchedule, producers_on_several_threads_all_fire) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([this, t] {

@@ -33,19 +33,19 @@ chime::RuntimeOptions slack_options(ManualClock& clock, unsigned workers, Durati
   return o;
 }
 
-class SlackTest : public testing::TestWithParam<unsigned> {
+class RuntimeSlack : public testing::TestWithParam<unsigned> {
  protected:
   ManualClock clock{kStart};
   Recorder rec{&clock};
   Runtime rt{slack_options(clock, GetParam(), 50us)};
 };
 
-INSTANTIATE_TEST_SUITE_P(Runtime, SlackTest, testing::Values(0u, 1u, 2u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeSlack, testing::Values(0u, 1u, 2u), workers_name);
 
 // With slack 50 us at 1 ms precision, a timer due at 3.3 ms has not run with
 // the clock at 3.299 ms, and has run once the clock is at 3.3 ms (the
 // interval rule would wait for 4 ms).
-TEST_P(SlackTest, a_timer_runs_once_its_due_has_passed_not_at_the_end_of_its_interval) {
+TEST_P(RuntimeSlack, a_timer_runs_once_its_due_has_passed_not_at_the_end_of_its_interval) {
   const TimePoint due = at(3ms + 300us);
   rt.schedule_at(due, rec.task(1));
   rt.flush();
@@ -62,7 +62,7 @@ TEST_P(SlackTest, a_timer_runs_once_its_due_has_passed_not_at_the_end_of_its_int
 
 // Several timers of one interval run in due order as the clock passes each
 // due (workers = 0 and 1 run them in hand-over order).
-TEST_P(SlackTest, timers_of_one_interval_run_as_the_clock_passes_each_due) {
+TEST_P(RuntimeSlack, timers_of_one_interval_run_as_the_clock_passes_each_due) {
   rt.schedule_at(at(5ms + 700us), rec.task(3));
   rt.schedule_at(at(5ms + 100us), rec.task(1));
   rt.schedule_at(at(5ms + 400us), rec.task(2));
@@ -79,7 +79,7 @@ TEST_P(SlackTest, timers_of_one_interval_run_as_the_clock_passes_each_due) {
 
 // A touch (a later due) of a timer in the current interval moves it: it does
 // not run at its old due, and runs at its new one.
-TEST_P(SlackTest, a_touch_in_the_current_interval_moves_the_run_to_the_new_due) {
+TEST_P(RuntimeSlack, a_touch_in_the_current_interval_moves_the_run_to_the_new_due) {
   const chime::TimerId id = rt.schedule_at(at(2ms + 300us), rec.task(1));
   advance_to(clock, rt, at(2ms + 100us));  // its interval is the current one
   ASSERT_TRUE(rt.reschedule_at(id, at(2ms + 800us)));
@@ -91,7 +91,7 @@ TEST_P(SlackTest, a_touch_in_the_current_interval_moves_the_run_to_the_new_due) 
 }
 
 // A reschedule to an earlier due inside the current interval runs at that due.
-TEST_P(SlackTest, a_reschedule_into_the_current_interval_runs_at_its_new_due) {
+TEST_P(RuntimeSlack, a_reschedule_into_the_current_interval_runs_at_its_new_due) {
   const chime::TimerId id = rt.schedule_at(at(9ms), rec.task(1));
   advance_to(clock, rt, at(2ms + 100us));
   ASSERT_TRUE(rt.reschedule_at(id, at(2ms + 400us)));
@@ -102,7 +102,7 @@ TEST_P(SlackTest, a_reschedule_into_the_current_interval_runs_at_its_new_due) {
 }
 
 // A cancel of a timer in the current interval, before its due, wins.
-TEST_P(SlackTest, a_cancel_in_the_current_interval_wins) {
+TEST_P(RuntimeSlack, a_cancel_in_the_current_interval_wins) {
   const chime::TimerId id = rt.schedule_at(at(2ms + 300us), rec.task(1));
   advance_to(clock, rt, at(2ms + 100us));
   EXPECT_TRUE(rt.cancel(id));
@@ -111,7 +111,7 @@ TEST_P(SlackTest, a_cancel_in_the_current_interval_wins) {
 }
 
 // A periodic timer runs at each exact due, not at the ends of its intervals.
-TEST_P(SlackTest, a_periodic_timer_runs_at_each_exact_due) {
+TEST_P(RuntimeSlack, a_periodic_timer_runs_at_each_exact_due) {
   rt.schedule_every(1500us, rec.task(1), first_at(at(1ms + 200us)));
   for (int k = 0; k < 4; ++k) {
     const TimePoint due = at(1ms + 200us) + k * 1500us;
@@ -125,7 +125,7 @@ TEST_P(SlackTest, a_periodic_timer_runs_at_each_exact_due) {
 // Randomized: 400 timers due anywhere in 40 ms, the clock moved in random
 // steps. After each flush every timer due at or before the clock has run,
 // none due after it has, and none ran before its due.
-TEST_P(SlackTest, every_timer_runs_at_the_first_flush_at_or_after_its_due_and_never_before) {
+TEST_P(RuntimeSlack, every_timer_runs_at_the_first_flush_at_or_after_its_due_and_never_before) {
   std::mt19937 rng(7);
   std::vector<TimePoint> dues;
   for (int i = 0; i < 400; ++i) {

@@ -27,11 +27,11 @@ using chime::Timer;
 using chime::TimerId;
 using chime::TimerState;
 
-class TimerTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, TimerTest, testing::Values(0u, 1u, 2u), workers_name);
+class RuntimeTimer : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeTimer, testing::Values(0u, 1u, 2u), workers_name);
 
 // A bound Timer is not armed; arm_after arms one run at now + delay, which fires once (never early).
-TEST_P(TimerTest, arm_after_fires_once_at_its_due) {
+TEST_P(RuntimeTimer, arm_after_fires_once_at_its_due) {
   Timer t(rt, rec.task());
   EXPECT_TRUE(t);
   EXPECT_FALSE(t.armed());
@@ -52,7 +52,7 @@ TEST_P(TimerTest, arm_after_fires_once_at_its_due) {
 
 // Re-arming a pending one-shot later moves it in place (same runtime timer: the reschedule fast path);
 // it fires once, at the new due.
-TEST_P(TimerTest, re_arm_later_moves_the_same_timer) {
+TEST_P(RuntimeTimer, re_arm_later_moves_the_same_timer) {
   Timer t(rt, rec.task());
   t.arm_at(at(5ms));
   const TimerId first = t.id();
@@ -67,7 +67,7 @@ TEST_P(TimerTest, re_arm_later_moves_the_same_timer) {
 }
 
 // Re-arming earlier replaces the pending due as well.
-TEST_P(TimerTest, re_arm_earlier_fires_at_the_earlier_due) {
+TEST_P(RuntimeTimer, re_arm_earlier_fires_at_the_earlier_due) {
   Timer t(rt, rec.task());
   t.arm_at(at(20ms));
   t.arm_at(at(3ms));
@@ -79,7 +79,7 @@ TEST_P(TimerTest, re_arm_earlier_fires_at_the_earlier_due) {
 }
 
 // After a run finished, arming arms it again (Go's Timer.Reset, Tokio's Sleep::reset), with the same task.
-TEST_P(TimerTest, arm_after_a_run_arms_again) {
+TEST_P(RuntimeTimer, arm_after_a_run_arms_again) {
   Timer t(rt, rec.task());
   for (int k = 1; k <= 3; ++k) {
     t.arm_at(at(k * 10ms));
@@ -90,7 +90,7 @@ TEST_P(TimerTest, arm_after_a_run_arms_again) {
 
 // disarm prevents the pending run (true), a second disarm has nothing to prevent (false), and the Timer
 // arms again afterwards.
-TEST_P(TimerTest, disarm_prevents_the_run_and_the_timer_arms_again) {
+TEST_P(RuntimeTimer, disarm_prevents_the_run_and_the_timer_arms_again) {
   Timer t(rt, rec.task());
   EXPECT_FALSE(t.disarm()) << "nothing armed";
   t.arm_after(5ms);
@@ -107,7 +107,7 @@ TEST_P(TimerTest, disarm_prevents_the_run_and_the_timer_arms_again) {
 
 // Arming from inside the callback (variable-delay self-rescheduling) takes effect after the run returns;
 // each run sees the due the previous run chose.
-TEST_P(TimerTest, arm_from_its_own_callback_reschedules_with_variable_delays) {
+TEST_P(RuntimeTimer, arm_from_its_own_callback_reschedules_with_variable_delays) {
   std::vector<chime::TimePoint> dues;
   std::mutex mu;
   Timer* self = nullptr;
@@ -137,7 +137,7 @@ TEST_P(TimerTest, arm_from_its_own_callback_reschedules_with_variable_delays) {
 
 // An arm from inside the callback with a due already passed still waits for the run to return: runs never
 // overlap (the callback checks it is alone), and it then runs at once.
-TEST_P(TimerTest, arm_from_callback_with_a_past_due_runs_after_the_run_returns_never_overlapping) {
+TEST_P(RuntimeTimer, arm_from_callback_with_a_past_due_runs_after_the_run_returns_never_overlapping) {
   std::atomic<int> inside{0};
   std::atomic<int> overlaps{0};
   std::atomic<int> runs{0};
@@ -156,7 +156,7 @@ TEST_P(TimerTest, arm_from_callback_with_a_past_due_runs_after_the_run_returns_n
 }
 
 // arm_every runs at a fixed rate; disarm stops it; arm_after replaces a periodic with one run.
-TEST_P(TimerTest, arm_every_runs_periodically_and_arm_after_replaces_it) {
+TEST_P(RuntimeTimer, arm_every_runs_periodically_and_arm_after_replaces_it) {
   Timer t(rt, rec.task());
   t.arm_every(10ms, first_at(at(10ms)));
   advance_to(clock, rt, at(11ms));
@@ -174,7 +174,7 @@ TEST_P(TimerTest, arm_every_runs_periodically_and_arm_after_replaces_it) {
 }
 
 // Arming from inside a periodic callback stops the periodic and arms the new run after this one returns.
-TEST_P(TimerTest, arm_from_a_periodic_callback_replaces_the_period) {
+TEST_P(RuntimeTimer, arm_from_a_periodic_callback_replaces_the_period) {
   std::atomic<int> runs{0};
   Timer* self = nullptr;
   Timer t(rt, [&](const chime::Firing& f) {
@@ -191,7 +191,7 @@ TEST_P(TimerTest, arm_from_a_periodic_callback_replaces_the_period) {
 }
 
 // disarm_and_wait: cancelled for a pending run, done with nothing armed or after the run finished.
-TEST_P(TimerTest, disarm_and_wait_reports_cancelled_or_done) {
+TEST_P(RuntimeTimer, disarm_and_wait_reports_cancelled_or_done) {
   Timer t(rt, rec.task());
   EXPECT_EQ(t.disarm_and_wait(), CancelResult::done);
   t.arm_after(5ms);
@@ -203,7 +203,7 @@ TEST_P(TimerTest, disarm_and_wait_reports_cancelled_or_done) {
 }
 
 // From its own callback, disarm_and_wait does not wait for itself (running).
-TEST_P(TimerTest, disarm_and_wait_from_its_own_callback_returns_running) {
+TEST_P(RuntimeTimer, disarm_and_wait_from_its_own_callback_returns_running) {
   std::atomic<int> result{-1};
   Timer* self = nullptr;
   Timer t(rt, [&] { result.store(static_cast<int>(self->disarm_and_wait())); });
@@ -216,11 +216,11 @@ TEST_P(TimerTest, disarm_and_wait_from_its_own_callback_returns_running) {
   EXPECT_EQ(result.load(), -1) << "the periodic Timer ran after disarm_and_wait from its callback";
 }
 
-class TimerRunningTest : public ManualRuntimeTest {};
-INSTANTIATE_TEST_SUITE_P(Runtime, TimerRunningTest, testing::Values(1u, 2u), workers_name);
+class RuntimeTimerRunning : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeTimerRunning, testing::Values(1u, 2u), workers_name);
 
 // disarm_and_wait from another thread while the callback runs returns running after it returned.
-TEST_P(TimerRunningTest, disarm_and_wait_waits_for_the_run_in_progress) {
+TEST_P(RuntimeTimerRunning, disarm_and_wait_waits_for_the_run_in_progress) {
   Gate gate;
   Timer t(rt, gate.blocker());
   t.arm_at(at(1ms));
@@ -240,7 +240,7 @@ TEST_P(TimerRunningTest, disarm_and_wait_waits_for_the_run_in_progress) {
 
 // The destructor waits for a run in progress, and the task (and what it captured) is destroyed when it
 // returns.
-TEST_P(TimerRunningTest, destructor_waits_for_the_run_and_destroys_the_task) {
+TEST_P(RuntimeTimerRunning, destructor_waits_for_the_run_and_destroys_the_task) {
   Gate gate;
   auto alive = std::make_shared<int>(1);
   std::weak_ptr<int> watch = alive;
@@ -264,7 +264,7 @@ TEST_P(TimerRunningTest, destructor_waits_for_the_run_and_destroys_the_task) {
 
 // An arm from another thread while the callback runs is deferred until the run returns: the task never
 // runs concurrently with itself, and the arm is not lost.
-TEST_P(TimerRunningTest, arm_while_a_run_is_in_progress_takes_effect_after_it) {
+TEST_P(RuntimeTimerRunning, arm_while_a_run_is_in_progress_takes_effect_after_it) {
   Gate gate;
   std::atomic<int> runs{0};
   Timer t(rt, [&] {

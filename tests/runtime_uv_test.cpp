@@ -26,7 +26,7 @@ namespace {
 
 using namespace chime_test;
 
-class UvLaneTest : public ::testing::Test {
+class RuntimeUv : public ::testing::Test {
  protected:
   struct Run {
     int tag;
@@ -69,7 +69,7 @@ class UvLaneTest : public ::testing::Test {
     done.get_future().get();
   }
   static void on_async(uv_async_t* handle) {
-    auto* self = static_cast<UvLaneTest*>(handle->data);
+    auto* self = static_cast<RuntimeUv*>(handle->data);
     std::vector<std::function<void()>> posted;  // the jobs posted to the loop thread so far
     {
       const std::lock_guard<std::mutex> lock(self->mutex);
@@ -105,7 +105,7 @@ class UvLaneTest : public ::testing::Test {
 };
 
 // Every run happens on the loop's thread, by due, at or after its due.
-TEST_F(UvLaneTest, runs_on_the_loop_thread_in_due_order_never_early) {
+TEST_F(RuntimeUv, runs_on_the_loop_thread_in_due_order_never_early) {
   const int dues[] = {7, 3, 9, 1, 5, 3, 8};
   for (int i = 0; i < 7; ++i) record_at(at(std::chrono::milliseconds(dues[i])), i);
   advance_to(clock, rt, at(4ms));
@@ -120,7 +120,7 @@ TEST_F(UvLaneTest, runs_on_the_loop_thread_in_due_order_never_early) {
 
 // A cancel from another thread, or from a callback of the same batch, wins
 // until the callback starts.
-TEST_F(UvLaneTest, a_cancel_before_the_run_starts_wins) {
+TEST_F(RuntimeUv, a_cancel_before_the_run_starts_wins) {
   record_at(at(1ms), 0);
   EXPECT_TRUE(lane.cancel(record_at(at(1ms), 1)));
   chime::TimerId d;
@@ -136,7 +136,7 @@ TEST_F(UvLaneTest, a_cancel_before_the_run_starts_wins) {
 // frees the handle on the loop's next iteration, so uv_run returns once the
 // test's own handle is closed and uv_loop_close finds nothing open. The lane
 // keeps its later runs, for whichever thread runs it next.
-TEST_F(UvLaneTest, close_from_a_callback_lets_uv_run_return_and_leaves_the_lane_usable) {
+TEST_F(RuntimeUv, close_from_a_callback_lets_uv_run_return_and_leaves_the_lane_usable) {
   lane.schedule_at(at(1ms), [&] { driver->close(); });
   record_at(at(1ms), 1);  // same batch: runs after the close
   record_at(at(5ms), 2);
@@ -160,7 +160,7 @@ TEST_F(UvLaneTest, close_from_a_callback_lets_uv_run_return_and_leaves_the_lane_
 // called abort() inside uv_run), and the Runtime's end wakes the poll,
 // whose run_ready throws std::logic_error: the driver keeps it for the
 // caller (failure()), stops the poll and makes uv_run return.
-TEST(UvLaneLifetime, a_runtime_destroyed_before_the_driver_is_reported_as_a_logic_error) {
+TEST(RuntimeUvStandalone, a_runtime_destroyed_before_the_driver_is_reported_as_a_logic_error) {
   uv_loop_t loop{};
   ASSERT_EQ(uv_loop_init(&loop), 0);
   chime::ManualClock clock{kStart};
@@ -184,7 +184,7 @@ TEST(UvLaneLifetime, a_runtime_destroyed_before_the_driver_is_reported_as_a_logi
 // A move hands the handle over: the moved-from driver closes nothing, the
 // moved-to one closes it once (uv_loop_close in TearDown finds all closed),
 // and a new driver on the same lane takes over.
-TEST_F(UvLaneTest, a_driver_moved_and_destroyed_closes_one_handle) {
+TEST_F(RuntimeUv, a_driver_moved_and_destroyed_closes_one_handle) {
   on_loop([&] {
     chime::uv::LaneDriver moved(std::move(*driver));
     EXPECT_FALSE(driver->running());

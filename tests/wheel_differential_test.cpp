@@ -741,10 +741,10 @@ class TimingWheelDifferential {
   TimingStats stats_;
 };
 
-class TimingWheelDifferentialTest : public ::testing::TestWithParam<std::int64_t> {};
+class WheelDifferential : public ::testing::TestWithParam<std::int64_t> {};
 
 // For every configuration, every operation of TimingWheel agrees exactly with the reference model.
-TEST_P(TimingWheelDifferentialTest, matches_reference_model) {
+TEST_P(WheelDifferential, timing_wheel_matches_reference_model) {
   const std::int64_t precision = GetParam();
   const std::uint64_t ops = kTimingOpsPerConfig * scale_percent() / 100;
   std::uint64_t total = 0;
@@ -774,7 +774,7 @@ TEST_P(TimingWheelDifferentialTest, matches_reference_model) {
   std::cout << "[ DIFF     ] precision " << precision << "ns: " << total << " TimingWheel operations" << std::endl;
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, TimingWheelDifferentialTest,
+INSTANTIATE_TEST_SUITE_P(Precisions, WheelDifferential,
                          ::testing::Values(std::int64_t{1}, std::int64_t{3}, std::int64_t{1000},
                                            std::int64_t{1'000'000}),
                          [](const ::testing::TestParamInfo<std::int64_t>& info) {
@@ -1190,7 +1190,7 @@ class KeyWheelDifferential {
 
 // For every level-bits configuration (and 61 one-bit levels), every KeyWheel operation agrees exactly with
 // the reference model.
-TEST(KeyWheelDifferential, matches_reference_model) {
+TEST(WheelDifferential, key_wheel_matches_reference_model) {
   const std::uint64_t ops = kKeyOpsPerConfig * scale_percent() / 100;
   std::uint64_t total = 0;
   std::vector<std::vector<int>> sets = bit_sets();
@@ -1216,7 +1216,7 @@ TEST(KeyWheelDifferential, matches_reference_model) {
 // With cascade_ahead called after every operation, so that spans are moved down ahead at every level
 // (level 0 from level 1, and each level from the one above at its span boundaries), every KeyWheel
 // operation still agrees exactly with the reference model.
-TEST(KeyWheelDifferential, matches_reference_model_with_cascade_ahead_after_every_step) {
+TEST(WheelDifferential, matches_reference_model_with_cascade_ahead_after_every_step) {
   const std::uint64_t ops = kKeyOpsPerConfig * scale_percent() / 100;
   const std::vector<std::vector<int>> sets = {{2, 2, 2, 2}, {3, 2, 2}, {4, 2, 3, 3}, {1, 1, 1, 1, 1}, {2, 1, 3}};
   for (std::size_t i = 0; i < sets.size(); ++i) {
