@@ -506,7 +506,7 @@ TimerId Lane::schedule_at(TimePoint due, Task task, std::optional<Duration> slac
 }
 TimerId Lane::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
   check("schedule_after");
-  const std::uint8_t slack_code = core_->slack_code(slack, "schedule_after");
+  const std::uint8_t slack_code = core_->slack_code_after(slack, delay, "schedule_after");
   const detail::LaneToken token(*lane_);
   return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), token.get(),
                          lane_, 0, slack_code);
@@ -561,7 +561,8 @@ std::size_t Lane::wait_and_run(TimePoint deadline) {
 }
 LaneSleep Lane::sleep_for(Duration delay, std::optional<Duration> slack) {
   check("sleep_for");
-  return LaneSleep(*this, detail::saturating_after(core_->now(), delay), slack);
+  // Without a slack of its own, the default for this delay, measured here.
+  return LaneSleep(*this, detail::saturating_after(core_->now(), delay), slack ? slack : core_->default_slack(delay));
 }
 const Clock& Lane::clock() const {
   check("clock");

@@ -142,6 +142,14 @@ class Writer {
       sample(name, "_total", "shard", std::to_string(k), seconds((shards[k].*field).count()));
     }
   }
+  void shard_seconds_gauge(std::string_view name, std::string_view help, const std::vector<ShardStats>& shards,
+                           Duration ShardStats::*field) {
+    family(name, "gauge", help);
+    meta("UNIT", name, "seconds");
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+      sample(name, "", "shard", std::to_string(k), seconds((shards[k].*field).count()));
+    }
+  }
   void histogram(std::string_view name, std::string_view help, const DurationStats& d) {
     family(name, "histogram", help);
     meta("UNIT", name, "seconds");
@@ -253,6 +261,11 @@ void write_openmetrics(std::ostream& out, const Stats& stats, std::string_view p
                   &ShardStats::queue_depth);
     w.shard_seconds_counter("wheel_busy_seconds", "CPU time of a shard's wheel thread.", stats.shards,
                             &ShardStats::busy);
+    w.shard_seconds_gauge("longest_pass_seconds", "The longest pass of a shard's wheel thread so far.", stats.shards,
+                          &ShardStats::longest_pass);
+    w.shard_gauge("most_refiled_in_a_pass",
+                  "The most alarms one pass of a shard's wheel thread moved between the wheel's levels.", stats.shards,
+                  &ShardStats::most_refiled_in_a_pass);
   }
   w.histogram("lateness_seconds", "Callback start minus due time (drained runs excluded).", stats.lateness);
   w.histogram("run_time_seconds", "How long callbacks ran, on the steady clock.", stats.run_time);

@@ -475,8 +475,12 @@ Stats RuntimeCore::stats() const {
   s.callback_errors = counters_.sum(Counter::callback_errors);
   s.shards.reserve(shards_.size());
   for (const auto& shard : shards_) {
-    ShardStats k{shard->commands_.size_approx(), shard->wakeups_.load(std::memory_order_relaxed), shard->busy(),
-                 shard->commands_.bound().refused()};
+    ShardStats k{shard->commands_.size_approx(),
+                 shard->wakeups_.load(std::memory_order_relaxed),
+                 shard->busy(),
+                 shard->commands_.bound().refused(),
+                 Duration(shard->longest_pass_ns_.load(std::memory_order_relaxed)),
+                 shard->most_refiled_in_a_pass_.load(std::memory_order_relaxed)};
     s.queue_depth += k.queue_depth;
     s.wakeups += k.wakeups;
     s.refused_overload += k.refused_overload;
@@ -549,7 +553,7 @@ TimerId Producer::schedule_at(TimePoint due, Task task, std::optional<Duration> 
 TimerId Producer::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
   detail::RuntimeCore& c = core("schedule_after");
   return c.schedule(detail::saturating_after(c.now(), delay), 0, Missed::skip, std::move(task), token_.get(), nullptr,
-                    0, c.slack_code(slack, "schedule_after"));
+                    0, c.slack_code_after(slack, delay, "schedule_after"));
 }
 
 namespace detail {
@@ -593,7 +597,7 @@ TimerId Runtime::schedule_at(TimePoint due, Task task, std::optional<Duration> s
 }
 TimerId Runtime::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
   return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), nullptr,
-                         nullptr, 0, core_->slack_code(slack, "schedule_after"));
+                         nullptr, 0, core_->slack_code_after(slack, delay, "schedule_after"));
 }
 TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
   return schedule_periodic(*core_, period, std::move(task), options, nullptr, nullptr, slack);

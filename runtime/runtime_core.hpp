@@ -236,6 +236,18 @@ class RuntimeCore {
   std::uint8_t slack_code(std::optional<Duration> slack, const char* what) const {
     return slack_code_of(slack, precision_, what);
   }
+  // The same for a call that knows its delay (schedule_after, arm_after,
+  // sleep_for): without a slack, the runtime's default for that delay,
+  // measured in the call (slack.hpp).
+  std::uint8_t slack_code_after(std::optional<Duration> slack, Duration delay, const char* what) const {
+    return slack ? slack_code_of(slack, precision_, what) : runtime_slack_code(delay.count());
+  }
+  // The slack a timer `delay` ahead gets without one of its own, as a
+  // Duration (what slack_code_after files it by).
+  Duration default_slack(Duration delay) const noexcept {
+    if (options_.slack != Duration::zero()) return options_.slack;
+    return std::min(precision_, Duration(std::max(delay.count() >> kDefaultSlackShift, kDefaultSlackMinNs)));
+  }
   // `slack_code`: the timer's slack (slack.hpp; slack_code_of checks a
   // caller's argument).
   TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,

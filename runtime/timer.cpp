@@ -281,7 +281,7 @@ void Timer::arm_at(TimePoint due, std::optional<Duration> slack) {
 
 void Timer::arm_after(Duration delay, std::optional<Duration> slack) {
   check_armable("arm_after");
-  const std::uint8_t slack_code = state_->rt.slack_code(slack, "Timer::arm_after");
+  const std::uint8_t slack_code = state_->rt.slack_code_after(slack, delay, "Timer::arm_after");
   state_->arm({detail::saturating_after(state_->rt.now(), delay), 0, Missed::skip, slack_code});
 }
 

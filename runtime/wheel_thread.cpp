@@ -38,6 +38,19 @@
 // before its wake-up (sleep's bound): a timer's fire time is never before
 // its due.
 //
+// No pass does unbounded work (design.md, "Slack"): what a pass applies is
+// bounded (kMaxCommandsPerPass), what it fires is what is due, and what it
+// moves between the wheel's levels is bounded by moving each level's next
+// span down ahead (TimingWheel::cascade_ahead, kCascadeAheadPerPass a
+// pass): while some of a span is left to move, the next pass comes at once
+// instead of a sleep (ahead_pending), so the wheel enters a span with
+// nothing left to cascade, every kCascadeAheadPerPass moves a pass. What
+// this does not bound: a wheel thread that sleeps through a whole span
+// (no alarm due in it) into one whose elements were never next: the
+// advance that enters it cascades them (one far batch of timers and an
+// empty span before it). Each shard's longest pass and the most alarms one
+// pass re-filed are in ShardStats (note_pass).
+//
 // A manual clock (ManualClock; design.md, "Clocks"): no timer runs between
 // calls. Passes apply commands whenever they come, but advance the wheel and
 // run timers only while a flush waits (may_fire), and only to the reading
@@ -116,12 +129,11 @@ constexpr std::uint64_t kMinZombiesForSweep = CHIME_ZOMBIE_SWEEP_MIN;
 // it, so lingering adds no lateness.
 constexpr std::int64_t kLingerNs = 1'000'000;
 // Alarms a pass moves down the wheel ahead of time after its hand-off
-// (TimingWheel::cascade_ahead): the next block of intervals (2,048 with the
-// default level bits) is moved during the block before it, instead of all at
-// once when the wheel enters it (at 600k timers/s that was 19 ms in one pass,
-// docs/benchmarks.md, "Where the lateness tail waits"). 1,024 moves take
-// about 50-100 us; one pass per interval moves 2M per block, more than the
-// timers due in one at 1M/s.
+// (TimingWheel::cascade_ahead; "No pass does unbounded work" above): the
+// next span of every level is moved during the span before it, instead of
+// all at once when the wheel enters it (at 600k timers/s a level-0 block
+// was 19 ms in one pass, docs/benchmarks.md, "Where the lateness tail
+// waits"). 1,024 moves take about 50-100 us.
 constexpr std::size_t kCascadeAheadPerPass = 1024;
 // How far ahead the wheel thread asks for the slot lines it will act on
 // (apply_commands, advance_and_dispatch): a few misses in flight at once.
@@ -270,7 +282,9 @@ void WheelThread::main() {
   });
   bool busy = false;
   for (;;) {
+    const std::int64_t started_ns = core_.steady_clock_.now().time_since_epoch().count();
     const PassEnd end = run_pass(busy);
+    note_pass(started_ns);
     if (end == PassEnd::stopped) break;
     if (end == PassEnd::idle) sleep(busy);  // more_commands: apply them before anything else waits or sleeps
   }
@@ -329,7 +343,8 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   // above), once every command before it is applied: runs in due order.
   if (may_fire() && (exhausted || !core_.manual())) advance_and_dispatch(now);
   hand_over();
-  wt().wheel.cascade_ahead(kCascadeAheadPerPass);  // after the hand-off: no run waits for it
+  // After the hand-off: no run waits for it.
+  wt().ahead_pending = wt().wheel.cascade_ahead(kCascadeAheadPerPass);
   if (wt().deferred_adds.empty() && !wt().awaiting_writer) wt().writer_backoff.reset();  // no writer awaited
   if (!exhausted) {
     wt().retired->flush();
@@ -647,6 +662,17 @@ void WheelThread::record_fired(TimingWheel<std::uint32_t>::Alarm a) {
   WheelThreadState& s = wt();
   s.wheel_fired.emplace_back(s.wheel.at(a).time_since_epoch().count(), s.wheel.value(a));
   if (s.wheel_fired.size() >= s.fired_limit && !grow_fired_limit()) throw AdvanceCutShort{};
+}
+
+// After a pass (main's loop): the pass's length and what its advance
+// re-filed, each kept as a running max for stats().
+void WheelThread::note_pass(std::int64_t started_ns) {
+  const std::int64_t took = core_.steady_clock_.now().time_since_epoch().count() - started_ns;
+  if (took > longest_pass_ns_.load(std::memory_order_relaxed)) longest_pass_ns_.store(took, std::memory_order_relaxed);
+  const std::uint64_t refiled = wt().wheel.moved_by_last_advance();
+  if (refiled > most_refiled_in_a_pass_.load(std::memory_order_relaxed)) {
+    most_refiled_in_a_pass_.store(refiled, std::memory_order_relaxed);
+  }
 }
 
 // After a pass: since when passes have been out of memory, published for
@@ -1348,6 +1374,7 @@ void WheelThread::sleep(bool busy) {
   // A manual clock between flushes: what is due waits for the next flush.
   const bool firing = may_fire();
   if (firing && wt().advance_cut_short) return;  // the wheel is behind the clock: next pass at once
+  if (wt().ahead_pending) return;                // more of a span to move down ahead: next pass at once (bounded)
   if (firing && !wt().overdue.empty()) {  // due now: next pass
     // Only a reschedule's two stores to wait for: let its thread run first
     // (yields, then short sleeps: backoff.hpp).

@@ -110,6 +110,14 @@ class WheelThread {
   // Written by the wheel thread only, read by stats(); relaxed.
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> zombie_sweeps_{0};
+  // The longest pass so far (steady clock, from its start to its end; a
+  // sleep is not a pass), and the most alarms one pass's advance re-filed
+  // between levels (TimingWheel::moved_by_last_advance): what "no pass does
+  // unbounded work" is measured by (ShardStats). Written by the wheel thread
+  // only (each a running max), read by stats(); relaxed: figures, not
+  // synchronization.
+  std::atomic<std::int64_t> longest_pass_ns_{0};
+  std::atomic<std::uint64_t> most_refiled_in_a_pass_{0};
   // C1/C2 cancels of this shard's filed timers (producer_ops.cpp): the
   // zombies its wheel thread reclaims lazily, against WheelThreadState::
   // reclaimed (sweep_zombies_if_many). Striped per thread, relaxed.
@@ -177,6 +185,7 @@ class WheelThread {
   bool room_for_advance() noexcept;
   bool grow_fired_limit() noexcept;
   void record_fired(TimingWheel<std::uint32_t>::Alarm a);
+  void note_pass(std::int64_t started_ns);
   void note_out_of_memory();
   // A hint: the slot's first line (state word, due, wheel fields) will be
   // read and written soon. Timer commands only: a request names no slot.

@@ -107,6 +107,10 @@ struct WheelThreadState {
   std::size_t held_commands_end = 0;
   std::size_t fired_limit = 0;
   bool advance_cut_short = false;
+  // cascade_ahead left part of a span on its higher level: the next pass
+  // comes at once, instead of a sleep (wheel_thread.cpp, "No pass does
+  // unbounded work").
+  bool ahead_pending = false;
   std::vector<std::uint32_t> sweep_buffer;
   std::unique_ptr<RetiredSlots> retired;  // created on the wheel thread (its token)
   std::uint64_t reclaimed = 0;            // lazily cancelled timers the wheel thread (or shutdown) freed

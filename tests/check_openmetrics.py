@@ -34,12 +34,20 @@ EXPECTED = {
     "chime_pending": "gauge",
     "chime_queue_depth": "gauge",
     "chime_wheel_busy_seconds": "counter",
+    "chime_longest_pass_seconds": "gauge",
+    "chime_most_refiled_in_a_pass": "gauge",
     "chime_lateness_seconds": "histogram",
     "chime_run_time_seconds": "histogram",
 }
 LABELS = {"service": "print", "note": 'a "quoted" \\ value\nwith a newline'}
 # Families with one sample per shard (labelled shard="0", "1", ...); the runtime has one.
-PER_SHARD = {"chime_queue_depth", "chime_wheel_busy_seconds"}
+PER_SHARD = {
+    "chime_queue_depth",
+    "chime_wheel_busy_seconds",
+    "chime_longest_pass_seconds",
+    "chime_most_refiled_in_a_pass",
+}
+SECONDS = {"chime_wheel_busy_seconds", "chime_longest_pass_seconds"}
 
 
 def fail(message):
@@ -59,7 +67,7 @@ def main():
         family = families[name]
         if family.type != typ:
             fail(f"{name} is a {family.type}, expected a {typ}")
-        if (typ == "histogram" or name == "chime_wheel_busy_seconds") and family.unit != "seconds":
+        if (typ == "histogram" or name in SECONDS) and family.unit != "seconds":
             fail(f"{name} has unit {family.unit!r}, expected seconds")
         for sample in family.samples:
             labels = {k: v for k, v in sample.labels.items() if k != "le"}
@@ -97,6 +105,8 @@ def main():
         ("chime_pending", lambda v: v == 5),
         ("chime_queue_depth", lambda v: v == 0),
         ("chime_wheel_busy_seconds", lambda v: v > 0),
+        ("chime_longest_pass_seconds", lambda v: v > 0),
+        ("chime_most_refiled_in_a_pass", lambda v: v >= 0),
         ("chime_run_time_seconds", lambda v: v == 203),
         ("chime_lateness_seconds", lambda v: v == 203),
     ]

@@ -129,18 +129,27 @@ TEST(RuntimeMetrics, writes_every_family_exactly) {
   EXPECT_NE(expected.find("chime_run_time_seconds_bucket{le=\"0.000002047\"} 6\n"), std::string::npos);
 }
 
-// With Stats::shards (a runtime's stats()), queue_depth is one gauge sample per shard and each
-// shard's wheel thread CPU time is a counter in seconds, both labelled shard="k" after the user's
-// labels; a user label named shard is then refused.
+// With Stats::shards (a runtime's stats()), queue_depth is one gauge sample per shard, each
+// shard's wheel thread CPU time is a counter in seconds, its longest pass a gauge in seconds and
+// the most alarms one pass re-filed a gauge, all labelled shard="k" after the user's labels; a
+// user label named shard is then refused.
 TEST(RuntimeMetrics, per_shard_samples_carry_a_shard_label) {
   chime::Stats s = known_stats();
-  s.shards = {chime::ShardStats{4, 7, 1500us}};
+  s.shards = {chime::ShardStats{4, 7, 1500us, 0, 250us, 12}};
   const std::string text = metrics_text(s, "chime", {{"service", "api"}});
   EXPECT_NE(text.find("# TYPE chime_queue_depth gauge\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\nchime_queue_depth{service=\"api\",shard=\"0\"} 4\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("\nchime_queue_depth{service=\"api\"}"), std::string::npos) << text;
   EXPECT_NE(text.find("# TYPE chime_wheel_busy_seconds counter\n# UNIT chime_wheel_busy_seconds seconds\n"
                       "chime_wheel_busy_seconds_total{service=\"api\",shard=\"0\"} 0.0015\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE chime_longest_pass_seconds gauge\n# UNIT chime_longest_pass_seconds seconds\n"
+                      "chime_longest_pass_seconds{service=\"api\",shard=\"0\"} 0.00025\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE chime_most_refiled_in_a_pass gauge\n"
+                      "chime_most_refiled_in_a_pass{service=\"api\",shard=\"0\"} 12\n"),
             std::string::npos)
       << text;
   EXPECT_THROW(metrics_text(s, "chime", {{"shard", "x"}}), std::invalid_argument);

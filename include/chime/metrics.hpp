@@ -34,8 +34,12 @@
 //   `chime_queue_depth` has one sample per shard, labelled `shard="k"`
 //   (after `labels`), instead of the total, and the counter
 //   `chime_wheel_busy_seconds` gives each shard's wheel thread CPU time
-//   (`ShardStats::busy`, unit seconds). A Stats without shards gets the
-//   total `chime_queue_depth` and no busy time.
+//   (`ShardStats::busy`, unit seconds); the gauges
+//   `chime_longest_pass_seconds` (`ShardStats::longest_pass`, unit
+//   seconds) and `chime_most_refiled_in_a_pass`
+//   (`ShardStats::most_refiled_in_a_pass`) give its longest pass and the most
+//   alarms one pass moved between the wheel's levels. A Stats without shards
+//   gets the total `chime_queue_depth` and none of the per-shard figures.
 #pragma once
 
 #include <iosfwd>

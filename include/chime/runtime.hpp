@@ -225,6 +225,12 @@ struct ShardStats {
   // Schedules refused because this shard's queue was at max_queue_depth
   // (Stats::refused_overload is the shards' sum).
   std::uint64_t refused_overload = 0;
+  // The longest pass of the shard's wheel thread so far (steady clock: the
+  // work between two sleeps, not the sleeps), and the most alarms one pass
+  // moved between the wheel's levels: how close "no pass does unbounded
+  // work" (design.md, "Slack") runs. 0 with no wheel thread started.
+  Duration longest_pass{0};
+  std::uint64_t most_refiled_in_a_pass = 0;
 };
 
 struct Stats {

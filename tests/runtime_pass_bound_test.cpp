@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: BSL-1.0
+// No pass of a wheel thread does unbounded work (design.md, "Slack"): the
+// alarms a pass moves between the wheel's levels are bounded, at every
+// level, because each level's next span is moved down ahead of time, a
+// bounded amount a pass (runtime/wheel_thread.cpp, "No pass does unbounded
+// work"). With small level bits, level-1 and level-2 boundaries pass every
+// few milliseconds; under a steady load whose timers span many of them,
+// the most alarms one pass re-filed (ShardStats::most_refiled_in_a_pass)
+// stays within one pass's budget, where entering a level-2 span would
+// otherwise cascade its thousands of timers at once.
+#include "runtime_test_support.hpp"
+
+#include <chime/runtime.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace chime_test;
+using chime::Duration;
+using chime::Runtime;
+
+TEST(RuntimePassBound, level_one_and_two_boundaries_under_load_refile_at_most_one_pass_budget) {
+  chime::RuntimeOptions o;
+  o.precision = 100us;
+  // Level 0: 16 intervals (1.6 ms); level 1: spans of 2^7 (12.8 ms); level
+  // 2: spans of 2^10 (102.4 ms). Timers due 0-400 ms out cross every level.
+  o.level_bits = chime::LevelBits::create({4, 3, 3, 10});
+  o.workers = 1;
+  Runtime rt{o};
+  std::atomic<std::uint64_t> ran{0}, early{0};
+  constexpr int kProducers = 2;
+  constexpr int kPerProducer = 12'000;  // over about 1.2 s: 20k timers/s in all
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      chime::Producer producer = rt.producer();
+      std::mt19937_64 rng(static_cast<std::uint64_t>(p) + 1);
+      for (int i = 0; i < kPerProducer; ++i) {
+        const Duration delay = std::chrono::microseconds(rng() % 400'000);
+        producer.schedule_after(delay, [&](const chime::Firing& f) {
+          if (std::chrono::steady_clock::now() < f.due) early.fetch_add(1, std::memory_order_relaxed);
+          ran.fetch_add(1, std::memory_order_relaxed);
+        });
+        if (i % 100 == 99) std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
+  for (std::thread& t : producers) t.join();
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (ran.load() < kProducers * kPerProducer && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(ran.load(), static_cast<std::uint64_t>(kProducers * kPerProducer));
+  EXPECT_EQ(early.load(), 0u);
+  const chime::Stats s = rt.stats();
+  for (std::size_t k = 0; k < s.shards.size(); ++k) {
+    // One pass's budget (kCascadeAheadPerPass): entering a level-2 span
+    // unprepared would re-file the few thousand timers due in it.
+    EXPECT_LE(s.shards[k].most_refiled_in_a_pass, 1024u) << "shard " << k;
+    EXPECT_GT(s.shards[k].longest_pass, Duration::zero()) << "shard " << k;
+  }
+}
+
+}  // namespace
