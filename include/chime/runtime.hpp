@@ -15,13 +15,15 @@
 // in runtime/timer_state.hpp and docs/state-machine.md, where the races are
 // argued):
 // G10 (never early): a run never starts before its due time by the runtime's
-//   clock. A timer filed while its due was still ahead starts only after the
-//   clock has reached interval_start(d) + precision, as seen by the wheel
-//   thread (with the clock exactly at `d` it has not fired); one whose due
-//   was already reached when its command was applied is due now (below). A
-//   reschedule to a later due (a touch, no command) keeps its filed alarm:
-//   the interval rule for the new due, except that a timer the wheel finds
-//   mid-reschedule with its new due already reached runs at once.
+//   clock, whatever its slack (G25). Below saturation a timer due at d runs
+//   by its fire time: the first point at or after d of its slack's grid
+//   (a power of two of nanoseconds, at most the slack), or, for a slack at
+//   or above the precision, the end of d's precision interval (the interval
+//   rule), plus the OS's wake-up latency. A timer whose due was already
+//   reached when its command was applied is due now (G13). A reschedule to a
+//   later due (a touch, no command) keeps its filed alarm, and is filed
+//   again at the new due's fire time when that alarm comes. On a ManualClock
+//   G28 applies instead.
 // G11 (fire or cancel): exactly one of {fire, successful cancel} happens to every one-shot timer:
 //   `cancel` returns true iff the callback has not started and never will.
 //   Cancel wins until the callback starts: a run already handed to a worker
@@ -35,10 +37,18 @@
 //   interval order; with workers = 0 or 1 callbacks run in that order.
 //   A timer whose due time is at or before the clock's time when its command
 //   (schedule, or reschedule to an earlier time) is applied is due now: it
-//   goes out with that application (schedule_after(0ns, f) then flush()
-//   runs f with a ManualClock that never moves); those applied in one pass
-//   go out in nondecreasing due order (ties: posting order), merged with the
-//   advance's timers in nondecreasing interval order.
+//   goes out with that application (not on a ManualClock: G28); those
+//   applied in one pass go out in nondecreasing due order (ties: posting
+//   order), merged with the advance's timers in nondecreasing interval order.
+// G28 (manual clock; design.md, "Clocks"): on a ManualClock callbacks run
+//   only inside flush() (and drain(), shutdown(fire_pending), which begin
+//   with one), never between calls: flush() applies every command posted
+//   before it, then runs every timer whose due is at or before the clock's
+//   reading at the flush, in due order, with Firing::fired_at equal to that
+//   reading, and returns when those runs have ended. No slack, no interval
+//   rule, no "due now" at application: which timers run, their order, due,
+//   missed and fired_at depend only on the sequence of calls, from one
+//   thread or several.
 // G14 (periodic): a periodic timer's runs never overlap; its n-th run is due at
 //   first + n * period (fixed rate, no drift).
 // G15 (no allocation per timer): no heap allocation per timer in steady state: timers live in a slab of
@@ -276,13 +286,22 @@ struct RuntimeOptions {
   // ran it (an exception from on_slow_run is swallowed).
   Duration slow_run = std::chrono::milliseconds(10);
   std::function<void(TimerId, Duration)> on_slow_run{};
-  // G25 (slack; design.md, "Slack"): below saturation a timer due at d runs no
-  // earlier than d and no later than d + slack plus the OS's wake-up
-  // latency; dues within `slack` of each other share a wake-up. A slack at
-  // or above `precision` is the interval rule: a timer runs when its
-  // precision interval ends. Zero means the default, which is the interval
-  // rule (docs/benchmarks.md, "Slack", has the measured cost of a smaller
-  // one). Negative throws std::invalid_argument.
+  // G25 (slack; design.md, "Slack"): a timer's slack s is how late past its
+  // due d it may run: below saturation it runs no earlier than d and no later
+  // than d + s plus the OS's wake-up latency (G10), and timers whose dues
+  // fall in one cell of the same slack grid share a wake-up. Each schedule
+  // call (Runtime, Producer, Lane), Timer::arm_* and Lane's sleeps take a
+  // slack of their own (a trailing std::optional<Duration>); this field is
+  // a fixed slack for every timer that gives none; zero means not set, and
+  // then a timer's slack is clamp(D / 16, 50 us, precision) of its delay D
+  // (the due minus the clock in the call; for schedule_at, when its shard's
+  // wheel thread files it, which is never earlier; a periodic timer's
+  // period): short timers run close to their due, long ones on the
+  // precision grid (runtime/slack.hpp; docs/benchmarks.md, "Slack", has the
+  // measurements). A slack at or above `precision` is the interval rule: a
+  // timer runs when its precision interval ends. Negative, here or per
+  // timer, throws std::invalid_argument naming the value. Not on a
+  // ManualClock (G28).
   Duration slack = Duration::zero();
   // Overload (design.md, "Overload"): a schedule that would push its shard's
   // command queue past this many commands throws chime::CapacityError
