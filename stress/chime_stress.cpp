@@ -646,10 +646,12 @@ void print_shards(FILE* out, const chime::Stats& st, const std::vector<std::uint
     const chime::ShardStats& sh = st.shards[k];
     const double busy_s = std::chrono::duration<double>(sh.busy).count();
     std::fprintf(out,
-                 "%sshard %zu: queue depth peak %s; wheel thread busy %.0f%% (%.2f s CPU); %s refused; %s wake-ups\n",
+                 "%sshard %zu: queue depth peak %s; wheel thread busy %.0f%% (%.2f s CPU); %s refused; %s wake-ups;"
+                 " longest pass %s, most alarms re-filed in one %s\n",
                  indent, k, with_commas(k < peak_depth.size() ? peak_depth[k] : 0).c_str(),
                  total_s > 0 ? 100.0 * busy_s / total_s : 0.0, busy_s, with_commas(sh.refused_overload).c_str(),
-                 with_commas(sh.wakeups).c_str());
+                 with_commas(sh.wakeups).c_str(), format_duration(sh.longest_pass.count()).c_str(),
+                 with_commas(sh.most_refiled_in_a_pass).c_str());
   }
 }
 
@@ -1111,7 +1113,7 @@ void print_report(FILE* out, std::uint64_t seed, const Outcome& o, const Figures
   std::fprintf(out, "    past the bound  %s of %s runs later than due + %s (%s) + %s OS allowance\n",
                with_commas(o.one_shot.past_bound).c_str(), with_commas(f.own.count).c_str(),
                format_duration(late_bound_ns(*o.options) - kOsAllowanceNs).c_str(),
-               o.options->slack.count() > 0 ? "slack" : "precision: the interval rule",
+               o.options->slack.count() > 0 ? "slack" : "precision: the most a default slack is",
                format_duration(kOsAllowanceNs).c_str());
   std::fprintf(out, "  wheel wake-ups    %s (%s/s; %.3f per fire)\n", with_commas(o.final_stats.wakeups).c_str(),
                with_commas(static_cast<std::uint64_t>(static_cast<double>(o.final_stats.wakeups) / f.total_s)).c_str(),
@@ -1259,6 +1261,8 @@ int run_burst(const HarnessOptions& options) {
   chime::RuntimeOptions rt_options;
   rt_options.precision = options.precision;
   rt_options.slack = options.slack;
+  if (!options.level_bits.empty())
+    rt_options.level_bits = chime::LevelBits::create(std::span<const int>(options.level_bits));
   rt_options.workers = options.workers;
   rt_options.max_queue_depth = static_cast<std::size_t>(options.max_queue_depth);
   rt_options.shards = options.shards;
@@ -1378,6 +1382,8 @@ int run(const HarnessOptions& options) {
   chime::RuntimeOptions rt_options;
   rt_options.precision = options.precision;
   rt_options.slack = options.slack;
+  if (!options.level_bits.empty())
+    rt_options.level_bits = chime::LevelBits::create(std::span<const int>(options.level_bits));
   rt_options.workers = options.workers;
   rt_options.max_queue_depth = static_cast<std::size_t>(options.max_queue_depth);
   rt_options.shards = options.shards;

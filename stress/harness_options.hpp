@@ -17,15 +17,20 @@
 //   s; a bare number is milliseconds.
 #pragma once
 
+#include <chime/level_bits.hpp>
+
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace chime_stress {
 
@@ -37,7 +42,8 @@ struct HarnessOptions {
   unsigned periodic = 16;            // periodic timers, periods 1-16 * precision
   double seconds = 10.0;             // the producing phase lasts at most this long
   std::chrono::nanoseconds precision = std::chrono::milliseconds(1);
-  std::chrono::nanoseconds slack{0};  // RuntimeOptions::slack; 0: the default (the interval rule)
+  std::chrono::nanoseconds slack{0};  // RuntimeOptions::slack; 0: the default (proportional to the delay)
+  std::vector<int> level_bits;        // RuntimeOptions::level_bits; empty: the default
   std::optional<double>
       rate;  // timers scheduled per second, all producers; unset: 1.05 x timers / seconds; 0: no pacing
   unsigned workers = std::thread::hardware_concurrency() == 0 ? 2 : std::thread::hardware_concurrency();
@@ -51,7 +57,8 @@ struct HarnessOptions {
 inline constexpr const char* kUsage =
     "usage: chime-stress [--producers P] [--timers N] [--cancel-ratio R] [--reschedule-ratio R]\n"
     "                    [--periodic K] [--seconds S] [--precision D] [--slack D] [--rate OPS] [--workers W]\n"
-    "                    [--seed N] [--json FILE|-] [--max-queue-depth Q] [--burst N] [--shards K] [--help]\n"
+    "                    [--seed N] [--json FILE|-] [--max-queue-depth Q] [--burst N] [--shards K]\n"
+    "                    [--level-bits B0,B1,...] [--help]\n"
     "\n"
     "Drives a chime::Runtime from P producer threads and checks its guarantees.\n"
     "\n"
@@ -62,8 +69,9 @@ inline constexpr const char* kUsage =
     "  --periodic K          periodic timers with periods of 1-16 x precision          (default 16)\n"
     "  --seconds S           stop producing after S seconds even if N are not reached  (default 10)\n"
     "  --precision D         the runtime's precision: a number and ns|us|ms|s; bare = ms (default 1ms)\n"
-    "  --slack D             RuntimeOptions::slack, as --precision (default 0: the interval rule);\n"
-    "                        the report counts runs later than due + slack + 2 ms (OS allowance)\n"
+    "  --slack D             RuntimeOptions::slack, as --precision (default 0: not set, each timer's\n"
+    "                        slack is clamp(delay / 16, 50 us, precision)); the report counts runs\n"
+    "                        later than due + slack (or the precision) + 2 ms (OS allowance)\n"
     "  --rate OPS            timers scheduled per second, all producers; 0: as fast as\n"
     "                        possible                          (default 1.05 x N / S: spread over the run)\n"
     "  --workers W           the runtime's worker threads; 0 runs callbacks on the wheel thread\n"
@@ -78,6 +86,8 @@ inline constexpr const char* kUsage =
     "                        queue depth and RSS, and checks every accepted timer runs exactly once\n"
     "  --shards K            RuntimeOptions::shards: wheel threads, each producer bound to one\n"
     "                        round-robin; 0: the default (CHIME_SHARDS, else 1)  (default 0)\n"
+    "  --level-bits B0,B1,.. RuntimeOptions::level_bits, e.g. 8,4,20,20: small levels bring the\n"
+    "                        wheel's level boundaries every few seconds  (default 11,10,10,10,10,10)\n"
     "  --help, -h            print this and exit\n"
     "\n"
     "Due times: 60% within 0-4 x precision, 35% within 64-4096 x precision (level 1 of\n"
@@ -139,7 +149,7 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
     static constexpr const char* known[] = {
         "--producers",       "--timers", "--cancel-ratio", "--reschedule-ratio", "--periodic", "--seconds",
         "--precision",       "--slack",  "--rate",         "--workers",          "--seed",     "--json",
-        "--max-queue-depth", "--burst",  "--shards"};
+        "--max-queue-depth", "--burst",  "--shards",       "--level-bits"};
     bool is_known = false;
     for (const char* k : known) is_known = is_known || name == k;
     if (!is_known) {
@@ -232,6 +242,24 @@ inline ParseResult parse_options(int argc, char** argv, HarnessOptions& options,
     } else if (name == "--shards") {
       if (!integer(0, 64, u)) return ParseResult::error;
       options.shards = static_cast<unsigned>(u);
+    } else if (name == "--level-bits") {
+      std::vector<int> bits;
+      std::size_t at = 0;
+      while (at <= v.size()) {
+        const std::size_t comma = std::min(v.find(',', at), v.size());
+        std::uint64_t b = 0;
+        if (!detail::parse_u64(v.substr(at, comma - at), b) || b == 0 || b > 61) {
+          return bad("expected a comma-separated list of level widths in bits, each 1-61, such as 8,4,20,20");
+        }
+        bits.push_back(static_cast<int>(b));
+        at = comma + 1;
+      }
+      try {
+        (void)chime::LevelBits::create(std::span<const int>(bits));
+      } catch (const std::invalid_argument& e) {
+        return bad(e.what());
+      }
+      options.level_bits = bits;
     } else if (name == "--json") {
       if (v.empty()) return bad("expected a file name or -");
       options.json = v;
