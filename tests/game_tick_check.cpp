@@ -45,9 +45,14 @@
 //             due (coroutines: the clock read just before its sleep_for, plus the delay);
 //             entities stop re-arming past the end, and the program flushes until every think
 //             due by the end has run (10 s at most). World tick: +-1 run.
-//   --slack-us U  (with --live) RuntimeOptions::slack: thinks and ticks run within U us of their
-//             due instead of at the end of their 1 ms interval (design.md, "Slack"); compare the
-//             world tick's jitter with and without it.
+//   --slack-us U  (with --live) RuntimeOptions::slack, every timer's slack: thinks and ticks run
+//             within U us of their due (design.md, "Slack"); U >= 1000 (the precision) is the
+//             interval rule, a timer runs when its 1 ms interval ends. Without it (or 0) each
+//             timer gets the default slack, proportional to its delay (runtime/slack.hpp).
+//   --tick-slack-us U  (with --live) the world tick's own slack (the per-timer argument of
+//             schedule_every), whatever the entities' thinks get: compare the world tick's
+//             jitter with and without it.
+// Live runs also report the process's CPU time (getrusage, every thread) over the game loop.
 // Exits 1 on any violation.
 //
 // Tick budget: RuntimeOptions::slow_run is --tick-budget-us (default one frame, 16,667 us): a
@@ -60,6 +65,8 @@
 #include <chime/runtime.hpp>
 #include <chime/timer.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -69,6 +76,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -302,7 +310,8 @@ struct Args {
   std::size_t entities = 100000;
   std::uint64_t seed = 1;
   std::int64_t tick_budget_us = 16667;
-  std::int64_t slack_us = 0;  // 0: the default (the interval rule)
+  std::int64_t slack_us = 0;        // RuntimeOptions::slack; 0: unset, the default (proportional)
+  std::int64_t tick_slack_us = -1;  // the world tick's own slack; -1: none given
 };
 
 Args parse(int argc, char** argv) {
@@ -332,17 +341,23 @@ Args parse(int argc, char** argv) {
       a.tick_budget_us = std::strtoll(value(), nullptr, 10);
     } else if (s == "--slack-us") {
       a.slack_us = std::strtoll(value(), nullptr, 10);
+    } else if (s == "--tick-slack-us") {
+      a.tick_slack_us = std::strtoll(value(), nullptr, 10);
+      if (a.tick_slack_us < 0) {
+        std::fprintf(stderr, "game_tick_check: --tick-slack-us must be >= 0\n");
+        std::exit(2);
+      }
     } else {
       std::fprintf(stderr,
                    "usage: game_tick_check [--manual | --live] [--coroutines] [--seconds S] [--entities N] [--seed N] "
-                   "[--tick-budget-us U] [--slack-us U]\n");
+                   "[--tick-budget-us U] [--slack-us U] [--tick-slack-us U]\n");
       std::exit(2);
     }
   }
   if (a.seconds < 0) a.seconds = a.live ? 3 : 10;
-  if (a.slack_us < 0 || (a.slack_us != 0 && !a.live)) {
-    // The manual run checks each think against the interval rule exactly.
-    std::fprintf(stderr, "game_tick_check: --slack-us must be >= 0, and is for --live runs only\n");
+  if (a.slack_us < 0 || ((a.slack_us != 0 || a.tick_slack_us >= 0) && !a.live)) {
+    // The manual run checks each think against its exact advance (a ManualClock has no slack).
+    std::fprintf(stderr, "game_tick_check: --slack-us must be >= 0; it and --tick-slack-us are for --live runs only\n");
     std::exit(2);
   }
   if (a.entities == 0 || a.seconds <= 0 || a.tick_budget_us <= 0) {
@@ -353,6 +368,23 @@ Args parse(int argc, char** argv) {
 }
 
 double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// User + system CPU time of the whole process (every thread), in ns.
+std::int64_t process_cpu_ns() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto ns = [](const timeval& tv) {
+    return static_cast<std::int64_t>(tv.tv_sec) * 1'000'000'000 + static_cast<std::int64_t>(tv.tv_usec) * 1'000;
+  };
+  return ns(ru.ru_utime) + ns(ru.ru_stime);
+}
+
+// A slack in us as the report names it (`unset`: what a timer gets without one).
+std::string slack_name(std::int64_t us, const char* unset) {
+  if (us < 0) return unset;
+  if (us >= kPrecision / 1us) return std::to_string(us) + " us, the interval rule";
+  return std::to_string(us) + " us";
+}
 
 std::uint64_t key_of(chime::TimerId id) { return (std::uint64_t{id.slot()} << 32) | id.generation(); }
 
@@ -403,11 +435,19 @@ int main(int argc, char** argv) {
   g.entities.resize(args.entities);
   for (std::shared_ptr<Entity>& slot : g.entities) spawn(g, slot, t0 + 1ms);
   const TimePoint tick_first = t0 + kTickPeriod;
-  const chime::TimerId world = g.lane.schedule_every(kTickPeriod, [&g](const chime::Firing& f) { world_tick(g, f); },
-                                                     {.first_due = tick_first, .on_missed = chime::Missed::skip});
+  const std::optional<Duration> tick_slack =
+      args.tick_slack_us >= 0 ? std::optional<Duration>(std::chrono::microseconds(args.tick_slack_us)) : std::nullopt;
+  const chime::TimerId world = g.lane.schedule_every(
+      kTickPeriod, [&g](const chime::Firing& f) { world_tick(g, f); },
+      {.first_due = tick_first, .on_missed = chime::Missed::skip}, tick_slack);
   world_key = key_of(world);
 
   const auto wall_start = std::chrono::steady_clock::now();
+  const std::int64_t cpu_start = process_cpu_ns();
+  const std::uint64_t wakeups_start = rt.stats().wakeups;
+  std::int64_t loop_cpu_ns = 0;
+  std::uint64_t loop_wakeups = 0;
+  double loop_wall_s = 0;
   TimePoint end;
   bool drained = true;  // live: every think due by the end ran
   if (args.live) {
@@ -415,6 +455,9 @@ int main(int argc, char** argv) {
     // The game loop: sleep on the lane until a think or the world tick is due, run it, here.
     const TimePoint stop = end + 2 * kPrecision;  // every think due by `end` is due to fire
     while (clock->now() < stop) g.lane.wait_and_run(stop);
+    loop_cpu_ns = process_cpu_ns() - cpu_start;
+    loop_wakeups = rt.stats().wakeups - wakeups_start;
+    loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     const auto f0 = std::chrono::steady_clock::now();
     // A late think re-arms for a due already past, which fires at once: flush (on this thread
     // it runs the lane's callbacks) until the chains of thinks due by the end have all run.
@@ -467,9 +510,15 @@ int main(int argc, char** argv) {
               args.coroutines ? "coroutines (co_await lane.sleep_for)" : "timers (chime::Timer on the lane)",
               g.entities.size(), args.seconds, wall_s, args.seed);
   std::printf("world tick: %" PRIu64 " runs (expected %" PRIu64 "), missed %" PRIu64
-              ", jitter p50 %.3f ms, p99 %.3f ms, max %.3f ms (slack: %s)\n",
-              g.ticks, tick_expected, g.tick_missed, ms(pct(0.50)), ms(pct(0.99)), ms(j.empty() ? 0 : j.back()),
-              args.slack_us != 0 ? (std::to_string(args.slack_us) + " us").c_str() : "default, the interval rule");
+              ", jitter p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+              g.ticks, tick_expected, g.tick_missed, ms(pct(0.50)), ms(pct(0.99)), ms(j.empty() ? 0 : j.back()));
+  const std::string every_slack = slack_name(args.slack_us != 0 ? args.slack_us : -1, "default, proportional");
+  std::printf("slack: every timer %s; world tick %s\n", every_slack.c_str(),
+              slack_name(args.tick_slack_us, "as every timer").c_str());
+  if (args.live) {
+    std::printf("live: game loop %.3f s: CPU %.1f ms (all threads), %" PRIu64 " wheel wake-ups\n", loop_wall_s,
+                ms(loop_cpu_ns), loop_wakeups);
+  }
   std::printf("tick budget %.3f ms (RuntimeOptions::slow_run): %" PRIu64 " world tick overruns, %" PRIu64
               " slow callbacks in all; run time p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
               ms(tick_budget.count()), tick_overruns, stats.slow_runs, ms(stats.run_time.p50.count()),
