@@ -36,11 +36,12 @@
 // Checked for every think: it ran for the due its entity last armed (none lost, doubled or stale)
 // and never early; at the end, every think due by the end ran.
 //   --manual  (default) a chime::ManualClock advanced in 1 ms steps, flush() after each:
-//             deterministic. A think due at d must run on the advance to exactly
-//             interval_start(d) + precision (the runtime's contract); at the end every live
-//             entity's next due is one the final advance could not fire yet; the world tick
-//             ran exactly as often as its fixed rate says, and stats().fired counts exactly
-//             the thinks, ticks and stale wakes seen.
+//             deterministic. A think due at d must run on exactly the first advance whose
+//             reading is at or past d (a ManualClock runs a timer at the first flush that
+//             reaches its due: runtime/wheel_thread.cpp, "A manual clock"); at the end every
+//             live entity's next due is one the final advance could not fire yet; the world
+//             tick ran exactly as often as its fixed rate says, and stats().fired counts
+//             exactly the thinks, ticks and stale wakes seen.
 //   --live    the steady clock for --seconds (3 by default): a think must not start before its
 //             due (coroutines: the clock read just before its sleep_for, plus the delay);
 //             entities stop re-arming past the end, and the program flushes until every think
@@ -162,8 +163,11 @@ Entity::Entity(Game& g, std::uint64_t seed) : rng(seed) {
   if (!g.coroutines) think = chime::Timer(g.lane, [this, &g](const chime::Firing& f) { on_think(g, *this, f); });
 }
 
-// The advance that fires a due d (manual run, 1 ms steps from t0): interval_start(d) + precision.
-TimePoint fire_time(TimePoint t0, TimePoint d) { return t0 + ((d - t0) / kPrecision) * kPrecision + kPrecision; }
+// The advance that fires a due d > t0 (manual run, 1 ms steps from t0): the first step at or
+// after d.
+TimePoint fire_time(TimePoint t0, TimePoint d) {
+  return t0 + ((d - t0 + kPrecision - Duration(1)) / kPrecision) * kPrecision;
+}
 
 Duration think_delay(Entity& e) {
   const Duration base = kThinkDelay[static_cast<std::size_t>(e.mood)];
@@ -296,12 +300,9 @@ std::uint64_t count_le(TimePoint s, Duration p, TimePoint c) {
 // #{n >= 0 : s + n p < l}
 std::uint64_t count_lt(TimePoint s, Duration p, TimePoint l) { return count_le(s, p, l - Duration(1)); }
 
-// Manual run: a due d fires by the final advance to `end` iff interval_start(d) + precision
-// <= end, with interval_start(d) = t0 + floor((d - t0) / precision) * precision; that is
-// iff d < t0 + (floor((end - precision - t0) / precision) + 1) * precision.
-TimePoint manual_fire_limit(TimePoint t0, TimePoint end) {
-  return t0 + ((end - kPrecision - t0) / kPrecision + 1) * kPrecision;
-}
+// Manual run: a due d fires by the final advance to `end` (a step) iff d <= end, that is iff
+// d < end + 1 ns.
+TimePoint manual_fire_limit(TimePoint end) { return end + Duration(1); }
 
 struct Args {
   bool live = false;
@@ -479,7 +480,7 @@ int main(int argc, char** argv) {
 
   // Every think due before the last one the final advance could fire has run (the callbacks
   // checked that each ran for the due its entity expected, so none ran twice or out of turn).
-  const TimePoint limit = args.live ? g.cutoff + Duration(1) : manual_fire_limit(t0, end);
+  const TimePoint limit = args.live ? g.cutoff + Duration(1) : manual_fire_limit(end);
   std::uint64_t thinks = g.despawned_runs, lost = 0;
   for (std::size_t i = 0; i < g.entities.size(); ++i) {
     const Entity& e = *g.entities[i];
