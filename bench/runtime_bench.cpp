@@ -63,8 +63,9 @@
 //   BM_RuntimeIdleWakeups  nothing but the background timers for `idle`;
 //       counter wakeups = growth of the service's wake-up count (chime:
 //       stats().wakeups; mutex_heap: returns from its condvar waits). Asio has
-//       no such counter and is not listed. Also on a fresh instance of the
-//       service (no background timers, destroyed after): with nothing pending
+//       no such counter and is not listed.
+//   BM_RuntimeIdleWakeupsFresh  the same on a fresh instance of the service
+//       (no background timers, destroyed after): with nothing pending
 //       (pending:0), and with one timer pending, due `far` out (pending:1).
 //   BM_RuntimeLightLoad  "100 us precision, light load": 1 producer
 //       schedules `light_timers` timers evenly paced over `light_run` (timer
@@ -983,7 +984,7 @@ void register_all() {
   auto idle_fresh = [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     for (std::size_t far_timers : {std::size_t{0}, std::size_t{1}}) {
-      const std::string name = "BM_RuntimeIdleWakeups<" + S::name() + ">/pending:" + std::to_string(far_timers) +
+      const std::string name = "BM_RuntimeIdleWakeupsFresh<" + S::name() + ">/pending:" + std::to_string(far_timers) +
                                (far_timers != 0 ? "/far:" + fmt(kIdleFarDue) : std::string()) + "/idle:" + fmt(z.idle);
       auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_IdleWakeupsFresh<S>, name, far_timers);
       b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
