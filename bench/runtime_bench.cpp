@@ -423,7 +423,7 @@ using ChimeMoodycamelFine = ChimeService<chime::CommandQueueBackend::moodycamel,
 using ChimeMoodycamelSlack =
     ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), std::int64_t{50'000}>;
 // 1 ms grid, slack = precision: the interval rule (a timer runs when its
-// precision interval ends), the default before the proportional one.
+// precision interval ends).
 using ChimeMoodycamelInterval =
     ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), kPrecision.count()>;
 // Two shards (design.md, "Shards"): two wheel threads over one slab and pool.
