@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSL-1.0
 // game_tick_check: the checked simulation behind examples/game_tick.cpp (ctests
-// example_game_tick_manual, _live, _live_slack, _coroutines, _coroutines_live). The example's
-// world (the same moods, think delays, stuns and despawns, seeded its own way): 100,000 entities
-// thinking on their own timers and a 60 Hz world tick, on the game thread's chime::Lane; every think is
-// checked against a model of the due its entity armed, and the run exits 1 on any violation.
+// example_game_tick_manual, _live, _live_slack, _live_tick_slack, _coroutines,
+// _coroutines_live). The example's world (the same moods, think delays, stuns and despawns,
+// seeded its own way): 100,000 entities thinking on their own timers and a 60 Hz world tick, on
+// the game thread's chime::Lane; every think is checked against a model of the due its entity
+// armed, and the run exits 1 on any violation.
 //
 // The game thread (main) makes a lane (Runtime::lane()) and runs it: its game loop is
 // lane.wait_and_run(end) (or, on a ManualClock, advance + flush(), which on the lane's thread runs
