@@ -5,7 +5,15 @@
 // Services (each named by the parameters it is built with; see name()):
 //   chime,queue=moodycamel,...      chime::Runtime, default command queue
 //                                   (precision=1ms everywhere; also precision=100us
-//                                   in BM_RuntimeLightLoad, a separate instance)
+//                                   in BM_RuntimeLightLoad, a separate instance).
+//                                   No ",slack=" in the name: the default slack
+//                                   (RuntimeOptions::slack unset: proportional to
+//                                   each timer's delay, runtime/slack.hpp);
+//                                   ",slack=interval_rule": slack = precision (a
+//                                   timer runs when its precision interval ends);
+//                                   ",slack=50us": a fixed 50 us for every timer.
+//                                   The lateness, idle and light-load scenarios
+//                                   run all three (design.md, "Slack").
 //   chime,queue=boost_lockfree,...  chime::Runtime, Boost.Lockfree command queue
 //   mutex_heap,workers=2            runtime_peers/mutex_heap_service.hpp: one mutex,
 //                                   indexed binary heap, condvar timer thread, a
@@ -56,6 +64,9 @@
 //       counter wakeups = growth of the service's wake-up count (chime:
 //       stats().wakeups; mutex_heap: returns from its condvar waits). Asio has
 //       no such counter and is not listed.
+//   BM_RuntimeIdleWakeupsFresh  the same on a fresh instance of the service
+//       (no background timers, destroyed after): with nothing pending
+//       (pending:0), and with one timer pending, due `far` out (pending:1).
 //   BM_RuntimeLightLoad  "100 us precision, light load": 1 producer
 //       schedules `light_timers` timers evenly paced over `light_run` (timer
 //       k at start + k * run / timers: 2 per ms), each due now + 1ms..2ms
@@ -133,6 +144,7 @@ constexpr std::chrono::nanoseconds kCancelDelay = 10s;         // schedule+cance
 constexpr std::chrono::nanoseconds kFireSpread = 2ms;          // schedule-to-fire: due now + [0, 2ms]
 constexpr std::chrono::nanoseconds kLatenessDelay = 1ms;       // lateness: due now + [1ms, 2ms)
 constexpr std::chrono::nanoseconds kTouchDelay = 600s;         // touch: due pushed to now + 600 s
+constexpr std::chrono::nanoseconds kIdleFarDue = 1h;           // idle, fresh instance: the one far timer
 
 // chime's second precision, light load only (a separate instance of each service).
 constexpr std::chrono::nanoseconds kFinePrecision = 100us;
@@ -245,7 +257,8 @@ const char* queue_name(chime::CommandQueueBackend q) {
 
 // PrecisionNs: the runtime's precision in nanoseconds (a count, as
 // std::chrono::duration cannot be a template argument); SlackNs its
-// RuntimeOptions::slack (0: the default, the interval rule); Shards its
+// RuntimeOptions::slack (0: unset, the default slack, proportional to each
+// timer's delay; PrecisionNs: the interval rule; 50'000: 50 us); Shards its
 // RuntimeOptions::shards (each producer thread's Producer binds to the next
 // shard, round-robin).
 template <chime::CommandQueueBackend Queue, std::int64_t PrecisionNs, std::int64_t SlackNs = 0, unsigned Shards = 1>
@@ -273,9 +286,20 @@ class ChimeService {
   static std::string name() {
     const chime::RuntimeOptions o = options();
     return std::string("chime,queue=") + queue_name(o.command_queue) + ",precision=" + fmt(o.precision) +
-           (SlackNs != 0 ? ",slack=" + fmt(o.slack) : std::string()) +
-           (Shards != 1 ? ",shards=" + std::to_string(Shards) : std::string()) +
+           slack_label() + (Shards != 1 ? ",shards=" + std::to_string(Shards) : std::string()) +
            ",workers=" + std::to_string(o.workers);
+  }
+
+  // "" for the default slack, else ",slack=..." (a slack at or above the
+  // precision is the interval rule, and named so).
+  static std::string slack_label() {
+    if constexpr (SlackNs == 0) {
+      return {};
+    } else if constexpr (SlackNs >= PrecisionNs) {
+      return ",slack=interval_rule";
+    } else {
+      return ",slack=" + fmt(std::chrono::nanoseconds(SlackNs));
+    }
   }
 
   ChimeService() : rt_(options()) {
@@ -394,9 +418,14 @@ class Asio {
 using ChimeMoodycamel = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count()>;
 using ChimeBoostLockfree = ChimeService<chime::CommandQueueBackend::boost_lockfree, kPrecision.count()>;
 using ChimeMoodycamelFine = ChimeService<chime::CommandQueueBackend::moodycamel, kFinePrecision.count()>;
-// 1 ms grid, 50 us slack (design.md, "Slack"): fires within 50 us of the due.
+// 1 ms grid, a fixed 50 us slack for every timer (design.md, "Slack"):
+// fires within 50 us of the due.
 using ChimeMoodycamelSlack =
     ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), std::int64_t{50'000}>;
+// 1 ms grid, slack = precision: the interval rule (a timer runs when its
+// precision interval ends).
+using ChimeMoodycamelInterval =
+    ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), kPrecision.count()>;
 // Two shards (design.md, "Shards"): two wheel threads over one slab and pool.
 using ChimeMoodycamelShards2 = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), 0, 2>;
 // Four and eight shards: registered only when CHIME_BENCH_SHARDS lists them.
@@ -766,6 +795,31 @@ void BM_IdleWakeups(benchmark::State& state, std::string bench) {
   state.counters["pending"] = static_cast<double>(s.pending().value_or(0));
 }
 
+// (f') wake-ups while idle on a fresh instance (no background timers): with
+// `far_timers` timers pending, due kIdleFarDue out.
+template <class S>
+void BM_IdleWakeupsFresh(benchmark::State& state, std::string bench, std::size_t far_timers) {
+  S s;
+  {
+    auto p = s.producer(0);
+    for (std::size_t i = 0; i < far_timers; ++i) p.schedule_after(kIdleFarDue, BackgroundCallback{});
+  }
+  s.sync();
+  std::this_thread::sleep_for(20ms);  // let the wake-up that sync() caused finish
+  std::uint64_t woke = 0;
+  for (auto _ : state) {
+    const std::uint64_t before = s.wakeups().value();
+    const TimePoint t0 = Clock::now();
+    std::this_thread::sleep_for(sizes().idle);
+    woke += s.wakeups().value() - before;
+    state.SetIterationTime(seconds_since(t0));
+  }
+  check_background(bench);
+  if (auto n = s.pending(); n && *n != far_timers) fail(bench, "pending", *n, far_timers);
+  state.counters["wakeups"] = static_cast<double>(woke);
+  state.counters["pending"] = static_cast<double>(s.pending().value_or(0));
+}
+
 // (g) light load: lateness and CPU time at a few timers per millisecond
 template <class S>
 void BM_LightLoad(benchmark::State& state, std::string bench, unsigned P) {
@@ -845,8 +899,8 @@ void add(const std::string& scenario, const std::string& params, Fn fn, unsigned
   if (iterations > 0) b->Iterations(iterations);
 }
 
-// with_slack: chime at a 50 us slack too, beside its interval rule (the
-// lateness scenarios). Every scenario runs chime (moodycamel queue) at each
+// with_slack: chime at the interval rule and at a fixed 50 us slack too,
+// beside its default slack (the lateness scenarios). Every scenario runs chime (moodycamel queue) at each
 // shard count of shard_counts() (by default one and two shards).
 template <class Fn4>
 void for_services(Fn4&& fn, bool with_slack = false) {
@@ -856,7 +910,10 @@ void for_services(Fn4&& fn, bool with_slack = false) {
     if (k == 4) fn(static_cast<ChimeMoodycamelShards4*>(nullptr));
     if (k == 8) fn(static_cast<ChimeMoodycamelShards8*>(nullptr));
   }
-  if (with_slack) fn(static_cast<ChimeMoodycamelSlack*>(nullptr));
+  if (with_slack) {
+    fn(static_cast<ChimeMoodycamelInterval*>(nullptr));
+    fn(static_cast<ChimeMoodycamelSlack*>(nullptr));
+  }
   fn(static_cast<ChimeBoostLockfree*>(nullptr));
   fn(static_cast<MutexHeap*>(nullptr));
   fn(static_cast<Asio*>(nullptr));
@@ -919,9 +976,24 @@ void register_all() {
     b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
   };
   idle(static_cast<ChimeMoodycamel*>(nullptr));
+  idle(static_cast<ChimeMoodycamelInterval*>(nullptr));
   idle(static_cast<ChimeMoodycamelSlack*>(nullptr));
   idle(static_cast<ChimeBoostLockfree*>(nullptr));
   idle(static_cast<MutexHeap*>(nullptr));
+  // A fresh instance: nothing pending, then one far timer.
+  auto idle_fresh = [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    for (std::size_t far_timers : {std::size_t{0}, std::size_t{1}}) {
+      const std::string name = "BM_RuntimeIdleWakeupsFresh<" + S::name() + ">/pending:" + std::to_string(far_timers) +
+                               (far_timers != 0 ? "/far:" + fmt(kIdleFarDue) : std::string()) + "/idle:" + fmt(z.idle);
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_IdleWakeupsFresh<S>, name, far_timers);
+      b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+    }
+  };
+  idle_fresh(static_cast<ChimeMoodycamel*>(nullptr));
+  idle_fresh(static_cast<ChimeMoodycamelInterval*>(nullptr));
+  idle_fresh(static_cast<ChimeMoodycamelSlack*>(nullptr));
+  idle_fresh(static_cast<MutexHeap*>(nullptr));
 
   // Last, so the 100 us instance (and its background timers) is built after
   // every other measurement. chime at both precisions, then the peers.
@@ -933,6 +1005,7 @@ void register_all() {
            BM_LightLoad<S>, 1, 1);
   };
   light(static_cast<ChimeMoodycamel*>(nullptr));
+  light(static_cast<ChimeMoodycamelInterval*>(nullptr));
   light(static_cast<ChimeMoodycamelSlack*>(nullptr));
   light(static_cast<ChimeMoodycamelFine*>(nullptr));
   light(static_cast<MutexHeap*>(nullptr));

@@ -20,10 +20,12 @@
 //   `for (;;) { co_await lane.sleep_for(delay); think(); }`, resumed on the game thread. Nobody
 //   can cancel a Detached coroutine's sleep, so a stun or a despawn bumps the entity's
 //   generation, and the superseded coroutine returns when it wakes (a "stale wake").
-// - --slack-us U: RuntimeOptions::slack. Timers then run within U us of their due instead of
-//   at the end of their 1 ms interval (docs/design.md, "Slack"); compare the tick's jitter with
-//   and without it. --tick-budget-us: RuntimeOptions::slow_run, a callback that runs longer is
-//   counted (Stats::slow_runs; on_slow_run counts the world tick's own overruns).
+// - --slack-us U: RuntimeOptions::slack. Timers then run within U us of their due; without it
+//   each timer's slack is proportional to its delay, which for the tick (16.7 ms) and the thinks
+//   (50 ms and more) is the interval rule: they run when their 1 ms interval ends
+//   (docs/design.md, "Slack"); compare the tick's jitter with and without it. --tick-budget-us:
+//   RuntimeOptions::slow_run, a callback that runs longer is counted (Stats::slow_runs; on_slow_run counts the world
+//   tick's own overruns).
 //
 // tests/game_tick_check.cpp runs this world with a model of every due, on a ManualClock
 // (each think on exactly the advance the runtime's contract says) and live (never early, none
@@ -182,7 +184,7 @@ struct Args {
   std::size_t entities = 100000;
   std::uint64_t seed = 1;
   std::int64_t tick_budget_us = 16667;  // one frame
-  std::int64_t slack_us = 0;            // 0: the default, the interval rule
+  std::int64_t slack_us = 0;            // 0: the default slack (proportional to the delay)
 };
 
 Args parse(int argc, char** argv) {
@@ -275,7 +277,7 @@ int main(int argc, char** argv) {
   std::printf("world tick: %" PRIu64 " runs, missed %" PRIu64
               ", jitter p50 %.3f ms, p99 %.3f ms, max %.3f ms (slack: %s)\n",
               g.ticks, g.tick_missed, ms(pct(0.50)), ms(pct(0.99)), ms(j.empty() ? 0 : j.back()),
-              args.slack_us != 0 ? (std::to_string(args.slack_us) + " us").c_str() : "default, the interval rule");
+              args.slack_us != 0 ? (std::to_string(args.slack_us) + " us").c_str() : "default, proportional");
   std::printf("tick budget %.3f ms (RuntimeOptions::slow_run): %" PRIu64 " world tick overruns, %" PRIu64
               " slow callbacks in all; run time p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
               ms(tick_budget.count()), tick_overruns, stats.slow_runs, ms(stats.run_time.p50.count()),

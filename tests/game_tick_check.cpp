@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSL-1.0
 // game_tick_check: the checked simulation behind examples/game_tick.cpp (ctests
-// example_game_tick_manual, _live, _live_slack, _coroutines, _coroutines_live). The example's
-// world (the same moods, think delays, stuns and despawns, seeded its own way): 100,000 entities
-// thinking on their own timers and a 60 Hz world tick, on the game thread's chime::Lane; every think is
-// checked against a model of the due its entity armed, and the run exits 1 on any violation.
+// example_game_tick_manual, _live, _live_slack, _live_tick_slack, _coroutines,
+// _coroutines_live). The example's world (the same moods, think delays, stuns and despawns,
+// seeded its own way): 100,000 entities thinking on their own timers and a 60 Hz world tick, on
+// the game thread's chime::Lane; every think is checked against a model of the due its entity
+// armed, and the run exits 1 on any violation.
 //
 // The game thread (main) makes a lane (Runtime::lane()) and runs it: its game loop is
 // lane.wait_and_run(end) (or, on a ManualClock, advance + flush(), which on the lane's thread runs
@@ -36,18 +37,24 @@
 // Checked for every think: it ran for the due its entity last armed (none lost, doubled or stale)
 // and never early; at the end, every think due by the end ran.
 //   --manual  (default) a chime::ManualClock advanced in 1 ms steps, flush() after each:
-//             deterministic. A think due at d must run on the advance to exactly
-//             interval_start(d) + precision (the runtime's contract); at the end every live
-//             entity's next due is one the final advance could not fire yet; the world tick
-//             ran exactly as often as its fixed rate says, and stats().fired counts exactly
-//             the thinks, ticks and stale wakes seen.
+//             deterministic. A think due at d must run on exactly the first advance whose
+//             reading is at or past d (a ManualClock runs a timer at the first flush that
+//             reaches its due: runtime/wheel_thread.cpp, "A manual clock"); at the end every
+//             live entity's next due is one the final advance could not fire yet; the world
+//             tick ran exactly as often as its fixed rate says, and stats().fired counts
+//             exactly the thinks, ticks and stale wakes seen.
 //   --live    the steady clock for --seconds (3 by default): a think must not start before its
 //             due (coroutines: the clock read just before its sleep_for, plus the delay);
 //             entities stop re-arming past the end, and the program flushes until every think
 //             due by the end has run (10 s at most). World tick: +-1 run.
-//   --slack-us U  (with --live) RuntimeOptions::slack: thinks and ticks run within U us of their
-//             due instead of at the end of their 1 ms interval (design.md, "Slack"); compare the
-//             world tick's jitter with and without it.
+//   --slack-us U  (with --live) RuntimeOptions::slack, every timer's slack: thinks and ticks run
+//             within U us of their due (design.md, "Slack"); U >= 1000 (the precision) is the
+//             interval rule, a timer runs when its 1 ms interval ends. Without it (or 0) each
+//             timer gets the default slack, proportional to its delay (runtime/slack.hpp).
+//   --tick-slack-us U  (with --live) the world tick's own slack (the per-timer argument of
+//             schedule_every), whatever the entities' thinks get: compare the world tick's
+//             jitter with and without it.
+// Live runs also report the process's CPU time (getrusage, every thread) over the game loop.
 // Exits 1 on any violation.
 //
 // Tick budget: RuntimeOptions::slow_run is --tick-budget-us (default one frame, 16,667 us): a
@@ -60,6 +67,8 @@
 #include <chime/runtime.hpp>
 #include <chime/timer.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -69,6 +78,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -154,8 +164,11 @@ Entity::Entity(Game& g, std::uint64_t seed) : rng(seed) {
   if (!g.coroutines) think = chime::Timer(g.lane, [this, &g](const chime::Firing& f) { on_think(g, *this, f); });
 }
 
-// The advance that fires a due d (manual run, 1 ms steps from t0): interval_start(d) + precision.
-TimePoint fire_time(TimePoint t0, TimePoint d) { return t0 + ((d - t0) / kPrecision) * kPrecision + kPrecision; }
+// The advance that fires a due d > t0 (manual run, 1 ms steps from t0): the first step at or
+// after d.
+TimePoint fire_time(TimePoint t0, TimePoint d) {
+  return t0 + ((d - t0 + kPrecision - Duration(1)) / kPrecision) * kPrecision;
+}
 
 Duration think_delay(Entity& e) {
   const Duration base = kThinkDelay[static_cast<std::size_t>(e.mood)];
@@ -288,12 +301,9 @@ std::uint64_t count_le(TimePoint s, Duration p, TimePoint c) {
 // #{n >= 0 : s + n p < l}
 std::uint64_t count_lt(TimePoint s, Duration p, TimePoint l) { return count_le(s, p, l - Duration(1)); }
 
-// Manual run: a due d fires by the final advance to `end` iff interval_start(d) + precision
-// <= end, with interval_start(d) = t0 + floor((d - t0) / precision) * precision; that is
-// iff d < t0 + (floor((end - precision - t0) / precision) + 1) * precision.
-TimePoint manual_fire_limit(TimePoint t0, TimePoint end) {
-  return t0 + ((end - kPrecision - t0) / kPrecision + 1) * kPrecision;
-}
+// Manual run: a due d fires by the final advance to `end` (a step) iff d <= end, that is iff
+// d < end + 1 ns.
+TimePoint manual_fire_limit(TimePoint end) { return end + Duration(1); }
 
 struct Args {
   bool live = false;
@@ -302,7 +312,8 @@ struct Args {
   std::size_t entities = 100000;
   std::uint64_t seed = 1;
   std::int64_t tick_budget_us = 16667;
-  std::int64_t slack_us = 0;  // 0: the default (the interval rule)
+  std::int64_t slack_us = 0;        // RuntimeOptions::slack; 0: unset, the default (proportional)
+  std::int64_t tick_slack_us = -1;  // the world tick's own slack; -1: none given
 };
 
 Args parse(int argc, char** argv) {
@@ -332,17 +343,23 @@ Args parse(int argc, char** argv) {
       a.tick_budget_us = std::strtoll(value(), nullptr, 10);
     } else if (s == "--slack-us") {
       a.slack_us = std::strtoll(value(), nullptr, 10);
+    } else if (s == "--tick-slack-us") {
+      a.tick_slack_us = std::strtoll(value(), nullptr, 10);
+      if (a.tick_slack_us < 0) {
+        std::fprintf(stderr, "game_tick_check: --tick-slack-us must be >= 0\n");
+        std::exit(2);
+      }
     } else {
       std::fprintf(stderr,
                    "usage: game_tick_check [--manual | --live] [--coroutines] [--seconds S] [--entities N] [--seed N] "
-                   "[--tick-budget-us U] [--slack-us U]\n");
+                   "[--tick-budget-us U] [--slack-us U] [--tick-slack-us U]\n");
       std::exit(2);
     }
   }
   if (a.seconds < 0) a.seconds = a.live ? 3 : 10;
-  if (a.slack_us < 0 || (a.slack_us != 0 && !a.live)) {
-    // The manual run checks each think against the interval rule exactly.
-    std::fprintf(stderr, "game_tick_check: --slack-us must be >= 0, and is for --live runs only\n");
+  if (a.slack_us < 0 || ((a.slack_us != 0 || a.tick_slack_us >= 0) && !a.live)) {
+    // The manual run checks each think against its exact advance (a ManualClock has no slack).
+    std::fprintf(stderr, "game_tick_check: --slack-us must be >= 0; it and --tick-slack-us are for --live runs only\n");
     std::exit(2);
   }
   if (a.entities == 0 || a.seconds <= 0 || a.tick_budget_us <= 0) {
@@ -353,6 +370,23 @@ Args parse(int argc, char** argv) {
 }
 
 double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// User + system CPU time of the whole process (every thread), in ns.
+std::int64_t process_cpu_ns() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto ns = [](const timeval& tv) {
+    return static_cast<std::int64_t>(tv.tv_sec) * 1'000'000'000 + static_cast<std::int64_t>(tv.tv_usec) * 1'000;
+  };
+  return ns(ru.ru_utime) + ns(ru.ru_stime);
+}
+
+// A slack in us as the report names it (`unset`: what a timer gets without one).
+std::string slack_name(std::int64_t us, const char* unset) {
+  if (us < 0) return unset;
+  if (us >= kPrecision / 1us) return std::to_string(us) + " us, the interval rule";
+  return std::to_string(us) + " us";
+}
 
 std::uint64_t key_of(chime::TimerId id) { return (std::uint64_t{id.slot()} << 32) | id.generation(); }
 
@@ -403,11 +437,19 @@ int main(int argc, char** argv) {
   g.entities.resize(args.entities);
   for (std::shared_ptr<Entity>& slot : g.entities) spawn(g, slot, t0 + 1ms);
   const TimePoint tick_first = t0 + kTickPeriod;
-  const chime::TimerId world = g.lane.schedule_every(kTickPeriod, [&g](const chime::Firing& f) { world_tick(g, f); },
-                                                     {.first_due = tick_first, .on_missed = chime::Missed::skip});
+  const std::optional<Duration> tick_slack =
+      args.tick_slack_us >= 0 ? std::optional<Duration>(std::chrono::microseconds(args.tick_slack_us)) : std::nullopt;
+  const chime::TimerId world = g.lane.schedule_every(
+      kTickPeriod, [&g](const chime::Firing& f) { world_tick(g, f); },
+      {.first_due = tick_first, .on_missed = chime::Missed::skip}, tick_slack);
   world_key = key_of(world);
 
   const auto wall_start = std::chrono::steady_clock::now();
+  const std::int64_t cpu_start = process_cpu_ns();
+  const std::uint64_t wakeups_start = rt.stats().wakeups;
+  std::int64_t loop_cpu_ns = 0;
+  std::uint64_t loop_wakeups = 0;
+  double loop_wall_s = 0;
   TimePoint end;
   bool drained = true;  // live: every think due by the end ran
   if (args.live) {
@@ -415,6 +457,9 @@ int main(int argc, char** argv) {
     // The game loop: sleep on the lane until a think or the world tick is due, run it, here.
     const TimePoint stop = end + 2 * kPrecision;  // every think due by `end` is due to fire
     while (clock->now() < stop) g.lane.wait_and_run(stop);
+    loop_cpu_ns = process_cpu_ns() - cpu_start;
+    loop_wakeups = rt.stats().wakeups - wakeups_start;
+    loop_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     const auto f0 = std::chrono::steady_clock::now();
     // A late think re-arms for a due already past, which fires at once: flush (on this thread
     // it runs the lane's callbacks) until the chains of thinks due by the end have all run.
@@ -436,7 +481,7 @@ int main(int argc, char** argv) {
 
   // Every think due before the last one the final advance could fire has run (the callbacks
   // checked that each ran for the due its entity expected, so none ran twice or out of turn).
-  const TimePoint limit = args.live ? g.cutoff + Duration(1) : manual_fire_limit(t0, end);
+  const TimePoint limit = args.live ? g.cutoff + Duration(1) : manual_fire_limit(end);
   std::uint64_t thinks = g.despawned_runs, lost = 0;
   for (std::size_t i = 0; i < g.entities.size(); ++i) {
     const Entity& e = *g.entities[i];
@@ -467,9 +512,15 @@ int main(int argc, char** argv) {
               args.coroutines ? "coroutines (co_await lane.sleep_for)" : "timers (chime::Timer on the lane)",
               g.entities.size(), args.seconds, wall_s, args.seed);
   std::printf("world tick: %" PRIu64 " runs (expected %" PRIu64 "), missed %" PRIu64
-              ", jitter p50 %.3f ms, p99 %.3f ms, max %.3f ms (slack: %s)\n",
-              g.ticks, tick_expected, g.tick_missed, ms(pct(0.50)), ms(pct(0.99)), ms(j.empty() ? 0 : j.back()),
-              args.slack_us != 0 ? (std::to_string(args.slack_us) + " us").c_str() : "default, the interval rule");
+              ", jitter p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+              g.ticks, tick_expected, g.tick_missed, ms(pct(0.50)), ms(pct(0.99)), ms(j.empty() ? 0 : j.back()));
+  const std::string every_slack = slack_name(args.slack_us != 0 ? args.slack_us : -1, "default, proportional");
+  std::printf("slack: every timer %s; world tick %s\n", every_slack.c_str(),
+              slack_name(args.tick_slack_us, "as every timer").c_str());
+  if (args.live) {
+    std::printf("live: game loop %.3f s: CPU %.1f ms (all threads), %" PRIu64 " wheel wake-ups\n", loop_wall_s,
+                ms(loop_cpu_ns), loop_wakeups);
+  }
   std::printf("tick budget %.3f ms (RuntimeOptions::slow_run): %" PRIu64 " world tick overruns, %" PRIu64
               " slow callbacks in all; run time p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
               ms(tick_budget.count()), tick_overruns, stats.slow_runs, ms(stats.run_time.p50.count()),

@@ -4,13 +4,16 @@
 // where wall-clock times are not). Every thread of the process is counted:
 // producers, the wheel/timer thread and the workers.
 //
-//   chime_runtime_ops SERVICE OP N
+//   chime_runtime_ops SERVICE OP N [SLACK_US]
 //     SERVICE  chime (chime::Runtime, workers = 2, 1 ms precision) or
 //              mutex_heap (bench/runtime_peers/mutex_heap_service.hpp, 2 pool workers)
 //     OP       schedule_cancel  N pairs: schedule a timer due in 10 s, cancel it
 //              touch            N reschedules (to now + 600 s) over 10,000 pending
 //                               timers in a fixed random order
 //              fire             N timers due within 2 ms, all run; waits for the last
+//     SLACK_US chime only: RuntimeOptions::slack in us (>= 1000, the precision: the
+//              interval rule); without it, or 0, the default slack (proportional to
+//              each timer's delay on a chime that has it)
 //
 // Per-operation cost = (Ir(2N) - Ir(N)) / N, which cancels the fixed cost of
 // starting the service and its threads (docs/benchmarks.md gives the
@@ -80,8 +83,8 @@ int run(Handle& h, Sync sync, const std::string& op, std::size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s chime|mutex_heap schedule_cancel|touch|fire N\n", argv[0]);
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: %s chime|mutex_heap schedule_cancel|touch|fire N [SLACK_US]\n", argv[0]);
     return 2;
   }
   const std::string service = argv[1], op = argv[2];
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
   if (service == "chime") {
     chime::RuntimeOptions o;
     o.workers = 2;
+    if (argc == 5) o.slack = std::chrono::microseconds(std::strtoll(argv[4], nullptr, 10));
     chime::Runtime rt(o);
     chime::Producer p = rt.producer();
     return run(p, [&] { rt.flush(); }, op, n);
