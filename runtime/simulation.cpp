@@ -30,7 +30,10 @@ bool WheelThread::simulate_pass() {
     exited_.store(true, std::memory_order_release);
     return true;
   }
-  return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched || !wt().overdue.empty();
+  // The overdue list is work only for a pass that may fire: on a ManualClock
+  // between flushes it waits for the next flush.
+  return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched ||
+         (may_fire() && !wt().overdue.empty());
 }
 
 // One pass of every shard still running, in shard order (a fixed order: a
