@@ -159,16 +159,41 @@ TEST(RuntimeSlack, a_lane_runs_its_timer_at_the_exact_due) {
 
 // A slack at or above the precision is the interval rule: due at 3.3 ms, not
 // run with the clock at 3.3 ms, run at 4 ms. The default (zero) is the same.
+// On a clock the interval rule applies to (not a ManualClock: "On a manual
+// clock" below).
 TEST(RuntimeSlack, a_slack_at_or_above_the_precision_and_the_default_keep_the_interval_rule) {
   for (const Duration slack : {Duration::zero(), Duration(kPrecision), Duration(5 * kPrecision)}) {
+    SettableClock clock{kStart};
+    Recorder rec{&clock};
+    chime::RuntimeOptions o = settable_options(clock, 1);
+    o.slack = slack;
+    Runtime rt{o};
+    rt.schedule_at(at(3ms + 300us), rec.task(1));
+    rt.flush();
+    clock.set(at(3ms + 300us));
+    rt.flush();
+    EXPECT_EQ(rec.count(), 0u) << "slack " << slack.count() << " ns";
+    clock.set(at(4ms));
+    rt.flush();
+    EXPECT_EQ(rec.count(), 1u) << "slack " << slack.count() << " ns";
+  }
+}
+
+// On a manual clock slack does not apply (design.md, "Clocks"): whatever the
+// slack, a timer due at 3.3 ms runs at the flush whose reading is 3.3 ms,
+// with that reading as fired_at, and not at the flush at 3.299 ms.
+TEST(RuntimeSlack, on_a_manual_clock_any_slack_runs_a_timer_at_the_flush_reaching_its_due) {
+  for (const Duration slack : {Duration::zero(), Duration(50us), Duration(kPrecision), Duration(5 * kPrecision)}) {
     ManualClock clock{kStart};
     Recorder rec{&clock};
     Runtime rt{slack_options(clock, 1, slack)};
-    rt.schedule_at(at(3ms + 300us), rec.task(1));
-    advance_to(clock, rt, at(3ms + 300us));
+    const TimePoint due = at(3ms + 300us);
+    rt.schedule_at(due, rec.task(1));
+    advance_to(clock, rt, due - 1us);
     EXPECT_EQ(rec.count(), 0u) << "slack " << slack.count() << " ns";
-    advance_to(clock, rt, at(4ms));
-    EXPECT_EQ(rec.count(), 1u) << "slack " << slack.count() << " ns";
+    advance_to(clock, rt, due);
+    ASSERT_EQ(rec.count(), 1u) << "slack " << slack.count() << " ns";
+    EXPECT_EQ(rec.runs()[0].firing.fired_at, due) << "slack " << slack.count() << " ns";
   }
 }
 
