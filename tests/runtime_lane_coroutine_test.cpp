@@ -64,7 +64,7 @@ chime::Detached sleep_chain(chime::Lane& lane, std::vector<chime::TimePoint>& wo
   }
 }
 
-TEST_F(LaneCoroutineTest, a_sleep_chain_resumes_on_the_lane_each_time_never_early) {
+TEST_F(LaneCoroutineTest, a_sleep_chain_resumes_on_the_lane_at_each_due_never_early) {
   std::vector<chime::TimePoint> woke;
   std::thread::id thread;
   sleep_chain(lane, woke, thread);  // suspends at its first sleep (due at 10 ms)
@@ -73,11 +73,11 @@ TEST_F(LaneCoroutineTest, a_sleep_chain_resumes_on_the_lane_each_time_never_earl
   EXPECT_TRUE(woke.empty()) << "resumed before its sleep was due";
   for (int ms = 10; ms <= 40; ++ms) advance_to(clock, rt, at(std::chrono::milliseconds(ms)));
   // Each sleep starts when the previous one resumed: due 10, 20, 30 ms;
-  // each resumes on the first advance past the end of its interval.
+  // each resumes at the first flush whose reading reaches its due.
   ASSERT_EQ(woke.size(), 3u);
-  EXPECT_EQ(woke[0], at(11ms));
-  EXPECT_EQ(woke[1], at(22ms));
-  EXPECT_EQ(woke[2], at(33ms));
+  EXPECT_EQ(woke[0], at(10ms));
+  EXPECT_EQ(woke[1], at(20ms));
+  EXPECT_EQ(woke[2], at(30ms));
   EXPECT_EQ(thread, std::this_thread::get_id());
   EXPECT_EQ(rt.stats().pending, 0u);
 }
