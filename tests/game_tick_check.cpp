@@ -36,9 +36,9 @@
 // Checked for every think: it ran for the due its entity last armed (none lost, doubled or stale)
 // and never early; at the end, every think due by the end ran.
 //   --manual  (default) a chime::ManualClock advanced in 1 ms steps, flush() after each:
-//             deterministic. A think due at d must run on the advance to exactly
-//             interval_start(d) + precision (the runtime's contract); at the end every live
-//             entity's next due is one the final advance could not fire yet; the world tick
+//             deterministic. A think due at d must run at exactly the first flush whose
+//             reading is at or after d (the ManualClock's contract); at the end every live
+//             entity's next due is after the final flush's reading; the world tick
 //             ran exactly as often as its fixed rate says, and stats().fired counts exactly
 //             the thinks, ticks and stale wakes seen.
 //   --live    the steady clock for --seconds (3 by default): a think must not start before its
@@ -154,8 +154,10 @@ Entity::Entity(Game& g, std::uint64_t seed) : rng(seed) {
   if (!g.coroutines) think = chime::Timer(g.lane, [this, &g](const chime::Firing& f) { on_think(g, *this, f); });
 }
 
-// The advance that fires a due d (manual run, 1 ms steps from t0): interval_start(d) + precision.
-TimePoint fire_time(TimePoint t0, TimePoint d) { return t0 + ((d - t0) / kPrecision) * kPrecision + kPrecision; }
+// The flush that fires a due d (manual run, 1 ms steps from t0): the first reading at or after d.
+TimePoint fire_time(TimePoint t0, TimePoint d) {
+  return t0 + ((d - t0 + kPrecision - Duration(1)) / kPrecision) * kPrecision;
+}
 
 Duration think_delay(Entity& e) {
   const Duration base = kThinkDelay[static_cast<std::size_t>(e.mood)];
@@ -288,12 +290,9 @@ std::uint64_t count_le(TimePoint s, Duration p, TimePoint c) {
 // #{n >= 0 : s + n p < l}
 std::uint64_t count_lt(TimePoint s, Duration p, TimePoint l) { return count_le(s, p, l - Duration(1)); }
 
-// Manual run: a due d fires by the final advance to `end` iff interval_start(d) + precision
-// <= end, with interval_start(d) = t0 + floor((d - t0) / precision) * precision; that is
-// iff d < t0 + (floor((end - precision - t0) / precision) + 1) * precision.
-TimePoint manual_fire_limit(TimePoint t0, TimePoint end) {
-  return t0 + ((end - kPrecision - t0) / kPrecision + 1) * kPrecision;
-}
+// Manual run: a due d fires by the final flush, whose reading is `end`, iff d <= end, that is
+// iff d < end + 1 ns.
+TimePoint manual_fire_limit(TimePoint end) { return end + Duration(1); }
 
 struct Args {
   bool live = false;
@@ -341,7 +340,7 @@ Args parse(int argc, char** argv) {
   }
   if (a.seconds < 0) a.seconds = a.live ? 3 : 10;
   if (a.slack_us < 0 || (a.slack_us != 0 && !a.live)) {
-    // The manual run checks each think against the interval rule exactly.
+    // The manual run checks each think against the flush that must run it exactly (no slack).
     std::fprintf(stderr, "game_tick_check: --slack-us must be >= 0, and is for --live runs only\n");
     std::exit(2);
   }
@@ -436,7 +435,7 @@ int main(int argc, char** argv) {
 
   // Every think due before the last one the final advance could fire has run (the callbacks
   // checked that each ran for the due its entity expected, so none ran twice or out of turn).
-  const TimePoint limit = args.live ? g.cutoff + Duration(1) : manual_fire_limit(t0, end);
+  const TimePoint limit = args.live ? g.cutoff + Duration(1) : manual_fire_limit(end);
   std::uint64_t thinks = g.despawned_runs, lost = 0;
   for (std::size_t i = 0; i < g.entities.size(); ++i) {
     const Entity& e = *g.entities[i];
