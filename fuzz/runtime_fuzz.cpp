@@ -22,39 +22,22 @@
 //            RuntimeOptions::slow_run (0x40: 0 ns, every run is slow; else the default 10 ms)
 //   then     operations, at most kMaxOps: an op byte and its operand bytes (see step()).
 //
-// The model (include/chime/runtime.hpp's rules). The clock moves only in the
-// "advance + flush" operation, which flushes before it moves the clock and
-// again after (as tests/runtime_test_support.hpp's advance_to does), so every
-// command is applied while the clock is at the time the model knows (c_), and
-// between operations the wheel's time W equals the clock (clamped to the
-// wheel's last interval, and frozen by shutdown).
-// - Due now at application: a timer scheduled (or rescheduled to an EARLIER
-//   due, which posts a command) with its due d <= the clock is due now: it may
-//   run at any moment after the call, and must have run by the next flush,
-//   exactly once, with Firing::due = d and never before d by the clock. Such
-//   a one-shot is `ambiguous` in the model until that flush: cancel /
-//   try_cancel / reschedule may see either outcome.
-// - Otherwise the interval rule: a run due at d is ripe once
-//   W >= interval_start(d) + precision (interval_start relative to the
-//   clock's time at construction). A timer that is not ripe and not due now
-//   has not run: cancel and reschedule must return true, try_cancel
-//   `cancelled`, state() pending.
-// - A reschedule to a LATER due (a "touch") posts no command: the timer keeps
-//   the interval rule of its filed alarm; one due now stays so iff its new
-//   due is still <= the clock.
-// - Periodic timers are only made runnable under a flush (the harness
-//   flushes right after scheduling one due now, or rescheduling one earlier
-//   to a due <= the clock), so their runs are exact. Their first run after
-//   such an application is due now: Missed::skip / delay coalesce the runs due
-//   up to the clock (the wheel's fired_at) into one (due = the latest,
-//   missed = the others); catch_up runs the first due one. Their re-arms keep
-//   the interval rule: skip / delay coalesce every run due before the
-//   boundary (the wheel's interval start), catch_up runs each in order. The
-//   next run after a skip / catch_up run is due + period; after a delay run,
-//   the clock's time when the run returned + period (the ManualClock cannot
-//   move during a run).
+// The model: the ManualClock rule (design.md, "Clocks"). Callbacks run only
+// inside flush() (and drain() and shutdown(fire_pending), which begin with
+// one; the harness flushes before them itself), never between calls. The
+// clock moves only in the "advance + flush" operation. A flush at clock c
+// runs every pending timer whose due is at or before its reading
+// W = c (clamped to the wheel's last interval, and frozen by shutdown),
+// exactly once, with Firing::fired_at = W; every other timer stays pending
+// and has not run: cancel and reschedule must return true, try_cancel
+// `cancelled`, state() pending. Periodic timers at a flush with reading W:
+// Missed::skip and delay coalesce the runs due at or before W into one
+// (due = the latest, missed = the others); catch_up runs each in order at
+// that flush. The next run after a skip / catch_up run is due + period;
+// after a delay run, the clock's time when the run returned + period (the
+// ManualClock cannot move during a run).
 // Inside each callback the harness checks state(self) == running and that
-// the run is not early (by the rule that applies to it), except in drain()
+// fired_at is the flush's reading, at or after the due, except in drain()
 // and shutdown(fire_pending), which run timers early by contract. Callbacks
 // may cancel themselves (cancel, try_cancel, cancel_and_wait: `running`,
 // without waiting, and state(self) stays `running` until the run returns),

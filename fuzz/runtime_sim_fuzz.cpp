@@ -6,16 +6,11 @@
 //
 // What it adds to fuzz/runtime_fuzz.cpp: the fuzzer chooses the order of
 // producer operations, wheel-thread passes and clock moves, including a
-// clock that moves with no flush (calls then judge "due now" by a clock the
-// wheel has not reached) and passes that run between any two calls. With
-// no thread the run is a function of the input (a failing input replays
-// exactly), an input costs microseconds instead of thread starts and
-// futex round trips, and the model is exact where the threaded one can
-// only bound: a timer the model has not seen run has not run, so every
-// cancel and reschedule of a pending timer must win, try_cancel says
-// `cancelled`, drain() and shutdown() counts are exact, and after each pass
-// every one-shot due now or ripe has run (harness.hpp's may_run,
-// runtime_fuzz/sim_ops.hpp).
+// clock that moves with no flush and passes that run between any two calls
+// (they apply commands and run nothing: on a ManualClock only a flush runs
+// timers). With no thread the run is a function of the input (a failing
+// input replays exactly), and an input costs microseconds instead of thread
+// starts and futex round trips.
 //
 // What it does not cover: the races and memory orders of the real threads
 // (runtime/simulation.hpp says which); the threaded target, the TSan stress

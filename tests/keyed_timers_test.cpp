@@ -2,10 +2,10 @@
 // Unit tests for chime::KeyedTimers (include/chime/keyed_timers.hpp).
 //
 // Deterministic: a ManualClock that moves only when the test says so, and
-// Runtime::flush(), which returns once the wheel has caught up with the clock
-// and every callback it handed out has returned. With 1 ms precision a key set
-// with delay d at time t fires on the first flush with the clock at or past
-// t + d + 1 ms (never at t + d itself). The few tests that race an operation
+// Runtime::flush(), which runs every timer due at or before the clock's reading
+// and returns once those runs have returned. A key set with delay d at time t
+// fires at the first flush whose reading is at or past t + d, never before, and
+// never between flushes. The few tests that race an operation
 // against a fire already handed to a worker block that worker on purpose; their
 // outcome does not depend on thread timing.
 #include <chime/keyed_timers.hpp>
@@ -147,14 +147,15 @@ TEST_F(KeyedTimers, execute_receives_key_and_move_only_value) {
   EXPECT_EQ(*got[1].second, 42);
 }
 
-// A key never executes before its delay has passed by the runtime's clock.
-TEST_F(KeyedTimers, never_executes_before_its_delay) {
+// A key never executes before its delay has passed by the runtime's clock,
+// and executes at the first flush whose reading reaches it.
+TEST_F(KeyedTimers, executes_at_the_first_flush_reaching_its_delay_never_before) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 10ms);
-  advance_to(10ms);
+  advance_to(9ms);
   EXPECT_EQ(log_.count(), 0u);
   EXPECT_TRUE(timers.contains(1));
-  advance_to(11ms);
+  advance_to(10ms);
   EXPECT_EQ(log_.calls(), (Calls{{1, "x"}}));
   EXPECT_FALSE(timers.contains(1));
 }
@@ -168,9 +169,9 @@ TEST_F(KeyedTimers, move_later_does_not_fire_at_old_time_and_fires_at_new_time) 
   advance_to(11ms);
   EXPECT_EQ(log_.count(), 0u);
   EXPECT_TRUE(timers.contains(1));
-  advance_to(25ms);
+  advance_to(24ms);
   EXPECT_EQ(log_.count(), 0u);
-  advance_to(26ms);
+  advance_to(25ms);
   EXPECT_EQ(log_.calls(), (Calls{{1, "x"}}));
   advance_to(100ms);
   EXPECT_EQ(log_.count(), 1u);
@@ -195,9 +196,9 @@ TEST_F(KeyedTimers, move_earlier_fires_earlier) {
   timers.set(1, "x", 100ms);
   advance_to(2ms);
   EXPECT_TRUE(timers.move(1, 5ms));  // due at 7 ms
-  advance_to(7ms);
+  advance_to(6ms);
   EXPECT_EQ(log_.count(), 0u);
-  advance_to(8ms);
+  advance_to(7ms);
   EXPECT_EQ(log_.calls(), (Calls{{1, "x"}}));
   advance_to(200ms);
   EXPECT_EQ(log_.count(), 1u);
@@ -364,9 +365,9 @@ TEST_F(KeyedTimers, execute_may_rearm_its_own_key) {
   for (int t = 1; t <= 40; ++t) advance_to(std::chrono::milliseconds(t));
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(runs.size(), 3u);
-  EXPECT_EQ(runs[0], (std::pair<int, Duration>{1, 2ms}));
-  EXPECT_EQ(runs[1], (std::pair<int, Duration>{2, 13ms}));
-  EXPECT_EQ(runs[2], (std::pair<int, Duration>{3, 24ms}));
+  EXPECT_EQ(runs[0], (std::pair<int, Duration>{1, 1ms}));
+  EXPECT_EQ(runs[1], (std::pair<int, Duration>{2, 11ms}));
+  EXPECT_EQ(runs[2], (std::pair<int, Duration>{3, 21ms}));
 }
 
 // An exception from execute goes to the runtime's on_error; the key counts as fired.
@@ -463,10 +464,10 @@ TEST_F(KeyedTimersDispatched, move_later_while_fire_dispatched_postpones_it) {
   flusher.join();
   EXPECT_EQ(log_.calls(), (Calls{{kBlocker, "A"}}));
   EXPECT_TRUE(timers_->contains(kB));
-  clock_.set(kStart + 15ms);
+  clock_.set(kStart + 14ms);
   runtime_.flush();
   EXPECT_EQ(log_.count(), 1u);
-  clock_.set(kStart + 16ms);
+  clock_.set(kStart + 15ms);
   runtime_.flush();
   EXPECT_EQ(log_.calls(), (Calls{{kBlocker, "A"}, {kB, "B-old"}}));
   clock_.set(kStart + 100ms);

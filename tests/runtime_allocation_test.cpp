@@ -211,9 +211,9 @@ TEST(RuntimeAllocation, coroutine_sleeps_on_a_lane_never_allocate_beyond_the_fra
     for (int i = 0; i < 200; ++i) step();
     allocations = scope.count();
   }
-  // A 1 ms sleep from an interval's start fires on the advance 2 ms later:
-  // 200 steps are 100 sleeps per coroutine.
-  EXPECT_EQ(woke - woke_before, kCoroutines * 100) << "the coroutines did not keep sleeping and waking";
+  // A 1 ms sleep from a flush's reading fires at the next flush, 1 ms
+  // later: 200 steps are 200 sleeps per coroutine.
+  EXPECT_EQ(woke - woke_before, kCoroutines * 200) << "the coroutines did not keep sleeping and waking";
   EXPECT_EQ(allocations, 0u) << allocations << " heap allocations for " << (woke - woke_before)
                              << " coroutine sleeps and 200 flushes on the lane's thread";
 }
@@ -222,8 +222,9 @@ TEST(RuntimeAllocation, coroutine_sleeps_on_a_lane_never_allocate_beyond_the_fra
 // timer's task is destroyed, it is not counted, and every timer accepted
 // before it still fires once. The Boost.Lockfree queue allocates its nodes
 // with operator new, which this binary can make fail: the wheel thread is
-// held inside a callback (workers = 0) so the commands pile up until the
-// queue's preallocated nodes run out and it must allocate.
+// held inside a callback (workers = 0; run by a flush on another thread, as
+// a manual clock runs timers only inside flush) so the commands pile up until
+// the queue's preallocated nodes run out and it must allocate.
 TEST(RuntimeAllocation, schedule_out_of_memory_throws_bad_alloc_and_schedules_nothing) {
   ManualClock clock{kStart};
   chime::RuntimeOptions options = manual_options(clock, 0);
@@ -233,10 +234,11 @@ TEST(RuntimeAllocation, schedule_out_of_memory_throws_bad_alloc_and_schedules_no
   options.shards = 1;
   Runtime rt{options};
   std::atomic<bool> entered{false}, release_wheel{false};
-  rt.schedule_at(kStart - 1ms, [&](const Firing&) {  // overdue: runs on the wheel thread at once
+  rt.schedule_at(kStart - 1ms, [&](const Firing&) {  // overdue: the flush below runs it on the wheel thread
     entered.store(true);
     while (!release_wheel.load()) std::this_thread::yield();
   });
+  std::thread flusher([&] { rt.flush(); });
   while (!entered.load()) std::this_thread::yield();
 
   std::atomic<int> runs{0};
@@ -258,6 +260,7 @@ TEST(RuntimeAllocation, schedule_out_of_memory_throws_bad_alloc_and_schedules_no
   EXPECT_EQ(capture.use_count(), static_cast<long>(accepted) + 1) << "the refused timer's task was kept";
   EXPECT_EQ(rt.stats().scheduled, accepted + 1);  // the holder, and the accepted ones; not the refused one
   release_wheel.store(true);
+  flusher.join();
   advance_to(clock, rt, kStart + 1ms);
   EXPECT_EQ(runs.load(), static_cast<int>(accepted)) << "a timer accepted before the failure did not fire once";
   EXPECT_EQ(rt.stats().pending, 0u);

@@ -303,9 +303,9 @@ TEST_P(RuntimeCancelResults, missed_delay_restarts_the_rate_from_the_end_of_the_
       first_at(at(10ms), chime::Missed::delay));
   advance_to(clock, rt, at(11ms));  // runs at 11 ms, returns at 16 ms
   ASSERT_EQ(runs.load(), 1);
-  advance_to(clock, rt, at(26ms));  // the next is due at 26 ms (interval rule: fires from 27 ms)
+  advance_to(clock, rt, at(26ms) - 1ns);  // the next is due at 26 ms: it runs at the flush at 26 ms
   EXPECT_EQ(runs.load(), 1) << "Missed::delay ran on the original rate";
-  advance_to(clock, rt, at(27ms));
+  advance_to(clock, rt, at(26ms));
   ASSERT_EQ(runs.load(), 2);
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(firings[1].due, at(26ms));

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: BSL-1.0
-// A ManualClock run is deterministic (design.md, the runtime's due-now rule):
-// "due now" is judged by the clock's time read in the call that schedules or
-// reschedules a timer, never by when the wheel thread applies its command, so
-// which flush() a timer runs by depends only on the order of the user's calls
-// (schedules, clock moves, flushes), even when two threads post them.
+// A ManualClock run is deterministic (design.md, "Clocks"): timers run only
+// inside flush(), at the first flush whose clock reading is at or past their
+// due, never by when the wheel thread applies their command, so which flush()
+// a timer runs by depends only on the order of the user's calls (schedules,
+// clock moves, flushes), even when two threads post them.
 //
 // Both tests race the wheel thread on purpose: the producers' posts wake it,
-// so it applies commands while they post and while the clock moves. Before
-// the rule, a timer due exactly at the clock's new time ran at the flush
-// whenever its ADD happened to be applied after the move (the peers' tests:
-// Go's BenchmarkSimultaneousAfterFunc1000, Tokio's
+// so it applies commands while they post and while the clock moves. A rule
+// judged at application would run a timer due exactly at the clock's new time
+// at one flush or the next depending on when its ADD was applied (the peers'
+// tests: Go's BenchmarkSimultaneousAfterFunc1000, Tokio's
 // paused_time_is_deterministic).
 
 #include <chime/runtime.hpp>
@@ -39,32 +39,39 @@ using chime_test::kStart;
 using chime_test::manual_options;
 
 // Go's case: 2 threads post 2,500 timers each, all due at one time t after
-// the clock; the clock is then set to exactly t and flushed. None is due by
-// then (t is not before the end of its interval), so none runs, however the
-// wheel thread's applications interleave with the move; one interval later
-// all run. Repeated, because the old rule failed only on some interleavings.
-TEST(RuntimeDeterminism, timers_due_at_the_new_time_run_by_the_interval_rule_whenever_applied) {
+// the clock; the clock is then set to 1 ns before t and flushed: none runs,
+// however the wheel thread's applications interleave with the move. Set to
+// exactly t and flushed, all run, with fired_at t. Repeated, because a rule
+// judged at application fails only on some interleavings.
+TEST(RuntimeDeterminism, timers_due_at_the_new_time_run_at_the_flush_reaching_it_whenever_applied) {
   constexpr int kRepeats = 20;
   constexpr int kPerThread = 2500;
   for (int rep = 0; rep < kRepeats; ++rep) {
     ManualClock clock{kStart};
     std::atomic<int> ran{0};
+    std::atomic<int> wrong_fired_at{0};
     Runtime rt{manual_options(clock, 1)};
     const TimePoint t = at(3ms) + 500us;
     std::vector<std::thread> threads;
     for (int p = 0; p < 2; ++p) {
       threads.emplace_back([&] {
         chime::Producer producer = rt.producer();
-        for (int i = 0; i < kPerThread; ++i) producer.schedule_at(t, [&] { ran.fetch_add(1); });
+        for (int i = 0; i < kPerThread; ++i) {
+          producer.schedule_at(t, [&, t](const chime::Firing& f) {
+            if (f.fired_at != t) wrong_fired_at.fetch_add(1);
+            ran.fetch_add(1);
+          });
+        }
       });
     }
     for (std::thread& th : threads) th.join();
+    clock.set(t - 1ns);
+    rt.flush();
+    ASSERT_EQ(ran.load(), 0) << "repetition " << rep << ": timers due after the flush's reading ran at the flush";
     clock.set(t);
     rt.flush();
-    ASSERT_EQ(ran.load(), 0) << "repetition " << rep << ": timers due at the clock's new time ran at the flush";
-    clock.set(at(4ms));
-    rt.flush();
     ASSERT_EQ(ran.load(), 2 * kPerThread) << "repetition " << rep;
+    ASSERT_EQ(wrong_fired_at.load(), 0) << "repetition " << rep << ": fired_at is not the flush's reading";
   }
 }
 
@@ -165,23 +172,25 @@ TEST(RuntimeDeterminism, the_same_calls_give_the_same_runs_with_two_producers) {
   }
 }
 
-// A reading is a flag on the command, not a sentinel time: a ManualClock at
-// TimePoint::min() reads INT64_MIN, which a sentinel would take for "not read"
-// (simulation fuzz, fuzz/corpus/runtime_sim/regression-sim_clock_at_min). The
-// simulation applies the ADD only at the flush, after the clock moved: judged
-// by that later clock, the timer ran at once, 1 ms before its interval ends.
+// A ManualClock at TimePoint::min() reads INT64_MIN, which a sentinel would
+// take for "no flush yet" (simulation fuzz,
+// fuzz/corpus/runtime_sim/regression-sim_clock_at_min): a flush at that
+// reading runs nothing due after it, and the flush whose reading reaches the
+// due runs it, with that reading as fired_at.
 TEST(RuntimeDeterminism, a_clock_reading_of_time_point_min_is_a_reading_like_any_other) {
   ManualClock clock(TimePoint::min());
   chime::detail::Simulation sim(manual_options(clock, 0));
   Runtime& rt = sim.runtime();
-  int runs = 0;
-  rt.schedule_at(TimePoint::min() + 1ns, [&] { ++runs; });  // not due now by the call's reading: the interval rule
-  clock.set(TimePoint::min() + 4ns);                        // no pass between: the ADD is applied after the move
+  std::vector<TimePoint> fired_at;
+  rt.schedule_at(TimePoint::min() + 4ns, [&](const chime::Firing& f) { fired_at.push_back(f.fired_at); });
   rt.flush();
-  EXPECT_EQ(runs, 0) << "judged by the clock at application instead of the call's reading";
-  clock.set(TimePoint::min() + kPrecision);
+  EXPECT_TRUE(fired_at.empty()) << "ran at a flush whose reading is before its due";
+  clock.set(TimePoint::min() + 3ns);
   rt.flush();
-  EXPECT_EQ(runs, 1);
+  EXPECT_TRUE(fired_at.empty()) << "ran at a flush whose reading is before its due";
+  clock.set(TimePoint::min() + 5ns);
+  rt.flush();
+  EXPECT_EQ(fired_at, (std::vector<TimePoint>{TimePoint::min() + 5ns}));
 }
 
 }  // namespace

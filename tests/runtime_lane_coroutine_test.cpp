@@ -64,7 +64,7 @@ chime::Detached sleep_chain(chime::Lane& lane, std::vector<chime::TimePoint>& wo
   }
 }
 
-TEST_F(RuntimeLaneCoroutine, a_sleep_chain_resumes_on_the_lane_each_time_never_early) {
+TEST_F(RuntimeLaneCoroutine, a_sleep_chain_resumes_on_the_lane_at_each_due_never_early) {
   std::vector<chime::TimePoint> woke;
   std::thread::id thread;
   sleep_chain(lane, woke, thread);  // suspends at its first sleep (due at 10 ms)
@@ -73,11 +73,11 @@ TEST_F(RuntimeLaneCoroutine, a_sleep_chain_resumes_on_the_lane_each_time_never_e
   EXPECT_TRUE(woke.empty()) << "resumed before its sleep was due";
   for (int ms = 10; ms <= 40; ++ms) advance_to(clock, rt, at(std::chrono::milliseconds(ms)));
   // Each sleep starts when the previous one resumed: due 10, 20, 30 ms;
-  // each resumes on the first advance past the end of its interval.
+  // each resumes at the first flush whose reading reaches its due.
   ASSERT_EQ(woke.size(), 3u);
-  EXPECT_EQ(woke[0], at(11ms));
-  EXPECT_EQ(woke[1], at(22ms));
-  EXPECT_EQ(woke[2], at(33ms));
+  EXPECT_EQ(woke[0], at(10ms));
+  EXPECT_EQ(woke[1], at(20ms));
+  EXPECT_EQ(woke[2], at(30ms));
   EXPECT_EQ(thread, std::this_thread::get_id());
   EXPECT_EQ(rt.stats().pending, 0u);
 }
@@ -295,8 +295,7 @@ TEST_F(RuntimeLaneCoroutine, a_detached_frame_destroyed_through_its_handle_is_de
 // cancel is C4): the sleep's task stays in the slot until the lane dequeues
 // the cancelled run, after the frame is freed, and must not look at the
 // frame then (ASan: heap-use-after-free in ~LaneSleepResumer before).
-TEST_F(RuntimeLaneCoroutine,
-       a_detached_frame_destroyed_through_its_handle_while_its_run_is_ready_is_not_touched_again) {
+TEST_F(RuntimeLaneCoroutine, a_detached_frame_destroyed_through_its_handle_while_its_run_is_ready_is_not_touched_again) {
   int destroyed = 0, resumed = 0;
   std::coroutine_handle<> frame;
   sleeper_that_gives_away_its_frame(lane, frame, destroyed, resumed);

@@ -299,10 +299,11 @@ TEST(RuntimeLifecycle, drain_fires_all_pending_now_and_returns_count) {
       EXPECT_EQ(r.firing.fired_at, kStart);
     }
     EXPECT_EQ(rt.state(a), TimerState::fired);
-    // The periodic timer kept its schedule: its run due at 10 ms still comes, at 11 ms; the one-shots do not.
-    advance_to(clock, rt, at(10ms));
+    // The periodic timer kept its schedule: its run due at 10 ms still comes, at the flush at 10 ms; the
+    // one-shots do not.
+    advance_to(clock, rt, at(9ms));
     EXPECT_EQ(rec.count(), 4u);
-    advance_to(clock, rt, at(11ms));
+    advance_to(clock, rt, at(10ms));
     EXPECT_EQ(rec.count(5), 2u) << "workers " << workers;
     advance_to(clock, rt, at(100ms));
     EXPECT_EQ(rec.count(1), 1u);

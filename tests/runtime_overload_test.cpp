@@ -6,7 +6,8 @@
 // once the wheel thread catches up, schedules are accepted again; the queue
 // exceeds the bound by at most 64 posts per posting thread; stats() shows the
 // depth, the refusals and the wheel thread's CPU time. The wheel thread is
-// held by a callback that blocks it (workers = 0), so the queue only grows.
+// held by a callback that blocks it (workers = 0), run by a flush on a thread
+// of its own, so the queue only grows.
 
 #include "runtime_test_support.hpp"
 
@@ -48,10 +49,14 @@ RuntimeOptions bounded_options(ManualClock& clock) {
   return o;
 }
 
-// Blocks the wheel thread in a callback (due now, so its ADD wakes the wheel).
-void hold_wheel_thread(Runtime& rt, Gate& gate) {
+// Blocks the wheel thread in a callback, due now and run by a flush on the
+// returned thread (on a manual clock timers run only inside flush), which
+// returns once the gate is released.
+[[nodiscard]] std::jthread hold_wheel_thread(Runtime& rt, Gate& gate) {
   rt.schedule_after(chime::Duration::zero(), gate.blocker());
+  std::jthread flusher([&rt] { rt.flush(); });
   gate.wait_started();
+  return flusher;
 }
 
 // Fills the queue from this thread until a schedule is refused; returns the
@@ -83,7 +88,7 @@ TEST(RuntimeOverload, full_queue_refuses_schedules_and_loses_nothing_accepted) {
   ManualClock clock{kStart};
   Gate gate;
   Runtime rt(bounded_options(clock));
-  hold_wheel_thread(rt, gate);
+  const std::jthread held = hold_wheel_thread(rt, gate);
 
   std::vector<std::atomic<int>> runs(kBound + 4 * kPostsPerLook);
   Filled f = fill_until_refused(rt, runs);
@@ -146,7 +151,7 @@ TEST(RuntimeOverload, queue_depth_stays_within_bound_plus_64_per_producer) {
   ManualClock clock{kStart};
   Gate gate;
   Runtime rt(bounded_options(clock));
-  hold_wheel_thread(rt, gate);
+  const std::jthread held = hold_wheel_thread(rt, gate);
   std::atomic<std::size_t> accepted{0};
   std::atomic<std::size_t> ran{0};
   std::vector<std::thread> threads;
@@ -189,6 +194,7 @@ TEST(RuntimeOverload, queue_bound_holds_however_producers_are_made_kept_or_dropp
   ManualClock clock{kStart};
   std::vector<std::unique_ptr<Gate>> gates;  // each holds the wheel thread in turn; they outlive the runtime
   Runtime rt(bounded_options(clock));
+  std::vector<std::jthread> held;  // the flushes that run the gates' callbacks: joined after their release
   struct ReleaseOnExit {  // a failed ASSERT still lets the runtime shut down
     std::vector<std::unique_ptr<Gate>>& gates;
     ~ReleaseOnExit() {
@@ -214,12 +220,12 @@ TEST(RuntimeOverload, queue_bound_holds_however_producers_are_made_kept_or_dropp
 
   // Releases the wheel thread, lets it drain the queue, and holds it again.
   gates.push_back(std::make_unique<Gate>());
-  hold_wheel_thread(rt, *gates.back());
+  held.push_back(hold_wheel_thread(rt, *gates.back()));
   const auto drain_and_hold = [&] {
     gates.back()->release();
     rt.flush();
     gates.push_back(std::make_unique<Gate>());
-    hold_wheel_thread(rt, *gates.back());
+    held.push_back(hold_wheel_thread(rt, *gates.back()));
   };
 
   // A fresh Producer for every 63 schedules.
@@ -320,7 +326,7 @@ TEST(RuntimeOverload, size_max_means_no_bound) {
   RuntimeOptions o = manual_options(clock, 0);
   o.max_queue_depth = SIZE_MAX;
   Runtime rt(o);
-  hold_wheel_thread(rt, gate);
+  const std::jthread held = hold_wheel_thread(rt, gate);
   for (std::size_t i = 0; i < 4 * RuntimeOptions::min_max_queue_depth; ++i) rt.schedule_at(at(5ms), [] {});
   EXPECT_EQ(rt.stats().queue_depth, 4 * RuntimeOptions::min_max_queue_depth);
   EXPECT_EQ(rt.stats().refused_overload, 0u);

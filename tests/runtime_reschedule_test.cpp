@@ -38,9 +38,9 @@ TEST_P(RuntimeReschedule, reschedule_later_never_fires_before_new_due) {
   EXPECT_EQ(rt.state(id), TimerState::pending);
   advance_to(clock, rt, at(11ms));
   EXPECT_EQ(rec.count(), 0u) << "fired at its old due time";
-  advance_to(clock, rt, at(30ms));
+  advance_to(clock, rt, at(30ms) - 1ns);
   EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(31ms));
+  advance_to(clock, rt, at(30ms));
   ASSERT_EQ(rec.count(), 1u);
   EXPECT_EQ(rec.runs()[0].firing.due, at(30ms));
   advance_to(clock, rt, at(100ms));
@@ -74,9 +74,9 @@ TEST_P(RuntimeReschedule, reschedule_earlier_fires_at_new_due) {
   const TimerId id = rt.schedule_at(at(30ms), rec.task());
   rt.flush();
   EXPECT_TRUE(rt.reschedule_at(id, at(10ms)));
-  advance_to(clock, rt, at(10ms));
+  advance_to(clock, rt, at(10ms) - 1ns);
   EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(11ms));
+  advance_to(clock, rt, at(10ms));
   ASSERT_EQ(rec.count(), 1u);
   EXPECT_EQ(rec.runs()[0].firing.due, at(10ms));
   advance_to(clock, rt, at(31ms));
@@ -96,9 +96,9 @@ TEST_P(RuntimeReschedule, reschedule_after_is_relative_to_now) {
   const TimerId id = rt.schedule_at(at(10ms), rec.task());
   advance_to(clock, rt, at(8ms));
   EXPECT_TRUE(rt.reschedule_after(id, 7ms));  // due 15 ms
-  advance_to(clock, rt, at(15ms));
+  advance_to(clock, rt, at(15ms) - 1ns);
   EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(16ms));
+  advance_to(clock, rt, at(15ms));
   ASSERT_EQ(rec.count(), 1u);
   EXPECT_EQ(rec.runs()[0].firing.due, at(15ms));
 }
@@ -122,9 +122,9 @@ TEST_P(RuntimeReschedule, repeated_touch_keeps_idle_timer_from_firing) {
     ASSERT_TRUE(rt.reschedule_after(id, 10ms));
   }
   const auto last_due = at(200 * 5ms + 10ms);
-  advance_to(clock, rt, last_due);
+  advance_to(clock, rt, last_due - 1ns);
   EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, last_due + 1ms);
+  advance_to(clock, rt, last_due);
   ASSERT_EQ(rec.count(), 1u);
   EXPECT_EQ(rec.runs()[0].firing.due, last_due);
 }
@@ -141,9 +141,9 @@ TEST_P(RuntimeReschedule, later_then_earlier_ends_at_the_last) {
   advance_to(clock, rt, at(6ms));
   EXPECT_EQ(rec.count(2), 1u);
   EXPECT_EQ(rec.count(1), 0u);
-  advance_to(clock, rt, at(20ms));
+  advance_to(clock, rt, at(20ms) - 1ns);
   EXPECT_EQ(rec.count(1), 0u);
-  advance_to(clock, rt, at(21ms));
+  advance_to(clock, rt, at(20ms));
   EXPECT_EQ(rec.count(1), 1u);
   advance_to(clock, rt, at(60ms));
   EXPECT_EQ(rec.count(), 2u);

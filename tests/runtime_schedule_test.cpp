@@ -36,45 +36,76 @@ class RuntimeSchedule : public ManualRuntimeTest {};
 
 INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeSchedule, testing::Values(0u, 1u, 2u), workers_name);
 
-// A timer due at d (mid-interval) has not fired with the clock exactly at d nor
-// one nanosecond before interval_start(d) + precision, and fires exactly there.
-TEST_P(RuntimeSchedule, fires_at_interval_start_plus_precision_not_at_due) {
+// On a ManualClock a timer due at d (mid-interval) has not fired at a flush one nanosecond before d, and
+// fires at the flush at d exactly, with that reading as fired_at: no interval rule (design.md, "Clocks").
+TEST_P(RuntimeSchedule, fires_at_the_flush_whose_reading_reaches_its_due_not_before) {
   const TimePoint due = at(10ms + 500us);
   rt.schedule_at(due, rec.task());
   rt.flush();
   advance_to(clock, rt, at(10ms));
   EXPECT_EQ(rec.count(), 0u);
+  advance_to(clock, rt, due - 1ns);
+  EXPECT_EQ(rec.count(), 0u) << "fired before its due";
   advance_to(clock, rt, due);
-  EXPECT_EQ(rec.count(), 0u) << "fired with the clock exactly at its due time";
-  advance_to(clock, rt, at(11ms) - 1ns);
-  EXPECT_EQ(rec.count(), 0u) << "fired before interval_start(due) + precision";
-  advance_to(clock, rt, at(11ms));
+  ASSERT_EQ(rec.count(), 1u) << "did not fire at the flush whose reading is its due";
+  EXPECT_EQ(rec.runs()[0].firing.due, due);
+  EXPECT_EQ(rec.runs()[0].firing.fired_at, due);
+}
+
+// The interval rule, on a clock it applies to (not a ManualClock): a timer due at d (mid-interval) has not
+// fired with the clock exactly at d nor one nanosecond before interval_start(d) + precision, and fires
+// exactly there.
+TEST(RuntimeScheduleInterval, fires_at_interval_start_plus_precision_not_at_due) {
+  chime_test::SettableClock clock{kStart};
+  Recorder rec;
+  Runtime rt{chime_test::interval_rule_options(clock, 1)};
+  const TimePoint due = at(10ms + 500us);
+  rt.schedule_at(due, rec.task());
+  rt.flush();
+  for (const TimePoint t : {at(10ms), due, at(11ms) - 1ns}) {
+    clock.set(t);
+    rt.flush();
+    EXPECT_EQ(rec.count(), 0u) << "fired before interval_start(due) + precision, at " << ms_since_start(t) << " ms";
+  }
+  clock.set(at(11ms));
+  rt.flush();
   ASSERT_EQ(rec.count(), 1u);
   EXPECT_EQ(rec.runs()[0].firing.due, due);
   EXPECT_EQ(rec.runs()[0].firing.fired_at, at(11ms));
 }
 
-// A due time on an interval boundary waits for the whole interval: not at d, at d + precision.
-TEST_P(RuntimeSchedule, due_on_interval_boundary_fires_one_precision_later) {
+// The interval rule: a due time on an interval boundary waits for the whole interval: not at d, at d +
+// precision.
+TEST(RuntimeScheduleInterval, due_on_interval_boundary_fires_one_precision_later) {
+  chime_test::SettableClock clock{kStart};
+  Recorder rec;
+  Runtime rt{chime_test::interval_rule_options(clock, 1)};
   rt.schedule_at(at(10ms), rec.task());
-  advance_to(clock, rt, at(10ms));
-  EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(10ms) + 999'999ns);
-  EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(11ms));
+  rt.flush();
+  for (const TimePoint t : {at(10ms), at(10ms) + 999'999ns}) {
+    clock.set(t);
+    rt.flush();
+    EXPECT_EQ(rec.count(), 0u) << "at " << ms_since_start(t) << " ms";
+  }
+  clock.set(at(11ms));
+  rt.flush();
   EXPECT_EQ(rec.count(), 1u);
 }
 
-// Intervals are counted from the clock's time when the runtime was constructed, not from epoch 0.
+// The interval rule: intervals are counted from the clock's time when the runtime was constructed, not
+// from epoch 0.
 TEST(RuntimeSchedule, interval_grid_starts_at_construction_time) {
   const TimePoint start = kStart + 400us;  // not a multiple of the precision
-  ManualClock clock{start};
+  chime_test::SettableClock clock{start};
   Recorder rec;
-  Runtime rt{manual_options(clock, 1)};
+  Runtime rt{chime_test::interval_rule_options(clock, 1)};
   rt.schedule_at(start + 5ms, rec.task());  // its interval is [start + 5 ms, start + 6 ms)
-  advance_to(clock, rt, kStart + 6ms);      // past due, but before interval_start + precision
+  rt.flush();
+  clock.set(kStart + 6ms);  // past due, but before interval_start + precision
+  rt.flush();
   EXPECT_EQ(rec.count(), 0u) << "the wheel's interval grid is not anchored at its start time";
-  advance_to(clock, rt, start + 6ms);
+  clock.set(start + 6ms);
+  rt.flush();
   EXPECT_EQ(rec.count(), 1u);
 }
 
@@ -82,9 +113,9 @@ TEST(RuntimeSchedule, interval_grid_starts_at_construction_time) {
 TEST_P(RuntimeSchedule, schedule_after_is_due_at_now_plus_delay) {
   advance_to(clock, rt, at(5ms + 300us));
   const TimerId id = rt.schedule_after(10ms, rec.task());
-  advance_to(clock, rt, at(15ms + 300us));
+  advance_to(clock, rt, at(15ms + 300us) - 1ns);
   EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(16ms));
+  advance_to(clock, rt, at(15ms + 300us));
   ASSERT_EQ(rec.count(), 1u);
   EXPECT_EQ(rec.runs()[0].firing.due, at(15ms + 300us));
   EXPECT_EQ(rec.runs()[0].firing.id, id);
@@ -208,17 +239,16 @@ TEST(RuntimeSchedule, a_command_dequeued_after_the_passs_first_clock_read_is_jud
   }
 }
 
-// A due time one nanosecond after the clock's time keeps the interval rule: not due now, and not fired
-// before interval_start(due) + precision.
-TEST_P(RuntimeSchedule, due_just_after_now_keeps_the_interval_rule) {
+// A due time one nanosecond after the flush's reading waits for a flush whose reading reaches it, and runs
+// there, with that reading as fired_at.
+TEST_P(RuntimeSchedule, due_just_after_the_reading_runs_at_the_flush_reaching_it) {
   advance_to(clock, rt, at(50ms));
   rt.schedule_at(at(50ms) + 1ns, rec.task());
   rt.flush();
   EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(51ms) - 1ns);
-  EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(51ms));
-  EXPECT_EQ(rec.count(), 1u);
+  advance_to(clock, rt, at(50ms) + 1ns);
+  ASSERT_EQ(rec.count(), 1u);
+  EXPECT_EQ(rec.runs()[0].firing.fired_at, at(50ms) + 1ns);
 }
 
 // A reschedule to a due time at or before the clock's time is due now as well.
@@ -323,9 +353,9 @@ TEST_P(RuntimeSchedule, callback_can_schedule_a_timer) {
   });
   advance_to(clock, rt, at(6ms));
   EXPECT_EQ(second.load(), 0);
-  advance_to(clock, rt, at(15ms));
+  advance_to(clock, rt, at(15ms) - 1ns);
   EXPECT_EQ(second.load(), 0);
-  advance_to(clock, rt, at(16ms));
+  advance_to(clock, rt, at(15ms));
   EXPECT_EQ(second.load(), 1);
 }
 
@@ -405,16 +435,21 @@ TEST(RuntimeSchedule, clock_and_precision_are_the_configured_ones) {
 }
 
 // A non-default precision moves the interval grid: due 1.1 ms with 250 us precision fires at 1.25 ms.
+// On a clock the interval rule applies to: not a ManualClock, where a flush runs what is due by its reading.
 TEST(RuntimeSchedule, precision_sets_the_interval_length) {
-  ManualClock clock{kStart};
-  chime::RuntimeOptions options = manual_options(clock, 1);
+  chime_test::SettableClock clock{kStart};
+  chime::RuntimeOptions options = chime_test::settable_options(clock, 1);
   options.precision = 250us;
+  options.slack = options.precision;  // the interval rule
   Recorder rec;
   Runtime rt{options};
   rt.schedule_at(at(1100us), rec.task());
-  advance_to(clock, rt, at(1249us));
+  rt.flush();
+  clock.set(at(1249us));
+  rt.flush();
   EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(1250us));
+  clock.set(at(1250us));
+  rt.flush();
   EXPECT_EQ(rec.count(), 1u);
 }
 
@@ -487,9 +522,9 @@ TEST_P(RuntimeSchedule, producer_commands_take_effect_in_order) {
     ASSERT_TRUE(p.reschedule_at(id, at(30ms)));  // earlier again: must win over both
     ids.push_back(id);
   }
-  advance_to(clock, rt, at(30ms));
+  advance_to(clock, rt, at(30ms) - 1ns);
   EXPECT_EQ(rec.count(), 0u);
-  advance_to(clock, rt, at(31ms));
+  advance_to(clock, rt, at(30ms));
   ASSERT_EQ(rec.count(), 200u);
   for (const RunRecord& r : rec.runs()) EXPECT_EQ(r.firing.due, at(30ms));
 }

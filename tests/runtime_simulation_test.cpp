@@ -28,8 +28,9 @@ chime::RuntimeOptions sim_options(chime::ManualClock& clock) {
   return o;
 }
 
-// Nothing runs between passes; a pass runs what is due, on the calling thread.
-TEST(RuntimeSimulation, runs_only_in_passes_on_the_calling_thread) {
+// On a ManualClock nothing runs between calls, nor in a pass with no flush:
+// a flush runs what is due by the clock's reading, on the calling thread.
+TEST(RuntimeSimulation, runs_only_in_flushes_on_the_calling_thread) {
   chime::ManualClock clock;
   Simulation sim(sim_options(clock));
   chime::Runtime& rt = sim.runtime();
@@ -38,16 +39,18 @@ TEST(RuntimeSimulation, runs_only_in_passes_on_the_calling_thread) {
   rt.schedule_after(5ms, [&] { ran_on.push_back(std::this_thread::get_id()); });
   EXPECT_TRUE(ran_on.empty());
   EXPECT_EQ(rt.state(now_due), chime::TimerState::pending);
-  EXPECT_TRUE(sim.run_one_pass());
+  EXPECT_TRUE(sim.run_one_pass());  // applies the commands
+  EXPECT_TRUE(ran_on.empty()) << "a pass with no flush ran a timer";
+  rt.flush();
   ASSERT_EQ(ran_on.size(), 1u);
   EXPECT_EQ(ran_on[0], std::this_thread::get_id());
   EXPECT_EQ(rt.state(now_due), chime::TimerState::fired);
-  clock.advance(4ms);
-  sim.run_until_idle();
-  EXPECT_EQ(ran_on.size(), 1u);  // due at 5 ms: not before its interval ends (6 ms)
-  clock.advance(2ms);
-  EXPECT_FALSE(ran_on.size() == 2u);  // the clock moved, but no pass ran
-  EXPECT_TRUE(sim.run_one_pass());
+  clock.advance(5ms - 1ns);
+  rt.flush();
+  EXPECT_EQ(ran_on.size(), 1u);  // due at 5 ms: not before
+  clock.advance(1ns);
+  EXPECT_FALSE(ran_on.size() == 2u);  // the clock moved, but no flush ran
+  rt.flush();
   EXPECT_EQ(ran_on.size(), 2u);
   EXPECT_FALSE(sim.run_one_pass());  // nothing left to do
 }
@@ -85,8 +88,9 @@ TEST(RuntimeSimulation, flush_drain_and_shutdown_run_their_passes) {
   EXPECT_FALSE(sim.run_one_pass());
 }
 
-// A periodic catch_up timer behind the clock runs once per pass until it catches up.
-TEST(RuntimeSimulation, catch_up_runs_one_per_pass) {
+// A periodic catch_up timer behind the clock runs each due run at the flush,
+// none in a pass with no flush.
+TEST(RuntimeSimulation, catch_up_runs_each_due_run_at_the_flush) {
   chime::ManualClock clock;
   Simulation sim(sim_options(clock));
   std::vector<std::uint64_t> dues;
@@ -96,29 +100,32 @@ TEST(RuntimeSimulation, catch_up_runs_one_per_pass) {
       {.first_due = {}, .on_missed = chime::Missed::catch_up});
   clock.advance(35ms);
   EXPECT_TRUE(sim.run_one_pass());
-  EXPECT_EQ(dues.size(), 1u);
-  EXPECT_GE(sim.run_until_idle(), 1u);
+  EXPECT_TRUE(dues.empty()) << "a pass with no flush ran a timer";
+  sim.runtime().flush();
   EXPECT_EQ(dues, (std::vector<std::uint64_t>{10'000'000, 20'000'000, 30'000'000}));
 }
 
-// A lane's runs are handed over by a pass and run only when the caller runs the lane.
-TEST(RuntimeSimulation, lane_runs_wait_for_run_ready) {
+// A lane's runs are handed over only for a flush, which on the lane's
+// thread runs the lane between its passes: a pass with no flush hands over
+// nothing.
+TEST(RuntimeSimulation, lane_runs_run_in_the_flush_on_the_lanes_thread) {
   chime::ManualClock clock;
   Simulation sim(sim_options(clock));
   chime::Lane lane = sim.runtime().lane();
   int runs = 0;
   const chime::TimerId id = lane.schedule_after(0ns, [&] { ++runs; });
-  sim.run_until_idle();
-  EXPECT_EQ(runs, 0);
-  EXPECT_EQ(lane.state(id), chime::TimerState::pending);  // handed over, not started
-  EXPECT_EQ(lane.run_ready(), 1u);
+  EXPECT_TRUE(sim.run_one_pass());
+  EXPECT_EQ(lane.run_ready(), 0u) << "a pass with no flush handed a run to the lane";
+  EXPECT_EQ(lane.state(id), chime::TimerState::pending);
+  sim.runtime().flush();  // on the lane's thread: runs the lane between passes
   EXPECT_EQ(runs, 1);
   lane.schedule_after(0ns, [&] { ++runs; });
-  sim.runtime().flush();  // on the lane's thread: runs the lane between passes
+  sim.runtime().flush();
   EXPECT_EQ(runs, 2);
 }
 
-// A Timer re-armed from its own callback: each run arms the next, a pass at a time.
+// A Timer re-armed due now from its own callback: the flush runs each re-arm
+// too, since each is due by its reading.
 TEST(RuntimeSimulation, timer_rearmed_from_its_callback) {
   chime::ManualClock clock;
   Simulation sim(sim_options(clock));
@@ -128,7 +135,7 @@ TEST(RuntimeSimulation, timer_rearmed_from_its_callback) {
     if (++runs < 3) t.arm_after(0ns);
   });
   t.arm_after(0ns);
-  sim.run_until_idle();
+  sim.runtime().flush();
   EXPECT_EQ(runs, 3);
 }
 

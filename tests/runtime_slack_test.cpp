@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSL-1.0
-// RuntimeOptions::slack (design.md, "Slack"): with a slack below the
-// precision a timer runs once the clock has reached its exact due, not when
-// its precision interval ends; never before its due; with a slack at or above
-// the precision (and by default) the interval rule holds. The races of the
+// RuntimeOptions::slack (design.md, "Slack"): with a fixed slack of 1 ns a
+// timer runs once the clock has reached its exact due, not when its precision
+// interval ends; never before its due; with a slack at or above the precision
+// the interval rule holds (each on a clock that is not a ManualClock, where
+// slack does not apply; the default and per-timer slacks:
+// runtime_timer_slack_test.cpp). The races of the
 // current interval (docs/state-machine.md, "Slack: the current interval"): a
 // touch moves a timer of the current interval later, a cancel of one wins,
 // a reschedule into the current interval runs at its new due.
@@ -32,12 +34,19 @@ chime::RuntimeOptions slack_options(ManualClock& clock, unsigned workers, Durati
   o.slack = slack;
   return o;
 }
+chime::RuntimeOptions slack_options(SettableClock& clock, unsigned workers, Duration slack) {
+  chime::RuntimeOptions o = settable_options(clock, workers);
+  o.slack = slack;
+  return o;
+}
 
+// A slack of 1 ns (a grid of 1 ns: the fire time is the due itself), on a
+// clock that slack applies to (not a ManualClock).
 class RuntimeSlack : public testing::TestWithParam<unsigned> {
  protected:
-  ManualClock clock{kStart};
+  SettableClock clock{kStart};
   Recorder rec{&clock};
-  Runtime rt{slack_options(clock, GetParam(), 50us)};
+  Runtime rt{slack_options(clock, GetParam(), 1ns)};
 };
 
 INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeSlack, testing::Values(0u, 1u, 2u), workers_name);
@@ -145,9 +154,9 @@ TEST_P(RuntimeSlack, every_timer_runs_at_the_first_flush_at_or_after_its_due_and
 // A lane's timers (and so Timer and co_await sleeps on a lane) honour the
 // slack too: ready at the exact due.
 TEST(RuntimeSlack, a_lane_runs_its_timer_at_the_exact_due) {
-  ManualClock clock{kStart};
+  SettableClock clock{kStart};
   Recorder rec{&clock};
-  Runtime rt{slack_options(clock, 1, 50us)};
+  Runtime rt{slack_options(clock, 1, 1ns)};
   chime::Lane lane = rt.lane();
   lane.schedule_at(at(1ms + 600us), rec.task(1));
   rt.flush();
@@ -158,17 +167,42 @@ TEST(RuntimeSlack, a_lane_runs_its_timer_at_the_exact_due) {
 }
 
 // A slack at or above the precision is the interval rule: due at 3.3 ms, not
-// run with the clock at 3.3 ms, run at 4 ms. The default (zero) is the same.
-TEST(RuntimeSlack, a_slack_at_or_above_the_precision_and_the_default_keep_the_interval_rule) {
-  for (const Duration slack : {Duration::zero(), Duration(kPrecision), Duration(5 * kPrecision)}) {
+// run with the clock at 3.3 ms, run at 4 ms.
+// On a clock the interval rule applies to (not a ManualClock: "On a manual
+// clock" below).
+TEST(RuntimeSlack, a_slack_at_or_above_the_precision_keeps_the_interval_rule) {
+  for (const Duration slack : {Duration(kPrecision), Duration(5 * kPrecision)}) {
+    SettableClock clock{kStart};
+    Recorder rec{&clock};
+    chime::RuntimeOptions o = settable_options(clock, 1);
+    o.slack = slack;
+    Runtime rt{o};
+    rt.schedule_at(at(3ms + 300us), rec.task(1));
+    rt.flush();
+    clock.set(at(3ms + 300us));
+    rt.flush();
+    EXPECT_EQ(rec.count(), 0u) << "slack " << slack.count() << " ns";
+    clock.set(at(4ms));
+    rt.flush();
+    EXPECT_EQ(rec.count(), 1u) << "slack " << slack.count() << " ns";
+  }
+}
+
+// On a manual clock slack does not apply (design.md, "Clocks"): whatever the
+// slack, a timer due at 3.3 ms runs at the flush whose reading is 3.3 ms,
+// with that reading as fired_at, and not at the flush at 3.299 ms.
+TEST(RuntimeSlack, on_a_manual_clock_any_slack_runs_a_timer_at_the_flush_reaching_its_due) {
+  for (const Duration slack : {Duration::zero(), Duration(50us), Duration(kPrecision), Duration(5 * kPrecision)}) {
     ManualClock clock{kStart};
     Recorder rec{&clock};
     Runtime rt{slack_options(clock, 1, slack)};
-    rt.schedule_at(at(3ms + 300us), rec.task(1));
-    advance_to(clock, rt, at(3ms + 300us));
+    const TimePoint due = at(3ms + 300us);
+    rt.schedule_at(due, rec.task(1));
+    advance_to(clock, rt, due - 1us);
     EXPECT_EQ(rec.count(), 0u) << "slack " << slack.count() << " ns";
-    advance_to(clock, rt, at(4ms));
-    EXPECT_EQ(rec.count(), 1u) << "slack " << slack.count() << " ns";
+    advance_to(clock, rt, due);
+    ASSERT_EQ(rec.count(), 1u) << "slack " << slack.count() << " ns";
+    EXPECT_EQ(rec.runs()[0].firing.fired_at, due) << "slack " << slack.count() << " ns";
   }
 }
 

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/cancel_ops.hpp: RuntimeFuzz: cancel, try_cancel,
 // cancel_and_wait and reschedule_at / reschedule_after: each answer against
-// the model (a timer due now may have run; one that is neither due now nor
-// ripe has not), and the model's update from it (due now or the interval
-// rule after a reschedule). Part of the runtime fuzz target; see
-// harness.hpp.
+// the model (a pending timer has not run: nothing runs between calls on a
+// ManualClock), and the model's update from it (the new due). Part of the
+// runtime fuzz target; see harness.hpp.
 #pragma once
 
 #include "harness.hpp"
@@ -21,15 +20,7 @@ inline void RuntimeFuzz::op_cancel() {
   FUZZ_TRACE(what << " " << (tg.index ? "timer #" + std::to_string(*tg.index) : std::string("forged/default id"))
                   << " slot=" << tg.id.slot() << " gen=" << tg.id.generation() << " tag=" << tg.id.runtime()
                   << (via == Via::producer ? " via producer" : ""));
-  if (kind >= 2) {
-    // Bit 3: first give a due-now timer up to 2 ms to start, so that a slow callback is found in progress.
-    if ((how & 8) && tg.index && timers_[*tg.index].st == MTimer::St::pending && may_run(timers_[*tg.index])) {
-      for (int i = 0; i < 40 && active_.at(*tg.index).load(std::memory_order_acquire) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
-    }
-    return op_try_cancel(tg, via, kind == 3);
-  }
+  if (kind >= 2) return op_try_cancel(tg, via, kind == 3);
   // The model is updated from the answer before the runs recorded meanwhile are checked: a run that started
   // before the call is consistent with either answer, one after a successful cancel is a bug.
   const bool got = via == Via::producer ? producer_->cancel(tg.id) : rt_->cancel(tg.id);
@@ -47,11 +38,9 @@ inline void RuntimeFuzz::op_cancel() {
                                     << " timer returned true");
     return;
   }
-  if (!may_run(t)) {
-    FUZZ_CHECK(got, "cancel of timer #" << *tg.index << " (due " << t.due << ", clock " << c_
-                                        << ", not due) returned false");
-  }
-  if (got) mark_cancelled(t);
+  FUZZ_CHECK(got,
+             "cancel of pending timer #" << *tg.index << " (due " << t.due << ", clock " << c_ << ") returned false");
+  mark_cancelled(t);
 }
 
 inline void RuntimeFuzz::op_try_cancel(const Target& tg, Via via, bool wait) {
@@ -115,10 +104,11 @@ inline void RuntimeFuzz::op_reschedule(bool after) {
   const Via via = in_.flag() ? Via::producer : Via::runtime;
   const bool periodic = tg.index && timers_[*tg.index].periodic;
   const bool pending = tg.index && timers_[*tg.index].st == MTimer::St::pending && !stopped_;
-  if (periodic && pending && due < timers_[*tg.index].due && due <= c_) {
-    // Earlier, to a due <= the clock: due now at the command's application (flushed at once).
+  if (periodic && pending && due < timers_[*tg.index].due) {
+    // Earlier: bound the work, as op_schedule_every does: the runs the next flush makes must fit.
     const MTimer& t = timers_[*tg.index];
-    const i128 now_runs = t.on_missed == Missed::catch_up ? catch_up_runs(due, t.period, c_, true) : 1;
+    const i128 now_runs =
+        t.on_missed == Missed::catch_up ? catch_up_runs(due, t.period, c_) : i128{due <= wheel_at(c_)};
     if (runs_seen_ + runs_at(c_) + now_runs > kMaxRuns) return;
   }
   const std::int64_t d = clamp64(due);
@@ -160,32 +150,12 @@ inline void RuntimeFuzz::op_reschedule(bool after) {
     FUZZ_CHECK(!got, "reschedule of a finished timer #" << *tg.index << " returned true");
     return;
   }
-  if (!may_run(t)) {
-    FUZZ_CHECK(got, "reschedule of pending timer #" << *tg.index << " (due " << t.due << ", clock " << c_
-                                                    << ") returned false");
-  }
-  if (!got) return;  // it ran (or is running): the next flush checks that it did
+  FUZZ_CHECK(
+      got, "reschedule of pending timer #" << *tg.index << " (due " << t.due << ", clock " << c_ << ") returned false");
   ++reschedules_;
-  // Earlier: a command, applied at the clock c_: due now iff d <= c_, else the interval rule (not ripe: d >
-  // c_). Later or equal (a touch): no command while d > c_; the filed alarm's rule stays: interval (a timer
-  // that is not due now is not ripe, nor at a later due). A touch to d <= c_ posts a command with the call's
-  // clock (runtime/producer_ops.cpp, reschedule): due now. The threaded target never makes one (its pending
-  // timers are due after the clock, or due now and then d <= c_ either way); the simulation, whose clock
-  // moves with no pass, does: a timer filed by the interval rule, the clock moved past it, a touch to now.
-  // A touch to the same due, due now by the call's clock, posts the command too (finding 13, fixed: the
-  // command could be applied before the timer's ADD, from another queue, and was dropped).
-  const bool earlier = d < t.due;
-  const bool posted = earlier || (d >= t.due && d <= c_);
+  // Earlier, later or the same due, to the past or not: it runs at the first flush whose reading is at or
+  // after its new due.
   t.due = d;
-  if (posted) t.cmd_clock = c_;
-  if (!t.periodic) {
-    const bool now_due = posted ? d <= c_ : t.ambiguous && d <= t.cmd_clock;
-    if (now_due && !t.ambiguous) t.ripe_sched = sched_count_;
-    t.ambiguous = now_due;
-  } else if (posted && d <= c_) {
-    t.due_now = true;
-    op_flush("periodic rescheduled earlier, due now");
-  }
 }
 
 }  // namespace chime_fuzz::runtime_target

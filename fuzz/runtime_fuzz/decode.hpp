@@ -86,7 +86,7 @@ inline Action RuntimeFuzz::pick_action() {
   return sim_ && a == Action::slow ? Action::record : a;
 }
 
-// The clock's next time: tiny and huge steps, exactly to a timer's ripe time (or just before), to a due time.
+// The clock's next time: tiny and huge steps, exactly to a timer's due (or just before, or after).
 inline i128 RuntimeFuzz::pick_clock() {
   const i128 c = c_;
   const i128 p = p_;
@@ -97,7 +97,7 @@ inline i128 RuntimeFuzz::pick_clock() {
     case 3: return c + p;
     case 4: return c + static_cast<i128>(in_.u8()) * p;
     case 5:
-      if (const auto i = pick_timer()) return ripe_at(timers_[*i].due) - (in_.flag() ? 1 : 0);
+      if (const auto i = pick_timer()) return static_cast<i128>(timers_[*i].due) - (in_.flag() ? 1 : 0);
       return c + p;
     case 6:
       if (const auto i = pick_timer()) return static_cast<i128>(timers_[*i].due) + in_.u8() % 2;

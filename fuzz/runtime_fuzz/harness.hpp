@@ -126,18 +126,9 @@ struct MTimer {
   std::int64_t period = 0;
   std::int64_t due = 0;  // one-shot: its due time; periodic: its next run's due time
   Action action = Action::record;
+  // Pending: it has not run (on a ManualClock nothing runs between calls; a flush runs it once its due
+  // is at or before the flush's reading).
   enum class St { pending, fired, cancelled } st = St::pending;
-  // One-shot due now at its application (scheduled, or rescheduled earlier, to a due <= the clock), outside
-  // a flush: it may run at any moment, and has run by the next flush. Stays set once it ran.
-  bool ambiguous = false;
-  std::uint64_t ripe_sched = 0;   // schedules counted when it became ambiguous
-  // The clock read by the call that posted its last command (schedule, reschedule to an earlier due), by
-  // which its application judges "due now" (a touch before that application keeps that judgement). The
-  // same as c_ in the threaded target, whose clock moves only under a flush; the simulation moves it alone.
-  std::int64_t cmd_clock = 0;
-  // Periodic: its next run is due now (the harness flushed right after the application that made it so):
-  // the run coalesces up to the clock, not the boundary. Cleared by that run.
-  bool due_now = false;
   std::uint64_t terminal_sched = 0;  // schedules counted when its slot could first have been freed
   bool settled = false;           // terminal and its slot certainly freed (a flush or drain since)
   std::uint64_t runs = 0;
@@ -180,16 +171,13 @@ class RuntimeFuzz {
   // ---- configuration and model arithmetic ---------------------------------
 
   i128 key(i128 t) const { return floor_div(t - start_, p_); }
-  i128 interval_start(i128 t) const { return start_ + key(t) * p_; }
-  // The least clock time at which a run due at d may start.
-  i128 ripe_at(i128 d) const { return interval_start(d) + p_; }
+  i128 interval_start(i128 t) const { return start_ + key(t) * p_; }  // the wheel's grid: due times on and off it
   // The horizon: the wheel advances into interval H = min(K_max, 2^61 - 1) - 1 and no further, whatever
   // the clock (runtime.cpp, horizon_key); runs due from start(H) on never happen.
   i128 horizon_key() const { return std::min<i128>(kMaxRepresentableKey, k_max_) - 1; }
   i128 max_wheel_now() const { return start_ + horizon_key() * p_; }
+  // The reading a flush at clock c runs timers to (each run's fired_at): c, clamped as above.
   i128 wheel_at(i128 c) const { return std::min(c, max_wheel_now()); }
-  // Ripe: due to run by the wheel's time (the clock's, clamped as above; frozen by shutdown).
-  bool ripe(std::int64_t d) const { return ripe_at(d) <= wheel_now_; }
   // Due times below this are accepted, at or above it refused with std::out_of_range: 2^num_bits - 1
   // intervals past the wheel's or the clock's time, whichever is later (a wheel no pass has advanced yet
   // leaves the clock ahead: the simulation's clock moves), at most the horizon's start (producer_ops.cpp,
@@ -197,19 +185,6 @@ class RuntimeFuzz {
   i128 limit() const {
     const i128 k = std::min<i128>(key(std::max<i128>(wheel_now_, c_)) + ((i128{1} << num_bits_) - 1), horizon_key());
     return start_ + k * p_;
-  }
-
-  // A pending timer that may have run (or be running) already: a one-shot due now at its application.
-  // Periodic timers never are (the harness flushes them at once). In the simulation none is: runs happen
-  // only in the calls that run passes or lanes, after which the harness takes them (process_runs).
-  // In the simulation's lane mode a pass may have handed a one-shot due now or ripe to the lane, where it
-  // waits for run_ready: a cancel still wins (C4), a reschedule does not. So may a periodic timer whose
-  // next run is ripe: its REARM (posted by the run on the lane) filed and claimed by a later pass
-  // (fuzz/crashes/runtime_sim/open-reschedule_false-*: a reschedule through the Runtime of a periodic
-  // timer handed to the lane returned false, as documented; the model had it pending).
-  bool may_run(const MTimer& t) const {
-    if (!sim_) return !t.periodic && t.ambiguous;
-    return lane_mode_ && (t.periodic ? ripe(t.due) : t.ambiguous || ripe(t.due));
   }
 
   static const char* missed_name(Missed m) {
@@ -228,7 +203,7 @@ class RuntimeFuzz {
     TimerId id;
   };
   // ---- the model: what may and must have run, what an answer may be (runtime_fuzz/model.hpp)
-  i128 catch_up_runs(i128 due, i128 period, i128 c, bool due_now = false) const;
+  i128 catch_up_runs(i128 due, i128 period, i128 c) const;
   i128 runs_at(i128 c) const;
   void live_bounds(std::size_t& definite, std::size_t& possible) const;
   unsigned allowed_cancel_results(const MTimer& t) const;
@@ -270,7 +245,7 @@ class RuntimeFuzz {
   void op_flush(const char* why);
   void op_drain();
   void op_shutdown(chime::ShutdownMode mode);
-  void simulation_catch_up(const char* what);  // the simulation: a flush before drain / shutdown(fire_pending)
+  void flush_first(const char* what);  // the flush drain() and shutdown(fire_pending) begin with
   void after_shutdown_checks();
 
   // ---- state, forged ids and stats (runtime_fuzz/observe_ops.hpp)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/model.hpp: RuntimeFuzz: the model's judgement: the runs
-// a flush may make (the work budget), the timers certainly and possibly live
+// a flush makes (the work budget), the timers certainly and possibly live
 // (max_pending, stats().pending), what try_cancel / cancel_and_wait may
 // answer, and a cancel's effect on the model. Part of the runtime fuzz
 // target; see harness.hpp.
@@ -10,37 +10,36 @@
 
 namespace chime_fuzz::runtime_target {
 
-// Catch-up runs a periodic timer due at `due` makes when the clock reaches c: each run due before the
-// boundary; when it is due now (applied with due <= c), its first run whatever the boundary.
-inline i128 RuntimeFuzz::catch_up_runs(i128 due, i128 period, i128 c, bool due_now) const {
-  const i128 boundary = interval_start(wheel_at(c));
-  const i128 n = due >= boundary ? 0 : (boundary - due + period - 1) / period;
-  return due_now ? std::max<i128>(n, 1) : n;
+// Catch-up runs a periodic timer due at `due` makes at a flush at clock c: one per run due at or before
+// the flush's reading.
+inline i128 RuntimeFuzz::catch_up_runs(i128 due, i128 period, i128 c) const {
+  const i128 reading = wheel_at(c);
+  return due > reading ? 0 : (reading - due) / period + 1;
 }
 
-// Runs the next flush to clock c will make, at most.
+// Runs the next flush to clock c will make: every pending timer due at or before its reading, once
+// (Missed::skip and delay coalesce a periodic timer's runs), catch_up once per run due.
 inline i128 RuntimeFuzz::runs_at(i128 c) const {
   i128 n = 0;
   for (const MTimer& t : timers_) {
     if (t.st != MTimer::St::pending) continue;
-    if (!t.periodic) {
-      n += t.ambiguous || ripe_at(t.due) <= wheel_at(c) ? 1 : 0;
-    } else if (t.on_missed == Missed::catch_up) {
-      n += catch_up_runs(t.due, t.period, c, t.due_now);
+    if (t.periodic && t.on_missed == Missed::catch_up) {
+      n += catch_up_runs(t.due, t.period, c);
     } else {
-      n += t.due_now || interval_start(wheel_at(c)) > t.due ? 1 : 0;
+      n += t.due <= wheel_at(c) ? 1 : 0;
     }
   }
   return n;
 }
 
-// Live-timer bounds for max_pending: `definite` are certainly holding a slot, `possible` may be.
+// Live-timer bounds for max_pending: `definite` are certainly holding a slot (the pending ones: none runs
+// between calls), `possible` may be (a finished one whose slot no flush has freed yet).
 inline void RuntimeFuzz::live_bounds(std::size_t& definite, std::size_t& possible) const {
   definite = possible = 0;
   for (const MTimer& t : timers_) {
     if (t.st == MTimer::St::pending) {
+      ++definite;
       ++possible;
-      if (!may_run(t)) ++definite;
     } else if (!t.settled) {
       ++possible;
     }
@@ -51,14 +50,11 @@ inline void RuntimeFuzz::live_bounds(std::size_t& definite, std::size_t& possibl
 inline unsigned RuntimeFuzz::allowed_cancel_results(const MTimer& t) const {
   switch (t.st) {
     case MTimer::St::pending:
-      if (!may_run(t)) return bit(CancelResult::cancelled);  // not started, and cannot start before a flush
-      // Due now: it may have started, or finished (and its slot been reused by a later schedule).
-      return bit(CancelResult::cancelled) | bit(CancelResult::running) | bit(CancelResult::done) |
-             (sched_count_ != t.ripe_sched ? bit(CancelResult::unknown) : 0);
+      return bit(CancelResult::cancelled);  // not started, and cannot start before a flush
     case MTimer::St::fired:
     case MTimer::St::cancelled:
       // `running` while the run that ended it has not returned (the model learns of a run from inside it).
-      // In the simulation a run the model has seen has returned.
+      // A flush returns once its runs have returned, and in the simulation a run the model has seen has.
       return bit(CancelResult::done) | (t.settled || sim_ ? 0 : bit(CancelResult::running)) |
              (sched_count_ != t.terminal_sched ? bit(CancelResult::unknown) : 0);
   }

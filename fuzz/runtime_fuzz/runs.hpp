@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 // fuzz/runtime_fuzz/runs.hpp: RuntimeFuzz: the callback (on_run, on the
 // wheel thread or a worker: records the run and does its action) and the
-// check of every recorded run against the model (never early, Firing::due
-// and missed for one-shot, skip, catch_up and delay runs, self-cancels).
+// check of every recorded run against the model (at the flush whose reading
+// reaches its due, with that reading as fired_at; Firing::due and missed for
+// one-shot, skip, catch_up and delay runs; self-cancels).
 // Part of the runtime fuzz target; see harness.hpp.
 #pragma once
 
@@ -113,21 +114,13 @@ inline void RuntimeFuzz::check_run(const Run& r) {
   FUZZ_CHECK(r.state_inside == TimerState::running, who << ": state inside the callback is " << state_name(r.state_inside));
   FUZZ_CHECK(r.blocking_refused, who << ": flush/drain/shutdown inside a callback did not throw logic_error");
   FUZZ_CHECK(fired_at <= r.clock_at_start, who << ": fired_at is after the clock");
-  // Guard (docs/fuzzing.md, finding 12, open): a periodic lane run the lane's thread ran late re-arms
-  // behind the wheel's interval; the wheel files that re-arm overdue and runs it due now (coalesced up to
-  // the clock), not by the interval rule. Only the simulation's lane mode reaches it.
-  const bool late_rearm = t.periodic && sim_ && lane_mode_;
   if (!r.draining) {
-    // Never early: a run due now at its application (a one-shot's only run, a periodic's first after such an
-    // application) never before its due by the clock; any other not before interval_start(due) + precision.
-    const bool due_now = t.periodic ? t.due_now || late_rearm : t.ambiguous;
-    if (due_now) {
-      FUZZ_CHECK(due <= fired_at, who << ": a run due now at its application ran before its due");
-    } else {
-      FUZZ_CHECK(ripe_at(due) <= fired_at && ripe_at(due) <= r.clock_at_start,
-                 who << ": ran before interval_start(due) + precision = "
-                     << static_cast<std::int64_t>(ripe_at(due)));
-    }
+    // On time: run by a flush (drain() and shutdown(fire_pending) begin with one, which the harness makes
+    // itself) whose reading, the fired_at of its runs, is the clock's clamped to the horizon, and at or
+    // after its due.
+    FUZZ_CHECK(fired_at == static_cast<std::int64_t>(wheel_at(c_)),
+               who << ": fired_at is not the reading of the flush at " << c_);
+    FUZZ_CHECK(due <= fired_at, who << ": ran before its due");
   }
   ++t.runs;
   if (t.action == Action::throw_std || t.action == Action::throw_other) ++throws_;
@@ -154,7 +147,7 @@ inline void RuntimeFuzz::check_run(const Run& r) {
       FUZZ_CHECK(!r.self_result, who << ": cancel/reschedule of itself while running returned true");
     }
     t.st = MTimer::St::fired;
-    t.terminal_sched = t.ambiguous ? t.ripe_sched : sched_count_;
+    t.terminal_sched = sched_count_;
     t.settled = false;
     return;
   }
@@ -163,22 +156,16 @@ inline void RuntimeFuzz::check_run(const Run& r) {
     // drain() / shutdown(fire_pending): the next run, early, with its own due; the schedule stays.
     FUZZ_CHECK(due == t.due && r.firing.missed == 0, who << ": a drained run, model next due " << t.due);
   } else {
-    // The runs that may run now: up to the clock (fired_at) when due now at its application, else those due
-    // before the boundary (the start of the wheel's interval). Missed::skip and delay coalesce them into the
-    // latest; catch_up runs the first (and its re-arms the others).
-    const i128 boundary = interval_start(fired_at);
-    i128 last = t.due_now ? std::max<i128>(boundary - 1, fired_at) : boundary - 1;
-    // The guard (above): a late re-arm coalesced up to the clock, which only a due past boundary - 1 shows.
-    if (late_rearm && !t.due_now && due > boundary - 1) last = std::max<i128>(boundary - 1, fired_at);
-    FUZZ_CHECK(t.due <= last, who << ": model next due " << t.due << " is after "
-                                  << static_cast<std::int64_t>(last) << (t.due_now ? " (due now)" : ""));
+    // The runs due at or before the flush's reading (fired_at): Missed::skip and delay coalesce them into the
+    // latest; catch_up runs the first (and its re-arms the others, at the same flush).
+    const i128 last = fired_at;
+    FUZZ_CHECK(t.due <= last, who << ": model next due " << t.due << " is after " << static_cast<std::int64_t>(last));
     if (t.on_missed != Missed::catch_up) {
       const i128 k = (last - t.due) / t.period;
       const i128 want = t.due + k * t.period;
       FUZZ_CHECK(due == want && r.firing.missed == static_cast<std::uint64_t>(k),
                  who << ": " << missed_name(t.on_missed) << " expected due " << static_cast<std::int64_t>(want)
-                     << " missed " << static_cast<std::int64_t>(k) << ", got missed " << r.firing.missed
-                     << (t.due_now ? " (due now)" : ""));
+                     << " missed " << static_cast<std::int64_t>(k) << ", got missed " << r.firing.missed);
       // delay: the fixed rate restarts from the end of the run, on the runtime clock (the ManualClock does
       // not move while a run is in progress).
       t.due = t.on_missed == Missed::delay ? clamp64(static_cast<i128>(r.clock_at_start) + t.period)
@@ -187,7 +174,6 @@ inline void RuntimeFuzz::check_run(const Run& r) {
       FUZZ_CHECK(due == t.due && r.firing.missed == 0, who << ": catch_up expected due " << t.due);
       t.due = clamp64(static_cast<i128>(t.due) + t.period);
     }
-    t.due_now = false;  // its re-arms keep the interval rule
   }
   if (t.action == Action::reschedule_self) FUZZ_CHECK(!r.self_result, who << ": reschedule of itself returned true");
   if (t.action == Action::cancel_self) {

@@ -93,16 +93,6 @@ inline void RuntimeFuzz::schedule_outcome(const char* what, Outcome got, TimerId
   t.period = static_cast<std::int64_t>(period);
   t.due = static_cast<std::int64_t>(due);
   t.action = action;
-  t.cmd_clock = c_;
-  // Due now at its application (the clock cannot move before the command is applied).
-  if (t.due <= c_) {
-    if (periodic) {
-      t.due_now = true;  // the caller flushes at once
-    } else {
-      t.ambiguous = true;
-      t.ripe_sched = sched_count_;
-    }
-  }
   FUZZ_CHECK(tag == timers_.size(), "tag bookkeeping");
   timers_.push_back(t);
 }
@@ -178,9 +168,9 @@ inline void RuntimeFuzz::op_schedule_every() {
   const bool period_invalid = per <= 0;
   const i128 due = has_first ? i128{f} : clamp64(c_ + i128{per});  // saturating, as schedule_after
   if (!period_invalid) {
-    // Bound the work: the runs it makes now (it is flushed at once if ripe) must fit in the budget.
-    const bool due_now = due <= c_;
-    const i128 now_runs = on_missed == Missed::catch_up ? catch_up_runs(due, per, c_, due_now) : i128{due_now};
+    // Bound the work: the runs it makes at the next flush (at the clock's time at least) must fit in the
+    // budget.
+    const i128 now_runs = on_missed == Missed::catch_up ? catch_up_runs(due, per, c_) : i128{due <= wheel_at(c_)};
     if (runs_seen_ + runs_at(c_) + now_runs > kMaxRuns) return;
   }
   FUZZ_TRACE("schedule_every period=" << per << " first=" << (has_first ? std::to_string(f) : "default") << " "
@@ -201,8 +191,6 @@ inline void RuntimeFuzz::op_schedule_every() {
       id);
   if (got != Outcome::accepted) release_tag();
   schedule_outcome("schedule_every", got, id, due, true, on_missed, per, action, tag, period_invalid);
-  // A periodic timer is made runnable only under a flush, so that its runs are deterministic.
-  if (got == Outcome::accepted && timers_.back().due_now) op_flush("periodic scheduled due now");
 }
 
 }  // namespace chime_fuzz::runtime_target
