@@ -276,11 +276,8 @@ class KeyWheel {
   // Never allocates.
   void remove(Elt elt) {
     check_not_removing("remove");
-    const std::uint32_t i = checked_index("remove", elt);
-    unlink(i);
-    --size_;
-    if (min_cache_ == i) min_cache_ = kMinUnknown;
-    pool_.release(i);
+    checked_index("remove", elt);
+    remove_contained(elt);
   }
 
   // Moves an element to a new key. Throws std::invalid_argument if
@@ -637,6 +634,24 @@ class KeyWheel {
     CHIME_ASSERT(!removing_ && contains(elt) && key >= now_ && key <= max_allowed_key(),
                  "KeyWheel::change_key_in_range: stale handle or key out of range");
     change_key_checked(elt.index_, key);
+    return pool_[elt.index_].value();
+  }
+
+  // remove() without its checks. Precondition: check_not_removing passed and
+  // contains(elt) (CHIME_ASSERTed). O(1). Never allocates.
+  void remove_contained(Elt elt) noexcept {
+    CHIME_ASSERT(!removing_ && contains(elt), "KeyWheel::remove_contained: stale handle");
+    const std::uint32_t i = elt.index_;
+    unlink(i);
+    --size_;
+    if (min_cache_ == i) min_cache_ = kMinUnknown;
+    pool_.release(i);
+  }
+
+  // value(elt) without its check. Precondition: contains(elt)
+  // (CHIME_ASSERTed). Never allocates.
+  const T& value_contained(Elt elt) const noexcept {
+    CHIME_ASSERT(contains(elt), "KeyWheel::value_contained: stale handle");
     return pool_[elt.index_].value();
   }
 

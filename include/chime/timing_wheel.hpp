@@ -171,7 +171,7 @@ class TimingWheel {
     const std::uint64_t key = checked_alarm_key("add", at);
     queue_.check_not_removing("add");
     const Alarm alarm(queue_.add_in_range(key, Entry{at, std::move(value)}));
-    min_time_known_ = false;
+    if (min_time_known_ && (!min_time_ || at < *min_time_)) min_time_ = at;
     return alarm;
   }
   // add(interval_num_start(k), value), with the same checks.
@@ -185,8 +185,17 @@ class TimingWheel {
     queue_.check_not_removing("reschedule");
     queue_.check_contains("reschedule", alarm.elt_);
     const std::uint64_t key = checked_alarm_key("reschedule", at);
-    queue_.change_key_in_range(alarm.elt_, key).at = at;
-    min_time_known_ = false;
+    Entry& e = queue_.change_key_in_range(alarm.elt_, key);
+    const TimePoint old = e.at;
+    e.at = at;
+    if (min_time_known_) {
+      // Known and the wheel is not empty: min_time_ holds a time.
+      if (at <= *min_time_) {
+        min_time_ = at;
+      } else if (old == *min_time_) {
+        min_time_known_ = false;  // another alarm may share the old minimum, or none
+      }
+    }
   }
   // reschedule(alarm, interval_num_start(k)), with the same checks; throws
   // std::invalid_argument first if !contains(alarm). Never allocates.
@@ -198,8 +207,11 @@ class TimingWheel {
   // Removes an alarm without firing it. Throws std::invalid_argument if
   // !contains(alarm). O(1). Never allocates.
   void remove(Alarm alarm) {
-    queue_.remove(alarm.elt_);
-    min_time_known_ = false;
+    queue_.check_not_removing("remove");
+    queue_.check_contains("remove", alarm.elt_);
+    const TimePoint at = queue_.value_contained(alarm.elt_).at;
+    queue_.remove_contained(alarm.elt_);
+    if (min_time_known_ && at == *min_time_) min_time_known_ = false;
   }
 
   // True iff the alarm is in the wheel (false once fired or removed, and
@@ -231,7 +243,11 @@ class TimingWheel {
     const std::int64_t to_ns = to.time_since_epoch().count();
     if (to_ns <= now_ns_) return;
     const std::uint64_t key = key_of("advance_clock", to);
-    min_time_known_ = false;
+    // What fires is exactly the alarms before interval_start(to): if the
+    // cached minimum is not among them, nothing fires and it stays.
+    if (min_time_known_ && min_time_ && min_time_->time_since_epoch().count() < start_plus(key)) {
+      min_time_known_ = false;
+    }
     try {
       queue_.increase_min_allowed_key(key, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
     } catch (...) {
@@ -266,7 +282,7 @@ class TimingWheel {
   // advance_clock. Never allocates.
   template <class F>
   void fire_past_alarms(F&& handle_fired) {
-    min_time_known_ = false;
+    if (min_time_known_ && min_time_ && min_time_->time_since_epoch().count() <= now_ns_) min_time_known_ = false;
     queue_.remove_min_allowed_key_if(
         "fire_past_alarms", [&](const Entry& e) { return e.at.time_since_epoch().count() <= now_ns_; },
         [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
@@ -288,8 +304,10 @@ class TimingWheel {
     return static_cast<std::int64_t>(*key);
   }
 
-  // Earliest alarm time: scans the first non-empty slot; cached until the
-  // wheel changes.
+  // Earliest alarm time. Cached: add and reschedule keep the cache exact in
+  // O(1); remove, reschedule and the fires forget it only when they move or
+  // take an alarm at the cached time; the first call after that scans the
+  // first non-empty slot. Never allocates.
   std::optional<TimePoint> min_alarm_time() const {
     if (!min_time_known_) {
       min_time_ = earliest_time();
@@ -318,7 +336,8 @@ class TimingWheel {
   // unchanged. Throws std::logic_error inside handle_fired. Never allocates.
   void clear() {
     queue_.clear();
-    min_time_known_ = false;
+    min_time_.reset();
+    min_time_known_ = true;
   }
 
   // Verifies every invariant of the wheel and of its KeyWheel; throws
@@ -441,7 +460,7 @@ class TimingWheel {
   std::uint64_t max_interval_num_;  // K_max: last interval whose start is representable
   std::int64_t upper_bound_ns_;
   mutable std::optional<TimePoint> min_time_;
-  mutable bool min_time_known_ = false;
+  mutable bool min_time_known_ = true;  // a new wheel is empty: min_time_ is nullopt
 };
 
 }  // namespace chime
