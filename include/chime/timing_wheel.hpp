@@ -79,7 +79,19 @@ class TimingWheel {
     TimePoint at;
     T value;
   };
-  using Queue = KeyWheel<Entry>;
+  // An alarm's key is the interval of its time, computed from `at` when
+  // needed rather than stored beside it.
+  struct IntervalOf {
+    std::uint64_t start_ns;
+    detail::IntervalDivider divider;
+    std::uint64_t operator()(const Entry& e) const noexcept {
+      return divider.divide(static_cast<std::uint64_t>(e.at.time_since_epoch().count()) - start_ns);
+    }
+  };
+  using Queue = KeyWheel<Entry, IntervalOf>;
+  // An alarm is a 32-byte node (half a cache line) for any T of at most 8
+  // bytes and alignment: links, generation and level (16 bytes), `at`, the value.
+  static_assert(sizeof(T) > 8 || alignof(T) > 8 || Queue::element_bytes == 32);
 
  public:
   using value_type = T;
@@ -102,7 +114,7 @@ class TimingWheel {
   // config.capacity > 2^32 - 2048. config.capacity alarms are reserve()d:
   // allocated and pre-faulted here. May allocate.
   TimingWheel(WheelConfig config, TimePoint start)
-      : queue_(validated(config).level_bits, config.capacity),
+      : queue_(config.level_bits, config.capacity, interval_of(validated(config), start)),
         start_ns_(start.time_since_epoch().count()),
         precision_ns_(config.alarm_precision.count()),
         divider_(static_cast<std::uint64_t>(config.alarm_precision.count())),
@@ -135,9 +147,9 @@ class TimingWheel {
   // Makes capacity() >= n and pre-faults it: the missing storage (rounded up
   // to whole 2,048-alarm chunks) is allocated as one block and every alarm
   // slot not yet used is written now, so the next n - size() adds neither
-  // allocate nor take a page fault. Costs 32 + sizeof(T) bytes per alarm
-  // (rounded up to a multiple of 8 for T of alignment <= 8: 40 for an 8-byte
-  // T) at once, until the wheel is destroyed. Throws std::length_error if
+  // allocate nor take a page fault. Costs 24 + sizeof(T) bytes per alarm
+  // (rounded up to a multiple of 8 for T of alignment <= 8: 32
+  // for a T of up to 8 bytes) at once, until the wheel is destroyed. Throws std::length_error if
   // n > 2^32 - 2048, or std::bad_alloc; either way the wheel is unchanged.
   // Allowed inside handle_fired. May allocate.
   void reserve(std::size_t n) { queue_.reserve(n); }
@@ -185,9 +197,11 @@ class TimingWheel {
     queue_.check_not_removing("reschedule");
     queue_.check_contains("reschedule", alarm.elt_);
     const std::uint64_t key = checked_alarm_key("reschedule", at);
-    Entry& e = queue_.change_key_in_range(alarm.elt_, key);
-    const TimePoint old = e.at;
-    e.at = at;
+    TimePoint old;
+    queue_.change_key_in_range(alarm.elt_, key, [&](Entry& e) noexcept {
+      old = e.at;
+      e.at = at;
+    });
     if (min_time_known_) {
       // Known and the wheel is not empty: min_time_ holds a time.
       if (at <= *min_time_) {
@@ -376,6 +390,11 @@ class TimingWheel {
                                   std::to_string(config.alarm_precision.count()) + " ns");
     }
     return config;
+  }
+
+  static IntervalOf interval_of(const WheelConfig& config, TimePoint start) noexcept {
+    return {static_cast<std::uint64_t>(start.time_since_epoch().count()),
+            detail::IntervalDivider(static_cast<std::uint64_t>(config.alarm_precision.count()))};
   }
 
   static TimePoint from_ns(std::int64_t ns) noexcept { return TimePoint(Duration(ns)); }
