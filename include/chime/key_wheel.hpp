@@ -231,6 +231,7 @@ class KeyWheel {
       l.bits = b[i];
       l.mask = (Key{1} << slot_bits) - 1;
       l.slot_base = slot_base;
+      if (slot_bits > kNodeSlotBits) slots_in_nodes_ = false;
       l.occupied = detail::OccupancyBitmap(std::size_t{1} << slot_bits);
       slot_base += std::size_t{1} << slot_bits;
       shift += b[i];
@@ -565,6 +566,8 @@ class KeyWheel {
             const auto& n = pool_[i];
             const Key nk = key_at(i);
             if (n.level != level) fail("element " + std::to_string(i) + " records level " + std::to_string(n.level));
+            if (slots_in_nodes_ && n.slot() != j)
+              fail("element " + std::to_string(i) + " records slot " + std::to_string(n.slot()));
             if (nk < now_ || nk > max_key) {
               fail("element key " + std::to_string(nk) + " outside [" + std::to_string(now_) + ", " +
                    std::to_string(max_key) + "]");
@@ -945,6 +948,7 @@ class KeyWheel {
     const std::size_t slot = slot_of(key, level);
     std::uint32_t& head = heads_[l.slot_base + slot];
     n.level = static_cast<std::uint8_t>(level);
+    n.set_slot(slot);
     if (head == detail::kNilIndex) {
       head = i;
       n.prev = n.next = i;
@@ -969,7 +973,7 @@ class KeyWheel {
   void unlink(std::uint32_t i) noexcept {
     Node& n = pool_[i];
     Level& l = levels_[n.level];
-    const std::size_t slot = slot_of(key_at(i), n.level);
+    const std::size_t slot = slots_in_nodes_ ? n.slot() : slot_of(key_at(i), n.level);
     std::uint32_t& head = heads_[l.slot_base + slot];
     if (slot_min_[l.slot_base + slot] == i) slot_min_[l.slot_base + slot] = kMinUnknown;  // found again by a scan
     if (n.next == i) {
@@ -1177,6 +1181,11 @@ class KeyWheel {
   mutable std::vector<std::uint32_t> slot_min_;
   int num_levels_ = 0;
   int num_bits_ = 0;
+  // Every level has at most 2^kNodeSlotBits slots, so a node's slot field
+  // holds its slot and unlink needs no key (true unless a level has more
+  // than 23 bits).
+  static constexpr int kNodeSlotBits = 24;
+  bool slots_in_nodes_ = true;
   int block_shift_ = 0;  // S_1: now_ >> it is now's block
   Key now_ = 0;
   std::size_t size_ = 0;

@@ -63,7 +63,7 @@ enum : std::uint8_t {
 };
 
 // One element of a KeyWheel: its slot-list links, the generation its handles
-// carry, where it is, its value and (kStoresKey) its key. A KeyWheel that
+// carry, where it is (level and slot), its value and (kStoresKey) its key. A KeyWheel that
 // computes the key from the value (TimingWheel: the interval of the alarm's
 // time) stores none: 16 bytes before the value instead of 24, so a 16-byte
 // value makes a 32-byte node, two per cache line.
@@ -74,8 +74,17 @@ struct WheelNode {
   std::uint32_t next;
   std::uint32_t generation;
   std::uint8_t level;
+  // The slot within its level, if below 2^24 (KeyWheel::slots_in_nodes):
+  // bytes that alignment would leave unused, so unlinking needs no key.
+  std::uint8_t slot_high;
+  std::uint16_t slot_low;
   alignas(T) unsigned char storage[sizeof(T)];
 
+  std::size_t slot() const noexcept { return (std::size_t{slot_high} << 16) | slot_low; }
+  void set_slot(std::size_t s) noexcept {
+    slot_high = static_cast<std::uint8_t>(s >> 16);
+    slot_low = static_cast<std::uint16_t>(s);
+  }
   T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
   const T& value() const noexcept { return *std::launder(reinterpret_cast<const T*>(storage)); }
 };
@@ -86,8 +95,15 @@ struct WheelNode<T, false> {
   std::uint32_t next;
   std::uint32_t generation;
   std::uint8_t level;
+  std::uint8_t slot_high;
+  std::uint16_t slot_low;
   alignas(T) unsigned char storage[sizeof(T)];
 
+  std::size_t slot() const noexcept { return (std::size_t{slot_high} << 16) | slot_low; }
+  void set_slot(std::size_t s) noexcept {
+    slot_high = static_cast<std::uint8_t>(s >> 16);
+    slot_low = static_cast<std::uint16_t>(s);
+  }
   T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
   const T& value() const noexcept { return *std::launder(reinterpret_cast<const T*>(storage)); }
 };
