@@ -261,11 +261,11 @@ class KeyWheel {
   // Makes capacity() >= n and pre-faults it: the missing storage (rounded up
   // to whole 2,048-element chunks) is allocated as one block and every
   // element slot not yet used is written now, so the next n - size() adds
-  // neither allocate nor take a page fault. Costs
-  // sizeof(detail::WheelNode<T>) bytes per element (24 + sizeof(T) for an
-  // 8-byte T) at once, until the wheel is destroyed; growth without it adds
-  // blocks of a quarter of the capacity (at most 65,536 elements) and faults
-  // their pages in as adds reach them.
+  // neither allocate nor take a page fault. Costs element_bytes per element
+  // (24 + sizeof(T) for an 8-byte T, 8 less without stored keys) at once,
+  // until the wheel is destroyed; growth without it adds blocks of a quarter
+  // of the capacity (at most 65,536 elements) and faults their pages in as
+  // adds reach them.
   // Throws std::length_error if n > 2^32 - 2048, or std::bad_alloc; either
   // way the wheel is unchanged. Allowed inside handle_removed (it moves no
   // element). May allocate.
