@@ -72,6 +72,14 @@
 //    footprint of the wheel right after construction, divided by n: what the
 //    capacity costs before any add); bytes_per_alarm (footprint with the n
 //    alarms pending, / n).
+//
+// 4. BM_AddThenMinTime<ChimeWheel_1ms>/N:n — what the runtime's wheel thread
+//    does under load: a chime::TimingWheel<std::uint32_t> with 1 ms precision
+//    holds n alarms at base + i*97us (untimed), then 100,000 adds at times
+//    drawn uniformly from that span (after the earliest alarm, fixed seed)
+//    each followed by min_alarm_time(), whose answer is checked. Counter
+//    add_min_ns (one add plus one query). Under callgrind the timed loop is
+//    dumped as <name>/N:n/add_min.
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 #include <sys/resource.h>
@@ -648,6 +656,81 @@ void register_insert() {
 }
 
 // ---------------------------------------------------------------------------
+// Adds interleaved with min_alarm_time(), as the runtime's wheel thread does
+// (it asks for the earliest alarm before every sleep).
+
+constexpr std::size_t kAddMinOps = 100'000;  // timed add + min_alarm_time pairs per iteration
+
+class AddThenMinTime {
+ public:
+  using Wheel = chime::TimingWheel<std::uint32_t>;  // the runtime's wheel
+  static constexpr Ns kPrecisionNs = 1'000'000;
+
+  explicit AddThenMinTime(std::string label, std::size_t n) : label_(std::move(label)), n_(n), handles_(kAddMinOps) {
+    // Uniform over the span of the pending alarms, after the earliest: fixed seed.
+    std::mt19937_64 rng(20261128);
+    std::uniform_int_distribution<Ns> offset(kSpacing, static_cast<Ns>(n) * kSpacing);
+    times_.resize(kAddMinOps);
+    for (Ns& t : times_) t = kBase + offset(rng);
+  }
+
+  // Fills a wheel with n alarms at base + i*97us (untimed), then times
+  // kAddMinOps adds each followed by min_alarm_time(); removes them again
+  // (untimed). Returns the timed seconds.
+  double run() {
+    Wheel wheel(chime::WheelConfig{chime::Duration{kPrecisionNs}}, chime::TimePoint{chime::Duration{kBase}});
+    for (std::size_t i = 0; i < n_; ++i) wheel.add(to_time(alarm_time(i)), static_cast<std::uint32_t>(i));
+    wheel.reserve(n_ + kAddMinOps);
+    if (wheel.min_alarm_time() != to_time(alarm_time(0))) fail(label_.c_str(), "min before", 0, 0);
+    CHIME_BENCH_PHASE_BEGIN();
+    const double seconds = timed(wheel);
+    CHIME_BENCH_PHASE_END(label_ + "/N:" + std::to_string(n_) + "/add_min");
+    for (const Wheel::Alarm& a : handles_) wheel.remove(a);
+    if (wheel.size() != n_) fail(label_.c_str(), "size after remove", wheel.size(), n_);
+    return seconds;
+  }
+
+ private:
+  static chime::TimePoint to_time(Ns t) { return chime::TimePoint{chime::Duration{t}}; }
+
+  [[gnu::noinline]] double timed(Wheel& wheel) {
+    const chime::TimePoint first = to_time(alarm_time(0));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t k = 0; k < kAddMinOps; ++k) {
+      handles_[k] = wheel.add(to_time(times_[k]), static_cast<std::uint32_t>(k));
+      const std::optional<chime::TimePoint> min = wheel.min_alarm_time();
+      if (min != first) [[unlikely]]
+        fail(label_.c_str(), "min_alarm_time", k, 0);
+    }
+    return seconds_since(t0);
+  }
+
+  std::string label_;
+  std::size_t n_;
+  std::vector<Wheel::Alarm> handles_;
+  std::vector<Ns> times_;
+};
+
+void BM_AddThenMinTime(benchmark::State& state, std::string label) {
+  AddThenMinTime bench(std::move(label), static_cast<std::size_t>(state.range(0)));
+  double seconds = 0;
+  for (auto _ : state) {
+    const double s = bench.run();
+    state.SetIterationTime(s);
+    seconds += s;
+  }
+  state.counters["add_min_ns"] =
+      benchmark::Counter(seconds * 1e9 / static_cast<double>(kAddMinOps), benchmark::Counter::kAvgIterations);
+}
+
+void register_add_then_min_time() {
+  const std::string name = "BM_AddThenMinTime<ChimeWheel_1ms>";
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_AddThenMinTime, name);
+  b->ArgName("N")->Arg(10'000)->Arg(1'000'000);
+  b->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+
+// ---------------------------------------------------------------------------
 // Interval division: t -> (t - start) / precision.
 
 constexpr Ns kDivStart = kBase;
@@ -749,6 +832,7 @@ void register_all() {
   register_protocol<StdMultimap>();
 
   register_insert();
+  register_add_then_min_time();
 
   register_division_at<1'000>();
   register_division_at<1'000'000>();

@@ -280,6 +280,53 @@ TEST(KeyWheel, reused_slot_does_not_revive_stale_handles) {
   EXPECT_EQ(w.size(), 2u);
   EXPECT_INVARIANTS(w);
 }
+// The key of a value that is its own key: a KeyWheel that computes keys.
+struct SelfKey {
+  Key operator()(const Key& v) const noexcept { return v; }
+};
+
+// A wheel keeps working, with the same results, where a node cannot record its
+// slot (a level of 24 bits or more: unlinking then computes the slot from the
+// key), with keys stored or computed from the value.
+template <class Wheel>
+void run_wide_level_wheel() {
+  Wheel w(LevelBits::create({24, 2}));
+  // Level 0 has 2^25 slots (two banks); from here on now's bank is the second, slots 2^24 and up.
+  const Key start = Key{3} << 23;
+  w.increase_min_allowed_key(start, [](typename Wheel::Elt) {});
+  std::mt19937_64 rng(24);
+  std::vector<typename Wheel::Elt> live;
+  std::multiset<Key> keys;
+  auto add = [&](Key k) {
+    if constexpr (Wheel::stores_keys) {
+      live.push_back(w.add(k, static_cast<typename Wheel::value_type>(k)));
+    } else {
+      live.push_back(w.add_in_range(k, Key{k}));
+    }
+    keys.insert(k);
+  };
+  for (int i = 0; i < 2000; ++i) add(start + rng() % (w.max_allowed_key() - start + 1));
+  for (int i = 0; i < 1000; ++i) {
+    const std::size_t j = rng() % live.size();
+    keys.erase(keys.find(w.key(live[j])));
+    w.remove(live[j]);
+    live[j] = live.back();
+    live.pop_back();
+  }
+  EXPECT_INVARIANTS(w);
+  ASSERT_EQ(w.min_key(), *keys.begin());
+  std::vector<Key> fired;
+  const Key to = start + (Key{1} << 24);
+  w.increase_min_allowed_key(to, [&](typename Wheel::Elt e) { fired.push_back(w.key(e)); });
+  EXPECT_INVARIANTS(w);
+  const std::vector<Key> want(keys.begin(), keys.lower_bound(to));
+  EXPECT_EQ(fired, want);
+  EXPECT_EQ(w.size(), keys.size() - want.size());
+}
+TEST(KeyWheel, nodes_that_cannot_record_their_slot_unlink_by_key) {
+  run_wide_level_wheel<KeyWheel<std::uint64_t>>();
+  run_wide_level_wheel<KeyWheel<Key, SelfKey>>();
+}
 
 // Many live elements and many removals: all live handles stay valid, all removed ones stale.
 TEST(KeyWheel, handles_stay_exact_under_heavy_slot_reuse) {

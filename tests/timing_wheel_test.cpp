@@ -1026,6 +1026,66 @@ TEST(TimingWheel, for_each_visits_every_alarm_once) {
   EXPECT_EQ(seen, expected);
 }
 
+// min_alarm_time() equals the least at() of the alarms after any sequence of
+// add / remove / reschedule / advance_clock / fire_past_alarms / clear, whether
+// it was asked after every step (the cache then follows each change) or only
+// now and then (the cache is forgotten and rebuilt); check_invariants() also
+// checks that a cached minimum is never stale.
+TEST(TimingWheel, min_alarm_time_equals_brute_force_minimum_through_random_operations) {
+  std::mt19937_64 rng(20261128);
+  for (const std::int64_t precision : {1, 7, 1000}) {
+    for (const int ask_percent : {100, 30}) {
+      IntWheel w(config(precision, LevelBits::create({4, 3, 3})), T(0));
+      std::vector<Alarm> live;
+      auto pick = [&](std::uint64_t bound) { return static_cast<std::int64_t>(rng() % bound); };
+      auto some_time = [&] {
+        // Mostly near now (the same or the next few intervals, often equal times), sometimes far.
+        const std::int64_t span = pick(4) == 0 ? 5000 * precision : 8 * precision;
+        const std::int64_t at = N(w.now()) + pick(static_cast<std::uint64_t>(span));
+        return T(std::min(at, N(w.alarm_upper_bound()) - 1));
+      };
+      auto brute_min = [&] {
+        std::optional<TimePoint> m;
+        for (const Alarm& a : live) {
+          if (!m || w.at(a) < *m) m = w.at(a);
+        }
+        return m;
+      };
+      for (int step = 0; step < 20'000; ++step) {
+        const auto op = pick(100);
+        if (op < 35 || live.empty()) {
+          live.push_back(w.add(some_time(), step));
+        } else if (op < 55) {
+          const std::size_t j = static_cast<std::size_t>(pick(live.size()));
+          w.remove(live[j]);
+          live[j] = live.back();
+          live.pop_back();
+        } else if (op < 80) {
+          const Alarm a = live[static_cast<std::size_t>(pick(live.size()))];
+          // Often onto the current minimum or just around it.
+          const auto m = brute_min();
+          const std::int64_t near = N(*m) + pick(3) - 1;
+          const std::int64_t clamped = std::clamp(near, N(w.now()), N(w.alarm_upper_bound()) - 1);
+          w.reschedule(a, pick(2) == 0 ? T(clamped) : some_time());
+        } else if (op < 93) {
+          const TimePoint to = T(N(w.now()) + pick(static_cast<std::uint64_t>(6 * precision)));
+          w.advance_clock(to, [&](Alarm a) { std::erase(live, a); });
+        } else if (op < 99) {
+          w.fire_past_alarms([&](Alarm a) { std::erase(live, a); });
+        } else {
+          w.clear();
+          live.clear();
+        }
+        ASSERT_NO_THROW(w.check_invariants()) << "precision " << precision << " step " << step;
+        if (pick(100) < ask_percent) {
+          ASSERT_EQ(w.min_alarm_time(), brute_min()) << "precision " << precision << " step " << step;
+        }
+      }
+      EXPECT_EQ(w.min_alarm_time(), brute_min());
+    }
+  }
+}
+
 // clear() removes every alarm (handles go stale), keeps now(), and resets the cached minimum.
 TEST(TimingWheel, clear_removes_all_alarms_and_resets_min_cache) {
   IntWheel w(config(10), T(0));

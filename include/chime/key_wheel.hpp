@@ -153,6 +153,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -163,11 +164,28 @@
 
 namespace chime {
 
-template <class T>
+namespace detail {
+struct NoKeyOf {};  // KeyWheel's key_of_type when it stores the keys
+}  // namespace detail
+
+// KeyOf = void: the wheel stores each element's key beside it. Otherwise a
+// KeyOf object key_of, given to the constructor, computes it: key_of(value)
+// (a const call, noexcept) must equal the element's key from the add that
+// stored the value until the element leaves the wheel (so a handle_removed
+// that moves the value out must leave what key_of reads), and only
+// change_key_in_range's update may change it. The node then holds no key:
+// 8 bytes less per element (TimingWheel's alarms: 32 bytes, not 40).
+template <class T, class KeyOf = void>
 class KeyWheel {
  public:
   using Key = std::uint64_t;
   using value_type = T;
+  // True iff the wheel stores the keys (KeyOf is void).
+  static constexpr bool stores_keys = std::is_void_v<KeyOf>;
+  using key_of_type = std::conditional_t<stores_keys, detail::NoKeyOf, KeyOf>;
+  // Bytes of storage per element (the slab's node: links, generation, level,
+  // the value and, if stores_keys, the key).
+  static constexpr std::size_t element_bytes = sizeof(detail::WheelNode<T, stores_keys>);
 
   // Keys are at most 2^61 - 1 (Jane Street's max_representable_key).
   static constexpr Key max_representable_key = (Key{1} << LevelBits::max_num_bits) - 1;
@@ -191,9 +209,9 @@ class KeyWheel {
   // Throws std::invalid_argument if a level has more than max_level_bits bits,
   // std::length_error as reserve. `capacity` is passed to reserve(): storage
   // for that many elements is allocated and pre-faulted here (the wheel grows
-  // past it). May allocate.
-  explicit KeyWheel(LevelBits bits = LevelBits::default_bits(), std::size_t capacity = 0)
-      : bits_(bits), pool_(capacity) {
+  // past it). `key_of` computes keys unless stores_keys. May allocate.
+  explicit KeyWheel(LevelBits bits = LevelBits::default_bits(), std::size_t capacity = 0, key_of_type key_of = {})
+      : bits_(bits), pool_(capacity), key_of_(std::move(key_of)) {
     const auto b = bits_.bits();
     num_levels_ = static_cast<int>(b.size());
     levels_.resize(b.size());
@@ -213,6 +231,7 @@ class KeyWheel {
       l.bits = b[i];
       l.mask = (Key{1} << slot_bits) - 1;
       l.slot_base = slot_base;
+      if (slot_bits > kNodeSlotBits) slots_in_nodes_ = false;
       l.occupied = detail::OccupancyBitmap(std::size_t{1} << slot_bits);
       slot_base += std::size_t{1} << slot_bits;
       shift += b[i];
@@ -242,11 +261,11 @@ class KeyWheel {
   // Makes capacity() >= n and pre-faults it: the missing storage (rounded up
   // to whole 2,048-element chunks) is allocated as one block and every
   // element slot not yet used is written now, so the next n - size() adds
-  // neither allocate nor take a page fault. Costs
-  // sizeof(detail::WheelNode<T>) bytes per element (24 + sizeof(T) for an
-  // 8-byte T) at once, until the wheel is destroyed; growth without it adds
-  // blocks of a quarter of the capacity (at most 65,536 elements) and faults
-  // their pages in as adds reach them.
+  // neither allocate nor take a page fault. Costs element_bytes per element
+  // (24 + sizeof(T) for an 8-byte T, 8 less without stored keys) at once,
+  // until the wheel is destroyed; growth without it adds blocks of a quarter
+  // of the capacity (at most 65,536 elements) and faults their pages in as
+  // adds reach them.
   // Throws std::length_error if n > 2^32 - 2048, or std::bad_alloc; either
   // way the wheel is unchanged. Allowed inside handle_removed (it moves no
   // element). May allocate.
@@ -266,7 +285,7 @@ class KeyWheel {
 
   // Adds an element. Throws std::out_of_range if key < min_allowed_key() or
   // key > max_allowed_key(). O(1). May allocate (only when the pool is full).
-  Elt add(Key key, T value) {
+  Elt add(Key key, T value) requires stores_keys {
     check_not_removing("add");
     check_key("add", key);
     return add_checked(key, std::move(value));
@@ -276,20 +295,17 @@ class KeyWheel {
   // Never allocates.
   void remove(Elt elt) {
     check_not_removing("remove");
-    const std::uint32_t i = checked_index("remove", elt);
-    unlink(i);
-    --size_;
-    if (min_cache_ == i) min_cache_ = kMinUnknown;
-    pool_.release(i);
+    checked_index("remove", elt);
+    remove_contained(elt);
   }
 
   // Moves an element to a new key. Throws std::invalid_argument if
   // !contains(elt), std::out_of_range as add. O(1). Never allocates.
-  void change_key(Elt elt, Key key) {
+  void change_key(Elt elt, Key key) requires stores_keys {
     check_not_removing("change_key");
     const std::uint32_t i = checked_index("change_key", elt);
     check_key("change_key", key);
-    change_key_checked(i, key);
+    change_key_checked(i, key, [](T&) noexcept {});
   }
 
   // True iff elt is in the wheel (false while it is being removed by
@@ -336,7 +352,7 @@ class KeyWheel {
           // head is a minimum. (A slot of the next block's bank may not be:
           // part of that block can still be on level 1. The cached minimum,
           // if known, stays right: nothing was added and it was not removed.)
-          if (j < bank_end(0, now_slot)) min_cache_ = heads_[l0.slot_base + j];
+          if (j < bank_end(0, now_slot)) cache_min(heads_[l0.slot_base + j], (now_ & ~l0.mask) + j);
           break;
         }
         now_ = (now_ & ~l0.mask) + j;  // j is in now's bank, so this key is in now's block
@@ -347,7 +363,7 @@ class KeyWheel {
       if (s.level < 0) break;
       if (s.level == 0) {
         if (s.first_key >= key) {
-          min_cache_ = slot_head(s);  // the first non-empty slot is on level 0
+          cache_min(slot_head(s), s.first_key);  // the first non-empty slot is on level 0
           break;
         }
         set_now(s.first_key);
@@ -424,7 +440,7 @@ class KeyWheel {
   std::optional<Key> min_key() const {
     const std::uint32_t i = min_index();
     if (i == detail::kNilIndex) return std::nullopt;
-    return pool_[i].key;
+    return min_cache_key_;  // min_index() cached it
   }
 
   // Calls f(Elt) for every element, in no particular order. f must not modify
@@ -548,22 +564,25 @@ class KeyWheel {
           std::size_t guard = 0;
           do {
             const auto& n = pool_[i];
+            const Key nk = key_at(i);
             if (n.level != level) fail("element " + std::to_string(i) + " records level " + std::to_string(n.level));
-            if (n.key < now_ || n.key > max_key) {
-              fail("element key " + std::to_string(n.key) + " outside [" + std::to_string(now_) + ", " +
+            if (slots_in_nodes_ && n.slot() != j)
+              fail("element " + std::to_string(i) + " records slot " + std::to_string(n.slot()));
+            if (nk < now_ || nk > max_key) {
+              fail("element key " + std::to_string(nk) + " outside [" + std::to_string(now_) + ", " +
                    std::to_string(max_key) + "]");
             }
             // Part of a span moved down ahead may still be in its slot one level up.
             const bool not_yet_moved = level > 0 && ((ahead_levels_ >> (level - 1)) & 1) != 0 &&
-                                       j == ahead_source_slot(level - 1) && level_of(n.key) == level - 1 &&
-                                       slot_of(n.key, level) == j;
-            if (!not_yet_moved && (level_of(n.key) != level || slot_of(n.key, level) != j)) {
-              fail("element key " + std::to_string(n.key) + " sits at level " + std::to_string(level) + " slot " +
-                   std::to_string(j) + " but belongs at level " + std::to_string(level_of(n.key)) + " slot " +
-                   std::to_string(slot_of(n.key, level_of(n.key))));
+                                       j == ahead_source_slot(level - 1) && level_of(nk) == level - 1 &&
+                                       slot_of(nk, level) == j;
+            if (!not_yet_moved && (level_of(nk) != level || slot_of(nk, level) != j)) {
+              fail("element key " + std::to_string(nk) + " sits at level " + std::to_string(level) + " slot " +
+                   std::to_string(j) + " but belongs at level " + std::to_string(level_of(nk)) + " slot " +
+                   std::to_string(slot_of(nk, level_of(nk))));
             }
             if (pool_[n.next].prev != i || pool_[n.prev].next != i) fail("broken slot list links");
-            if (true_min == detail::kNilIndex || n.key < pool_[true_min].key) true_min = i;
+            if (true_min == detail::kNilIndex || nk < key_at(true_min)) true_min = i;
             ++in_level;
             if (++guard > pool_.capacity()) fail("slot list has a cycle");
             i = n.next;
@@ -572,7 +591,7 @@ class KeyWheel {
           if (level > 0 && m != kMinUnknown) {
             std::uint32_t first_min = head;
             for (std::uint32_t k = pool_[head].next; k != head; k = pool_[k].next) {
-              if (pool_[k].key < pool_[first_min].key) first_min = k;
+              if (key_at(k) < key_at(first_min)) first_min = k;
             }
             if (m != first_min) {
               fail("level " + std::to_string(level) + " slot " + std::to_string(j) + " caches element " +
@@ -597,9 +616,10 @@ class KeyWheel {
     if (min_cache_ == detail::kNilIndex && size_ != 0) fail("min cache says empty but the wheel is not");
     if (min_cache_ != detail::kNilIndex && min_cache_ != kMinUnknown) {
       if (true_min == detail::kNilIndex || min_cache_ >= pool_.used() || pool_[min_cache_].level >= kMaxLevels ||
-          pool_[min_cache_].key != pool_[true_min].key) {
+          key_at(min_cache_) != key_at(true_min)) {
         fail("cached minimum element is not a minimum element of the wheel");
       }
+      if (min_cache_key_ != key_at(min_cache_)) fail("cached minimum key is not the key of the cached element");
     }
   }
 
@@ -624,6 +644,7 @@ class KeyWheel {
   // add() without its checks. Precondition: check_not_removing passed and
   // min_allowed_key() <= key <= max_allowed_key() (CHIME_ASSERTed). O(1). May
   // allocate (only when the pool is full).
+  // Unless stores_keys, key must be key_of(value) (CHIME_ASSERTed).
   Elt add_in_range(Key key, T&& value) {
     CHIME_ASSERT(!removing_ && key >= now_ && key <= max_allowed_key(), "KeyWheel::add_in_range: key out of range");
     return add_checked(key, std::move(value));
@@ -633,16 +654,43 @@ class KeyWheel {
   // caller to update with the key. Precondition: check_not_removing passed,
   // contains(elt), and key is in range as for add_in_range (CHIME_ASSERTed).
   // O(1). Never allocates.
-  T& change_key_in_range(Elt elt, Key key) noexcept {
+  T& change_key_in_range(Elt elt, Key key) noexcept requires stores_keys {
     CHIME_ASSERT(!removing_ && contains(elt) && key >= now_ && key <= max_allowed_key(),
                  "KeyWheel::change_key_in_range: stale handle or key out of range");
-    change_key_checked(elt.index_, key);
+    change_key_checked(elt.index_, key, [](T&) noexcept {});
+    return pool_[elt.index_].value();
+  }
+  // The same, with update(T&) called on the value while the element is out
+  // of its slot: unless stores_keys, update must make key_of(value) == key
+  // (CHIME_ASSERTed). update must not throw.
+  template <class F>
+  void change_key_in_range(Elt elt, Key key, F&& update) noexcept {
+    CHIME_ASSERT(!removing_ && contains(elt) && key >= now_ && key <= max_allowed_key(),
+                 "KeyWheel::change_key_in_range: stale handle or key out of range");
+    change_key_checked(elt.index_, key, update);
+  }
+
+  // remove() without its checks. Precondition: check_not_removing passed and
+  // contains(elt) (CHIME_ASSERTed). O(1). Never allocates.
+  void remove_contained(Elt elt) noexcept {
+    CHIME_ASSERT(!removing_ && contains(elt), "KeyWheel::remove_contained: stale handle");
+    const std::uint32_t i = elt.index_;
+    unlink(i);
+    --size_;
+    if (min_cache_ == i) min_cache_ = kMinUnknown;
+    pool_.release(i);
+  }
+
+  // value(elt) without its check. Precondition: contains(elt)
+  // (CHIME_ASSERTed). Never allocates.
+  const T& value_contained(Elt elt) const noexcept {
+    CHIME_ASSERT(contains(elt), "KeyWheel::value_contained: stale handle");
     return pool_[elt.index_].value();
   }
 
   // key(elt) and value(elt), with `what` naming the caller in the
   // std::invalid_argument they throw. Never allocate.
-  Key key(const char* what, Elt elt) const { return pool_[readable_index(what, elt)].key; }
+  Key key(const char* what, Elt elt) const { return key_at(readable_index(what, elt)); }
   T& value(const char* what, Elt elt) { return pool_[readable_index(what, elt)].value(); }
   const T& value(const char* what, Elt elt) const { return pool_[readable_index(what, elt)].value(); }
 
@@ -696,7 +744,7 @@ class KeyWheel {
   }
 
  private:
-  using Node = detail::WheelNode<T>;
+  using Node = detail::WheelNode<T, stores_keys>;
   static constexpr std::uint8_t kMaxLevels = LevelBits::max_num_bits;
   // min_cache_ values: an element index, kNilIndex ("the wheel is empty"), or:
   static constexpr std::uint32_t kMinUnknown = detail::kNilIndex - 1;
@@ -814,18 +862,29 @@ class KeyWheel {
   Elt add_checked(Key key, T&& value) {
     const std::uint32_t i = pool_.allocate(std::move(value));
     Node& n = pool_[i];
-    n.key = key;
-    link(i, n);
+    if constexpr (stores_keys) {
+      n.key = key;
+    } else {
+      CHIME_ASSERT(key_of_(std::as_const(n.value())) == key, "KeyWheel::add_in_range: key != key_of(value)");
+    }
+    link(i, n, key);
     ++size_;
     note_new_key(i, key);
     return Elt(i, n.generation);
   }
 
-  // change_key() after the checks.
-  void change_key_checked(std::uint32_t i, Key key) noexcept {
+  // change_key() after the checks; update(T&) runs while i is unlinked.
+  template <class F>
+  void change_key_checked(std::uint32_t i, Key key, F&& update) noexcept {
     unlink(i);
-    pool_[i].key = key;
-    link(i);
+    Node& n = pool_[i];
+    update(n.value());
+    if constexpr (stores_keys) {
+      n.key = key;
+    } else {
+      CHIME_ASSERT(key_of_(std::as_const(n.value())) == key, "KeyWheel::change_key_in_range: key != key_of(value)");
+    }
+    link(i, n, key);
     if (min_cache_ == i) min_cache_ = kMinUnknown;
     note_new_key(i, key);
   }
@@ -865,19 +924,31 @@ class KeyWheel {
 
   // Keeps the min cache exact after element i got key `key`.
   void note_new_key(std::uint32_t i, Key key) noexcept {
-    if (min_cache_ == detail::kNilIndex || (min_cache_ != kMinUnknown && key < pool_[min_cache_].key)) {
-      min_cache_ = i;
+    if (min_cache_ == detail::kNilIndex || (min_cache_ != kMinUnknown && key < min_cache_key_)) cache_min(i, key);
+  }
+  void cache_min(std::uint32_t i, Key key) const noexcept {
+    min_cache_ = i;
+    min_cache_key_ = key;
+  }
+
+  // The key of element i (stored, or computed from its value).
+  Key key_at(std::uint32_t i) const noexcept {
+    if constexpr (stores_keys) {
+      return pool_[i].key;
+    } else {
+      return key_of_(pool_[i].value());
     }
   }
 
-  // Files element i (whose key is set) at the end of its slot. O(1).
-  void link(std::uint32_t i) noexcept { link(i, pool_[i]); }
-  void link(std::uint32_t i, Node& n) noexcept {
-    const int level = level_of(n.key);
+  // Files element i, node n, with key `key`, at the end of its slot. O(1).
+  void link(std::uint32_t i) noexcept { link(i, pool_[i], key_at(i)); }
+  void link(std::uint32_t i, Node& n, Key key) noexcept {
+    const int level = level_of(key);
     Level& l = levels_[level];
-    const std::size_t slot = slot_of(n.key, level);
+    const std::size_t slot = slot_of(key, level);
     std::uint32_t& head = heads_[l.slot_base + slot];
     n.level = static_cast<std::uint8_t>(level);
+    n.set_slot(slot);
     if (head == detail::kNilIndex) {
       head = i;
       n.prev = n.next = i;
@@ -887,7 +958,7 @@ class KeyWheel {
       // Above level 0 a slot holds a range of keys: keep its first smallest
       // (we join the end, so only a strictly smaller key replaces it).
       std::uint32_t& m = slot_min_[l.slot_base + slot];
-      if (level > 0 && m != kMinUnknown && n.key < pool_[m].key) m = i;
+      if (level > 0 && m != kMinUnknown && key < key_at(m)) m = i;
       Node& h = pool_[head];
       const std::uint32_t tail = h.prev;
       n.prev = tail;
@@ -902,7 +973,7 @@ class KeyWheel {
   void unlink(std::uint32_t i) noexcept {
     Node& n = pool_[i];
     Level& l = levels_[n.level];
-    const std::size_t slot = slot_of(n.key, n.level);
+    const std::size_t slot = slots_in_nodes_ ? n.slot() : slot_of(key_at(i), n.level);
     std::uint32_t& head = heads_[l.slot_base + slot];
     if (slot_min_[l.slot_base + slot] == i) slot_min_[l.slot_base + slot] = kMinUnknown;  // found again by a scan
     if (n.next == i) {
@@ -991,13 +1062,18 @@ class KeyWheel {
     const SlotRef s = first_slot();
     if (s.level < 0) return min_cache_ = detail::kNilIndex;
     std::uint32_t best = slot_min(s);
+    Key best_key = key_at(best);
     if (is_ahead_source(s)) {  // the rest of that span is one level down
       if (const SlotRef a = ahead_bank_slot(s.level - 1, true); a.level >= 0) {
         const std::uint32_t m = slot_min(a);
-        if (pool_[m].key < pool_[best].key) best = m;
+        if (const Key k = key_at(m); k < best_key) {
+          best = m;
+          best_key = k;
+        }
       }
     }
-    return min_cache_ = best;
+    cache_min(best, best_key);
+    return best;
   }
 
   // The first element with the smallest key of non-empty slot s: the head on
@@ -1009,8 +1085,12 @@ class KeyWheel {
     std::uint32_t& m = slot_min_[levels_[s.level].slot_base + s.slot];
     if (m == kMinUnknown) {
       std::uint32_t best = head;
+      Key best_key = key_at(head);
       for (std::uint32_t i = pool_[head].next; i != head; i = pool_[i].next) {
-        if (pool_[i].key < pool_[best].key) best = i;
+        if (const Key k = key_at(i); k < best_key) {
+          best = i;
+          best_key = k;
+        }
       }
       m = best;
     }
@@ -1038,7 +1118,7 @@ class KeyWheel {
     if (min_cache_ == i) min_cache_ = kMinUnknown;
     struct Release {
       ~Release() { pool.release(i); }
-      detail::ElementPool<T>& pool;
+      detail::ElementPool<T, stores_keys>& pool;
       std::uint32_t i;
     } release{pool_, i};
     handle_removed(Elt(i, pool_[i].generation));
@@ -1090,7 +1170,8 @@ class KeyWheel {
   }
 
   LevelBits bits_;
-  detail::ElementPool<T> pool_;
+  detail::ElementPool<T, stores_keys> pool_;
+  [[no_unique_address]] key_of_type key_of_;
   std::vector<Level> levels_;
   std::vector<std::uint32_t> heads_;  // slot list heads, all levels
   // Per slot above level 0: the index of its first element with the smallest
@@ -1100,6 +1181,11 @@ class KeyWheel {
   mutable std::vector<std::uint32_t> slot_min_;
   int num_levels_ = 0;
   int num_bits_ = 0;
+  // Every level has at most 2^kNodeSlotBits slots, so a node's slot field
+  // holds its slot and unlink needs no key (true unless a level has more
+  // than 23 bits).
+  static constexpr int kNodeSlotBits = 24;
+  bool slots_in_nodes_ = true;
   int block_shift_ = 0;  // S_1: now_ >> it is now's block
   Key now_ = 0;
   std::size_t size_ = 0;
@@ -1111,6 +1197,7 @@ class KeyWheel {
   // while bit j of ahead_levels_ is set, of the next span. level_of reads it.
   std::array<Key, kMaxLevels> level_end_{};
   mutable std::uint32_t min_cache_ = detail::kNilIndex;
+  mutable Key min_cache_key_ = 0;  // the key of min_cache_ while it is an element
   std::size_t moved_by_last_increase_ = 0;
   bool removing_ = false;
 };

@@ -79,7 +79,19 @@ class TimingWheel {
     TimePoint at;
     T value;
   };
-  using Queue = KeyWheel<Entry>;
+  // An alarm's key is the interval of its time, computed from `at` when
+  // needed rather than stored beside it.
+  struct IntervalOf {
+    std::uint64_t start_ns;
+    detail::IntervalDivider divider;
+    std::uint64_t operator()(const Entry& e) const noexcept {
+      return divider.divide(static_cast<std::uint64_t>(e.at.time_since_epoch().count()) - start_ns);
+    }
+  };
+  using Queue = KeyWheel<Entry, IntervalOf>;
+  // An alarm is a 32-byte node (half a cache line) for any T of at most 8
+  // bytes and alignment: links, generation and level (16 bytes), `at`, the value.
+  static_assert(sizeof(T) > 8 || alignof(T) > 8 || Queue::element_bytes == 32);
 
  public:
   using value_type = T;
@@ -102,7 +114,7 @@ class TimingWheel {
   // config.capacity > 2^32 - 2048. config.capacity alarms are reserve()d:
   // allocated and pre-faulted here. May allocate.
   TimingWheel(WheelConfig config, TimePoint start)
-      : queue_(validated(config).level_bits, config.capacity),
+      : queue_(config.level_bits, config.capacity, interval_of(validated(config), start)),
         start_ns_(start.time_since_epoch().count()),
         precision_ns_(config.alarm_precision.count()),
         divider_(static_cast<std::uint64_t>(config.alarm_precision.count())),
@@ -135,9 +147,9 @@ class TimingWheel {
   // Makes capacity() >= n and pre-faults it: the missing storage (rounded up
   // to whole 2,048-alarm chunks) is allocated as one block and every alarm
   // slot not yet used is written now, so the next n - size() adds neither
-  // allocate nor take a page fault. Costs 32 + sizeof(T) bytes per alarm
-  // (rounded up to a multiple of 8 for T of alignment <= 8: 40 for an 8-byte
-  // T) at once, until the wheel is destroyed. Throws std::length_error if
+  // allocate nor take a page fault. Costs 24 + sizeof(T) bytes per alarm
+  // (rounded up to a multiple of 8 for T of alignment <= 8: 32
+  // for a T of up to 8 bytes) at once, until the wheel is destroyed. Throws std::length_error if
   // n > 2^32 - 2048, or std::bad_alloc; either way the wheel is unchanged.
   // Allowed inside handle_fired. May allocate.
   void reserve(std::size_t n) { queue_.reserve(n); }
@@ -171,7 +183,7 @@ class TimingWheel {
     const std::uint64_t key = checked_alarm_key("add", at);
     queue_.check_not_removing("add");
     const Alarm alarm(queue_.add_in_range(key, Entry{at, std::move(value)}));
-    min_time_known_ = false;
+    if (min_time_known_ && (!min_time_ || at < *min_time_)) min_time_ = at;
     return alarm;
   }
   // add(interval_num_start(k), value), with the same checks.
@@ -185,8 +197,19 @@ class TimingWheel {
     queue_.check_not_removing("reschedule");
     queue_.check_contains("reschedule", alarm.elt_);
     const std::uint64_t key = checked_alarm_key("reschedule", at);
-    queue_.change_key_in_range(alarm.elt_, key).at = at;
-    min_time_known_ = false;
+    TimePoint old;
+    queue_.change_key_in_range(alarm.elt_, key, [&](Entry& e) noexcept {
+      old = e.at;
+      e.at = at;
+    });
+    if (min_time_known_) {
+      // Known and the wheel is not empty: min_time_ holds a time.
+      if (at <= *min_time_) {
+        min_time_ = at;
+      } else if (old == *min_time_) {
+        min_time_known_ = false;  // another alarm may share the old minimum, or none
+      }
+    }
   }
   // reschedule(alarm, interval_num_start(k)), with the same checks; throws
   // std::invalid_argument first if !contains(alarm). Never allocates.
@@ -198,8 +221,11 @@ class TimingWheel {
   // Removes an alarm without firing it. Throws std::invalid_argument if
   // !contains(alarm). O(1). Never allocates.
   void remove(Alarm alarm) {
-    queue_.remove(alarm.elt_);
-    min_time_known_ = false;
+    queue_.check_not_removing("remove");
+    queue_.check_contains("remove", alarm.elt_);
+    const TimePoint at = queue_.value_contained(alarm.elt_).at;
+    queue_.remove_contained(alarm.elt_);
+    if (min_time_known_ && at == *min_time_) min_time_known_ = false;
   }
 
   // True iff the alarm is in the wheel (false once fired or removed, and
@@ -231,7 +257,11 @@ class TimingWheel {
     const std::int64_t to_ns = to.time_since_epoch().count();
     if (to_ns <= now_ns_) return;
     const std::uint64_t key = key_of("advance_clock", to);
-    min_time_known_ = false;
+    // What fires is exactly the alarms before interval_start(to): if the
+    // cached minimum is not among them, nothing fires and it stays.
+    if (min_time_known_ && min_time_ && min_time_->time_since_epoch().count() < start_plus(key)) {
+      min_time_known_ = false;
+    }
     try {
       queue_.increase_min_allowed_key(key, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
     } catch (...) {
@@ -266,7 +296,7 @@ class TimingWheel {
   // advance_clock. Never allocates.
   template <class F>
   void fire_past_alarms(F&& handle_fired) {
-    min_time_known_ = false;
+    if (min_time_known_ && min_time_ && min_time_->time_since_epoch().count() <= now_ns_) min_time_known_ = false;
     queue_.remove_min_allowed_key_if(
         "fire_past_alarms", [&](const Entry& e) { return e.at.time_since_epoch().count() <= now_ns_; },
         [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
@@ -288,8 +318,10 @@ class TimingWheel {
     return static_cast<std::int64_t>(*key);
   }
 
-  // Earliest alarm time: scans the first non-empty slot; cached until the
-  // wheel changes.
+  // Earliest alarm time. Cached: add and reschedule keep the cache exact in
+  // O(1); remove, reschedule and the fires forget it only when they move or
+  // take an alarm at the cached time; the first call after that scans the
+  // first non-empty slot. Never allocates.
   std::optional<TimePoint> min_alarm_time() const {
     if (!min_time_known_) {
       min_time_ = earliest_time();
@@ -318,7 +350,8 @@ class TimingWheel {
   // unchanged. Throws std::logic_error inside handle_fired. Never allocates.
   void clear() {
     queue_.clear();
-    min_time_known_ = false;
+    min_time_.reset();
+    min_time_known_ = true;
   }
 
   // Verifies every invariant of the wheel and of its KeyWheel; throws
@@ -357,6 +390,11 @@ class TimingWheel {
                                   std::to_string(config.alarm_precision.count()) + " ns");
     }
     return config;
+  }
+
+  static IntervalOf interval_of(const WheelConfig& config, TimePoint start) noexcept {
+    return {static_cast<std::uint64_t>(start.time_since_epoch().count()),
+            detail::IntervalDivider(static_cast<std::uint64_t>(config.alarm_precision.count()))};
   }
 
   static TimePoint from_ns(std::int64_t ns) noexcept { return TimePoint(Duration(ns)); }
@@ -441,7 +479,7 @@ class TimingWheel {
   std::uint64_t max_interval_num_;  // K_max: last interval whose start is representable
   std::int64_t upper_bound_ns_;
   mutable std::optional<TimePoint> min_time_;
-  mutable bool min_time_known_ = false;
+  mutable bool min_time_known_ = true;  // a new wheel is empty: min_time_ is nullopt
 };
 
 }  // namespace chime

@@ -24,12 +24,14 @@
 //   missing up to n (rounded up to whole chunks) as one block and writes every
 //   node not yet used, threading it onto the free list: the pages are faulted
 //   in there, and the allocate() calls that take those nodes take no page
-//   fault. Each node costs sizeof(Node) bytes (24 + sizeof(T) for an 8-byte
-//   T) from then on.
+//   fault. Each node costs sizeof(Node) bytes from then on: 24 + sizeof(T)
+//   for an 8-byte T, 16 + sizeof(T) when the wheel computes keys instead of
+//   storing them (TimingWheel: 32 bytes per alarm for a T of up to 8 bytes).
+//   Blocks are aligned to a cache line, so 32-byte nodes sit two to a line.
 // - When no node is free and every allocated node has been used, allocate()
 //   grows the pool by one block of a quarter of its capacity, rounded down to
 //   whole chunks, at least 1 chunk (2,048 nodes) and at most
-//   max_growth_chunks (65,536 nodes, 2.5 MiB with 40-byte nodes). A grown
+//   max_growth_chunks (65,536 nodes, 2 MiB with 32-byte nodes). A grown
 //   block is not written: its nodes are handed out in index order and each
 //   page is faulted in by the first allocate() that reaches it, so no single
 //   allocate() pauses to fault a whole block in (pre-faulting grown blocks
@@ -60,23 +62,56 @@ enum : std::uint8_t {
   kNodeDetached = 0xFE,  // holds a value but is in no slot (being fired)
 };
 
-template <class T>
+// One element of a KeyWheel: its slot-list links, the generation its handles
+// carry, where it is (level and slot), its value and (kStoresKey) its key. A KeyWheel that
+// computes the key from the value (TimingWheel: the interval of the alarm's
+// time) stores none: 16 bytes before the value instead of 24, so a 16-byte
+// value makes a 32-byte node, two per cache line.
+template <class T, bool kStoresKey = true>
 struct WheelNode {
   std::uint64_t key;
   std::uint32_t prev;  // circular doubly-linked slot list; free list uses `next`
   std::uint32_t next;
   std::uint32_t generation;
   std::uint8_t level;
+  // The slot within its level, if below 2^24 (KeyWheel::slots_in_nodes):
+  // bytes that alignment would leave unused, so unlinking needs no key.
+  std::uint8_t slot_high;
+  std::uint16_t slot_low;
   alignas(T) unsigned char storage[sizeof(T)];
 
+  std::size_t slot() const noexcept { return (std::size_t{slot_high} << 16) | slot_low; }
+  void set_slot(std::size_t s) noexcept {
+    slot_high = static_cast<std::uint8_t>(s >> 16);
+    slot_low = static_cast<std::uint16_t>(s);
+  }
   T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
   const T& value() const noexcept { return *std::launder(reinterpret_cast<const T*>(storage)); }
 };
 
 template <class T>
+struct WheelNode<T, false> {
+  std::uint32_t prev;
+  std::uint32_t next;
+  std::uint32_t generation;
+  std::uint8_t level;
+  std::uint8_t slot_high;
+  std::uint16_t slot_low;
+  alignas(T) unsigned char storage[sizeof(T)];
+
+  std::size_t slot() const noexcept { return (std::size_t{slot_high} << 16) | slot_low; }
+  void set_slot(std::size_t s) noexcept {
+    slot_high = static_cast<std::uint8_t>(s >> 16);
+    slot_low = static_cast<std::uint16_t>(s);
+  }
+  T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
+  const T& value() const noexcept { return *std::launder(reinterpret_cast<const T*>(storage)); }
+};
+
+template <class T, bool kStoresKey = true>
 class ElementPool {
  public:
-  using Node = WheelNode<T>;
+  using Node = WheelNode<T, kStoresKey>;
   static constexpr unsigned chunk_shift = 11;
   static constexpr std::size_t chunk_size = std::size_t{1} << chunk_shift;
   // Most chunks one growth step allocates (reserve is not limited by it).
@@ -205,8 +240,13 @@ class ElementPool {
     const std::size_t need = chunks_.size() + chunks;
     if (chunks_.capacity() < need) chunks_.reserve(std::max(need, 2 * chunks_.capacity()));
     if (blocks_.capacity() == blocks_.size()) blocks_.reserve(std::max<std::size_t>(8, 2 * blocks_.size()));
-    auto block = std::make_unique_for_overwrite<Node[]>(chunks << chunk_shift);
-    for (std::size_t c = 0; c < chunks; ++c) chunks_.push_back(block.get() + (c << chunk_shift));
+    // Aligned to a cache line, so a node whose size divides 64 never
+    // straddles two. Nodes are implicit-lifetime types: the byte array's
+    // storage holds them without a constructor call.
+    auto block = std::make_unique_for_overwrite<std::byte[]>((chunks << chunk_shift) * sizeof(Node) + kBlockAlign - 1);
+    auto* first = reinterpret_cast<Node*>((reinterpret_cast<std::uintptr_t>(block.get()) + kBlockAlign - 1) &
+                                          ~std::uintptr_t{kBlockAlign - 1});
+    for (std::size_t c = 0; c < chunks; ++c) chunks_.push_back(first + (c << chunk_shift));
     blocks_.push_back(std::move(block));
     capacity_ += chunks << chunk_shift;
   }
@@ -229,7 +269,8 @@ class ElementPool {
   }
 
   std::vector<Node*> chunks_;                     // chunk c -> its first node
-  std::vector<std::unique_ptr<Node[]>> blocks_;   // owns the chunks
+  static constexpr std::size_t kBlockAlign = std::max<std::size_t>(64, alignof(Node));
+  std::vector<std::unique_ptr<std::byte[]>> blocks_;  // owns the chunks
   std::size_t capacity_ = 0;
   std::size_t used_ = 0;
   std::size_t live_ = 0;
