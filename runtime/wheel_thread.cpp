@@ -104,6 +104,7 @@
 #include <thread>
 
 #include "runtime_core.hpp"
+#include "tuning.hpp"
 
 namespace chime::detail {
 
@@ -116,12 +117,7 @@ namespace {
 constexpr std::size_t kMaxCommandsPerPass = 8192;
 // Zombies (cancelled timers still filed) are swept in one pass over the
 // wheel when they exceed a quarter of the filed timers, and at least this
-// many (a sweep of a small wheel would cost more than the slots it frees).
-// Test seam: the fuzz builds (fuzz/CMakeLists.txt) lower it so that inputs
-// of a few dozen timers reach the sweep.
-#ifndef CHIME_ZOMBIE_SWEEP_MIN
-#define CHIME_ZOMBIE_SWEEP_MIN 1024
-#endif
+// many (tuning.hpp, CHIME_ZOMBIE_SWEEP_MIN).
 constexpr std::uint64_t kMinZombiesForSweep = CHIME_ZOMBIE_SWEEP_MIN;
 // While commands keep arriving, the wheel thread sleeps at most this long
 // (sleep(), "lingering"), so producers need not wake it for every new timer

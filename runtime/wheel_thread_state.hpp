@@ -35,6 +35,7 @@
 #include "command_queue.hpp"
 #include "dispatch.hpp"
 #include "timer_slab.hpp"
+#include "tuning.hpp"
 
 namespace chime::detail {
 
@@ -45,13 +46,7 @@ struct LaneCore;
 
 struct WheelThreadState {
   // Scratch lists reserve this much up front and keep their capacity
-  // between passes: a burst of overdue or fired timers within this size
-  // never allocates, however the passes happen to fall.
-  // The fuzz targets' copy of the runtime sources (fuzz/CMakeLists.txt)
-  // sets it small: they build a runtime per input.
-#ifndef CHIME_WHEEL_SCRATCH_CAPACITY
-#define CHIME_WHEEL_SCRATCH_CAPACITY 4096
-#endif
+  // between passes (tuning.hpp, CHIME_WHEEL_SCRATCH_CAPACITY).
   static constexpr std::size_t kScratchCapacity = CHIME_WHEEL_SCRATCH_CAPACITY;
 
   WheelThreadState(const WheelConfig& config, TimePoint start) : wheel(config, start) {
