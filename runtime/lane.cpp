@@ -243,12 +243,12 @@ void RuntimeCore::close_lane(LaneCore* lane) {
     CloseLaneRequest request;
     request.lane = lane;
     post_request(own, CommandKind::close_lane, &request);
-    request.completion.wait(own.exited_);  // served, or the wheel thread exited (shutdown)
+    request.completion.wait(own.seam.exited);  // served, or the wheel thread exited (shutdown)
   }
   // Shutdown in progress: the wheel thread may still hand us runs of the old
   // generation (it may not have seen the bump); once it exited it hands none.
   while (!own.on_wheel_thread() && stopped_.load(std::memory_order_acquire) &&
-         !own.exited_.load(std::memory_order_acquire)) {
+         !own.seam.exited.load(std::memory_order_acquire)) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   // No run of this lane is handed to it any more: cancel what is ready (L3).
@@ -415,7 +415,7 @@ bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
       const LaneEntry entry(*lanes[i], nullptr);
       if (!entry.busy()) run_lane(*lanes[i], SIZE_MAX);
     }
-    if (request.completion.is_done() || shard.exited_.load(std::memory_order_acquire)) break;
+    if (request.completion.is_done() || shard.seam.exited.load(std::memory_order_acquire)) break;
     // Out of memory too long: give up (Completion::abandon); the wheel
     // thread then writes no more to the eventfd for it.
     // The fd is read first: once abandoned, the request is the wheel thread's.
@@ -424,7 +424,7 @@ bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
       drain_eventfd(notify_fd);
       return false;
     }
-    const timespec ts{0, wait_ns};  // also re-checks exited_ (Completion::wait's race)
+    const timespec ts{0, wait_ns};  // also re-checks seam.exited (Completion::wait's race)
     ::ppoll(fds, nfds, &ts, nullptr);
   }
   drain_eventfd(request.completion.notify_fd);

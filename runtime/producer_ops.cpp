@@ -76,7 +76,7 @@ std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token() {
 }
 
 std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token_on(unsigned k) {
-  std::unique_ptr<ProducerQueueToken> token = shards_[k]->commands_.make_token();
+  std::unique_ptr<ProducerQueueToken> token = shards_[k]->seam.commands.make_token();
   token->shard = k;
   return token;
 }
@@ -141,20 +141,20 @@ static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake fall
 struct PostPacer {
   static constexpr std::size_t kSets = 32;
   struct Entry {
-    std::uint32_t serial = 0;  // WheelThread::serial_; 0: unused
+    std::uint32_t serial = 0;  // ShardSeam::serial; 0: unused
     std::uint32_t posts = 0;   // this thread's posts to it
   };
   std::array<Entry, 2 * kSets> entries{};
 
   std::uint32_t& posts_to(const WheelThread& shard) noexcept {
-    Entry* set = &entries[2 * (shard.serial_ % kSets)];
-    if (set[0].serial == shard.serial_) [[likely]]
+    Entry* set = &entries[2 * (shard.seam.serial % kSets)];
+    if (set[0].serial == shard.seam.serial) [[likely]]
       return set[0].posts;
-    if (set[1].serial == shard.serial_) {
+    if (set[1].serial == shard.seam.serial) {
       std::swap(set[0], set[1]);
     } else {
       set[1] = set[0];
-      set[0] = Entry{shard.serial_, 0};
+      set[0] = Entry{shard.seam.serial, 0};
     }
     return set[0].posts;
   }
@@ -164,13 +164,14 @@ thread_local PostPacer tls_post_pacer;
 
 // Takes the wake-up of a sleeping wheel thread: true for exactly one caller
 // per sleep (the CAS moves the published bound to INT64_MIN, "awake"), who
-// must then call wake_.wake(). Relaxed: the CAS only elects the waker; the
+// must then call seam.wake.wake(). Relaxed: the CAS only elects the waker; the
 // ordering of the command against the sleeper's look at the queue is the
 // (P1)/(P2) fence pair.
 bool RuntimeCore::take_wake(WheelThread& shard) {
-  std::int64_t bound = shard.wake_if_due_before_ns_.load(std::memory_order_relaxed);
+  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
   while (bound != INT64_MIN) {
-    if (shard.wake_if_due_before_ns_.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed)) return true;
+    if (shard.seam.wake_if_due_before_ns.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed))
+      return true;
   }
   return false;
 }
@@ -200,32 +201,33 @@ void RuntimeCore::wake_after_post(WheelThread& shard, std::int64_t due_ns) {
 // a thread that stops posting early has counted them all); the poster whose
 // credit reaches kPostsPerWake wakes the wheel thread if it sleeps.
 void RuntimeCore::wake_after_fence(WheelThread& shard, std::int64_t due_ns) {
-  std::int64_t bound = shard.wake_if_due_before_ns_.load(std::memory_order_relaxed);
+  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
   if (due_ns < bound &&
-      shard.wake_if_due_before_ns_.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
-    shard.wake_.wake();
+      shard.seam.wake_if_due_before_ns.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
+    shard.seam.wake.wake();
   }
   if ((tls_post_pacer.posts_to(shard)++ & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]]
     look_and_credit(shard);
 }
 
 // A thread's look (wake_after_fence): the depth, then the credit. Relaxed:
-// see posts_toward_wake_ (wheel_thread.hpp). The credit that crosses
+// see seam.posts_toward_wake (shard_seam.hpp). The credit that crosses
 // kPostsPerWake takes the count back to zero (credits racing it may be lost:
 // at most kPostsPerLook per thread, within the bound's allowance).
 void RuntimeCore::look_and_credit(WheelThread& shard) {
-  shard.commands_.bound().look(shard.commands_.size_approx());
+  shard.seam.commands.bound().look(shard.seam.commands.size_approx());
   if (!wake_on_post_count_) return;
-  const std::uint32_t before = shard.posts_toward_wake_.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
+  const std::uint32_t before =
+      shard.seam.posts_toward_wake.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
   if (before + QueueBound::kPostsPerLook < kPostsPerWake) return;
-  shard.posts_toward_wake_.store(0, std::memory_order_relaxed);
-  if (take_wake(shard)) shard.wake_.wake();
+  shard.seam.posts_toward_wake.store(0, std::memory_order_relaxed);
+  if (take_wake(shard)) shard.seam.wake.wake();
 }
 
 // For commands that must arrive (a re-arm, a reschedule to an earlier due):
 // out of memory, it retries until the queue can take it.
 void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
-  shard.commands_.push_retrying(c, token);
+  shard.seam.commands.push_retrying(c, token);
   wake_after_post(shard, due_ns);
 }
 
@@ -241,11 +243,11 @@ void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQu
 // leave the timer firing at its old, later due while reporting success; a
 // periodic re-arm (F2) would silently end a timer that was accepted.
 void RuntimeCore::refuse_if_over_bound(WheelThread& shard) {
-  QueueBound& q = shard.commands_.bound();
-  const std::size_t depth = shard.commands_.size_approx();
+  QueueBound& q = shard.seam.commands.bound();
+  const std::size_t depth = shard.seam.commands.size_approx();
   if (!q.look(depth)) return;
   q.count_refusal();
-  if (wake_on_post_count_ && take_wake(shard)) shard.wake_.wake();
+  if (wake_on_post_count_ && take_wake(shard)) shard.seam.wake.wake();
   throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index()) +
                       " holds " + std::to_string(depth) + " commands, max_queue_depth = " + std::to_string(q.bound()) +
                       " (the wheel thread is behind; nothing accepted is dropped)");
@@ -324,7 +326,7 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
   }
   finish_cancel(slot, w, index, token);
   // relaxed: ours (the scheduler's own store, before S1).
-  if (StateWord::filed(w)) shard(slot.shard.load(std::memory_order_relaxed)).lazy_cancels_.add();
+  if (StateWord::filed(w)) shard(slot.shard.load(std::memory_order_relaxed)).seam.lazy_cancels.add();
   if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -366,7 +368,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
   WheelThread& shard = shard_for(token, lane);
-  if (shard.commands_.bound().over_bound()) [[unlikely]]
+  if (shard.seam.commands.bound().over_bound()) [[unlikely]]
     refuse_if_over_bound(shard);
   if (options_.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
@@ -434,8 +436,8 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
   slot.word.store(pending, std::memory_order_release);
   const Command add = Command::timer(CommandKind::add, index, g, due_now_reading());
   if (must_post) {
-    shard.commands_.push_retrying(add, queue_token);
-  } else if (!shard.commands_.try_push(add, queue_token)) [[unlikely]] {
+    shard.seam.commands.push_retrying(add, queue_token);
+  } else if (!shard.seam.commands.try_push(add, queue_token)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
     // back (nothing names the slot but us) and report the failure.
     if (take_back(slot, index, pending)) throw std::bad_alloc();
@@ -536,7 +538,7 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
       // A filed one is a zombie the wheel thread reclaims; counted for the
       // sweep's estimate. (C2 on an unfiled timer: the rescheduler frees it.)
       if ((from == SlotState::pending || from == SlotState::writing) && StateWord::filed(w)) {
-        shard(shard_index).lazy_cancels_.add();
+        shard(shard_index).seam.lazy_cancels.add();
       }
       return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }

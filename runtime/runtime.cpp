@@ -298,7 +298,7 @@ void RuntimeCore::flush() {
         throw;
       }
     } else if (lanes.empty()) {
-      served = request->completion.wait_or_abandon(shard->exited_,
+      served = request->completion.wait_or_abandon(shard->seam.exited,
                                                    [&] { return shard->out_of_memory_too_long(waiting_since); });
     } else {
       served = run_flush_on_lanes(*request, lanes, *shard, waiting_since);
@@ -330,7 +330,7 @@ std::size_t RuntimeCore::drain() {
         throw;
       }
     } else if (!request->completion.wait_or_abandon(
-                   shard->exited_, [&] { return shard->out_of_memory_too_long(waiting_since); })) [[unlikely]] {
+                   shard->seam.exited, [&] { return shard->out_of_memory_too_long(waiting_since); })) [[unlikely]] {
       [[maybe_unused]] DrainRequest* const abandoned = request.release();  // the wheel thread deletes it
       throw WheelOutOfMemory();
     }
@@ -343,20 +343,20 @@ std::size_t RuntimeCore::drain() {
 // Queues a request for a shard's wheel thread and wakes it. (P1): the
 // request's push comes before the wake, against the sleeper's look.
 void RuntimeCore::post_request(WheelThread& shard, CommandKind kind, void* request) {
-  shard.commands_.push_retrying(Command::for_request(kind, request), nullptr);
+  shard.seam.commands.push_retrying(Command::for_request(kind, request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  shard.wake_.wake();
+  shard.seam.wake.wake();
 }
 
 void RuntimeCore::post_request_or_throw(WheelThread& shard, CommandKind kind, void* request) {
   const Command c = Command::for_request(kind, request);
   const auto give_up = std::chrono::steady_clock::now() + kOutOfMemoryTimeout;
-  while (!shard.commands_.try_push(c, nullptr)) {
+  while (!shard.seam.commands.try_push(c, nullptr)) {
     if (std::chrono::steady_clock::now() >= give_up) throw std::bad_alloc();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  shard.wake_.wake();
+  shard.seam.wake.wake();
 }
 
 // Posts a request the shard's wheel thread serves in a pass and waits until
@@ -367,7 +367,7 @@ void RuntimeCore::post_request_and_wait(WheelThread& shard, CommandKind kind, vo
   if (simulated_) [[unlikely]] {
     simulate_until(completion, ThreadLanes{});
   } else {
-    completion.wait(shard.exited_);
+    completion.wait(shard.seam.exited);
   }
 }
 
@@ -475,16 +475,16 @@ Stats RuntimeCore::stats() const {
   s.callback_errors = counters_.sum(Counter::callback_errors);
   s.shards.reserve(shards_.size());
   for (const auto& shard : shards_) {
-    ShardStats k{shard->commands_.size_approx(),
-                 shard->wakeups_.load(std::memory_order_relaxed),
+    ShardStats k{shard->seam.commands.size_approx(),
+                 shard->seam.wakeups.load(std::memory_order_relaxed),
                  shard->busy(),
-                 shard->commands_.bound().refused(),
-                 Duration(shard->longest_pass_ns_.load(std::memory_order_relaxed)),
-                 shard->most_refiled_in_a_pass_.load(std::memory_order_relaxed)};
+                 shard->seam.commands.bound().refused(),
+                 Duration(shard->seam.longest_pass_ns.load(std::memory_order_relaxed)),
+                 shard->seam.most_refiled_in_a_pass.load(std::memory_order_relaxed)};
     s.queue_depth += k.queue_depth;
     s.wakeups += k.wakeups;
     s.refused_overload += k.refused_overload;
-    s.zombie_sweeps += shard->zombie_sweeps_.load(std::memory_order_relaxed);
+    s.zombie_sweeps += shard->seam.zombie_sweeps.load(std::memory_order_relaxed);
     s.shards.push_back(k);
   }
   s.slow_runs = counters_.sum(Counter::slow_runs);

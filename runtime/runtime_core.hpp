@@ -117,7 +117,7 @@ struct Completion {
   // Waits until signalled, or until the wheel thread has exited (a request
   // posted just as shutdown stopped it is never served; polling the flag
   // every 10 ms covers that race without another handshake).
-  void wait(const std::atomic<bool>& wheel_exited) {  // WheelThread::exited_
+  void wait(const std::atomic<bool>& wheel_exited) {  // ShardSeam::exited
     std::unique_lock<std::mutex> lock(mutex);
     while (!done && !wheel_exited.load(std::memory_order_acquire)) {
       cv.wait_for(lock, std::chrono::milliseconds(10));
@@ -412,7 +412,7 @@ class RuntimeCore {
            RunPlace where);
   void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, RunPlace where);
   void count_completed(unsigned shard, std::uint64_t n);
-  // Counts a batch's runs in their shards' completed_ (runs of one shard come in a row).
+  // Counts a batch's runs in their shards' seam.completed (runs of one shard come in a row).
   void count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread);
 
   // simulation.cpp (a test seam: simulation.hpp). With simulated_, no
@@ -471,8 +471,8 @@ class RuntimeCore {
   //   thread's fields by the join.
   // - shards_: the constructor fills it and starts their threads; it never
   //   changes after. Each WheelThread's seam (its command queue, wake
-  //   signal and bound, completed_ and its flag, exited_, its counts) is
-  //   argued in wheel_thread.hpp.
+  //   signal and bound, completed and its flag, exited, its counts) is
+  //   argued in shard_seam.hpp.
   // - a slot's shard (TimerSlot::shard): written by the scheduling producer
   //   before S1 and read, relaxed, by whoever posts for the timer (a
   //   reschedule, a re-arm) or counts its lazy cancel, as `lane` is

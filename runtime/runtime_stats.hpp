@@ -128,7 +128,7 @@ class RuntimeCounters {
 
 // One counter, striped as RuntimeCounters' are (a stripe per thread, a
 // cache line per stripe): for a count kept per shard (WheelThread::
-// lazy_cancels_), which RuntimeCounters' one line per thread cannot hold
+// seam.lazy_cancels), which RuntimeCounters' one line per thread cannot hold
 // for any number of shards.
 class StripedCount {
  public:

@@ -8,7 +8,7 @@
 // timer_slab.hpp).
 //
 // One pass:
-//   1. snapshot completed_ (for flush), then apply queued commands in bulk
+//   1. snapshot seam.completed (for flush), then apply queued commands in bulk
 //      (file, re-file, requests) until the queue is empty or a batch limit;
 //   2. read the clock (once) and advance: the overdue list first, in due
 //      order, then what the wheel fires, in nondecreasing interval order; for
@@ -65,7 +65,7 @@
 // Race: enqueue vs the wheel going to sleep.
 //
 //   producer                               wheel thread
-//   push(command)                          seen = wake_.prepare()
+//   push(command)                          seen = seam.wake.prepare()
 //   fence(seq_cst)              (P1)       bound = B; fence(seq_cst)            (P2)
 //   if due < bound and CAS(bound -> MIN):  if queue non-empty: don't sleep
 //     wake                                 futex_wait(word == seen, until the wake-up W)
@@ -197,7 +197,7 @@ struct AdvanceCutShort {};
 // The shard whose wheel thread this thread is (null on every other thread):
 // close_lane must not wait for a pass of the thread it runs on.
 thread_local const WheelThread* tls_wheel_thread_of = nullptr;
-// WheelThread::serial_. Relaxed: only uniqueness matters. 32 bits: after
+// ShardSeam::serial. Relaxed: only uniqueness matters. 32 bits: after
 // 2^32 shards a serial repeats, and a thread's count for a long-gone shard
 // could be taken for a new one's; that count is below kPostsPerLook, so the
 // thread still looks within kPostsPerLook posts (it only skips the look at
@@ -211,8 +211,7 @@ std::uint32_t next_shard_serial() noexcept {
 }  // namespace
 
 WheelThread::WheelThread(RuntimeCore& core, unsigned index)
-    : commands_(core.options_.command_queue),
-      serial_(next_shard_serial()),
+    : seam(core.options_.command_queue, next_shard_serial()),
       core_(core),
       index_(index),
       // RuntimeOptions::reserve is for all the runtime's timers: each
@@ -220,8 +219,8 @@ WheelThread::WheelThread(RuntimeCore& core, unsigned index)
       wt_(WheelConfig{core.options_.precision, core.options_.level_bits,
                       (core.options_.reserve + core.options_.shards - 1) / core.options_.shards},
           TimePoint(Duration(core.start_ns_))) {
-  commands_.bound().set(core.options_.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
-                                                           : core.options_.max_queue_depth);
+  seam.commands.bound().set(core.options_.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
+                                                               : core.options_.max_queue_depth);
   wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(core.pool_.handoff);
   // A simulated runtime has no thread: its passes (on the caller's thread)
   // use this from the start.
@@ -262,7 +261,7 @@ void WheelThread::main() {
 #ifndef NDEBUG
       shard.owner_.store(std::thread::id{}, std::memory_order_relaxed);
 #endif
-      shard.exited_.store(true, std::memory_order_release);
+      shard.seam.exited.store(true, std::memory_order_release);
     }
     WheelThread& shard;
   } exit_flag{*this};
@@ -317,7 +316,7 @@ Duration WheelThread::busy() const noexcept {
 // main() calls it in its loop; the deterministic simulation
 // (simulation.cpp, a test seam) calls it on the test's thread instead.
 WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
-  const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
+  const std::uint64_t completed_snapshot = seam.completed.load(std::memory_order_acquire);
   // The clock at application: read by file() the first time a command needs
   // it, again after each batch of commands is dequeued (apply_commands).
   wt().application_now_ns = INT64_MIN;
@@ -436,7 +435,7 @@ bool WheelThread::apply_commands(bool& exhausted) {
     // ADDs stay Pending, and the sweep cancels them (run_pass stops).
     if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
       break;
-    const std::size_t n = commands_.pop_bulk(s.command_buffer.data(), s.command_buffer.size());
+    const std::size_t n = seam.commands.pop_bulk(s.command_buffer.data(), s.command_buffer.size());
     if (n == 0) {
       exhausted = true;
       break;
@@ -664,10 +663,11 @@ void WheelThread::record_fired(TimingWheel<std::uint32_t>::Alarm a) {
 // re-filed, each kept as a running max for stats().
 void WheelThread::note_pass(std::int64_t started_ns) {
   const std::int64_t took = core_.steady_clock_.now().time_since_epoch().count() - started_ns;
-  if (took > longest_pass_ns_.load(std::memory_order_relaxed)) longest_pass_ns_.store(took, std::memory_order_relaxed);
+  if (took > seam.longest_pass_ns.load(std::memory_order_relaxed))
+    seam.longest_pass_ns.store(took, std::memory_order_relaxed);
   const std::uint64_t refiled = wt().wheel.moved_by_last_advance();
-  if (refiled > most_refiled_in_a_pass_.load(std::memory_order_relaxed)) {
-    most_refiled_in_a_pass_.store(refiled, std::memory_order_relaxed);
+  if (refiled > seam.most_refiled_in_a_pass.load(std::memory_order_relaxed)) {
+    seam.most_refiled_in_a_pass.store(refiled, std::memory_order_relaxed);
   }
 }
 
@@ -677,20 +677,20 @@ void WheelThread::note_pass(std::int64_t started_ns) {
 void WheelThread::note_out_of_memory() {
   if (!wt().pass_out_of_memory) [[likely]] {
     // Only this thread writes it: its own relaxed load reads its last store.
-    if (out_of_memory_since_ns_.load(std::memory_order_relaxed) != 0) {
-      out_of_memory_since_ns_.store(0, std::memory_order_relaxed);
+    if (seam.out_of_memory_since_ns.load(std::memory_order_relaxed) != 0) {
+      seam.out_of_memory_since_ns.store(0, std::memory_order_relaxed);
     }
     return;
   }
-  if (out_of_memory_since_ns_.load(std::memory_order_relaxed) == 0) {
-    out_of_memory_since_ns_.store(core_.steady_clock_.now().time_since_epoch().count(), std::memory_order_relaxed);
+  if (seam.out_of_memory_since_ns.load(std::memory_order_relaxed) == 0) {
+    seam.out_of_memory_since_ns.store(core_.steady_clock_.now().time_since_epoch().count(), std::memory_order_relaxed);
   }
 }
 
 // A waiting flush or drain gives up: this shard's passes have been out of
 // memory for kOutOfMemoryTimeout while it waited. Any thread.
 bool WheelThread::out_of_memory_too_long(std::int64_t waiting_since) const noexcept {
-  const std::int64_t since = out_of_memory_since_ns_.load(std::memory_order_relaxed);
+  const std::int64_t since = seam.out_of_memory_since_ns.load(std::memory_order_relaxed);
   return since != 0 && core_.steady_clock_.now().time_since_epoch().count() - std::max(since, waiting_since) >=
                            std::chrono::nanoseconds(kOutOfMemoryTimeout).count();
 }
@@ -1304,7 +1304,7 @@ bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
 // that raced it. Amortized O(1) per cancel: a sweep over n filed timers
 // reclaims more than max(n/4, kMinZombiesForSweep) - (cancels in flight).
 void WheelThread::sweep_zombies_if_many() {
-  const std::uint64_t cancels = lazy_cancels_.sum();
+  const std::uint64_t cancels = seam.lazy_cancels.sum();
   const std::uint64_t zombies = cancels > wt().reclaimed ? cancels - wt().reclaimed : 0;
   const std::uint64_t filed = wt().wheel.size() + wt().overdue.size();
   if (zombies < kMinZombiesForSweep || zombies * 4 < filed) return;
@@ -1325,7 +1325,7 @@ void WheelThread::sweep_zombies_if_many() {
     wt().wheel.remove(slot.wheel.alarm);
     reclaim(slot, index);
   }
-  zombie_sweeps_.fetch_add(1, std::memory_order_relaxed);
+  seam.zombie_sweeps.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
@@ -1378,9 +1378,9 @@ void WheelThread::sleep(bool busy) {
     return;
   }
   const bool waiting_for_runs = !wt().flushes.empty();
-  // (F-W) Workers bump completed_, fence, then read this flag to decide
-  // whether to wake us; we set it, fence, then re-read completed_.
-  waits_for_workers_.store(waiting_for_runs, std::memory_order_relaxed);
+  // (F-W) Workers bump seam.completed, fence, then read this flag to decide
+  // whether to wake us; we set it, fence, then re-read seam.completed.
+  seam.waits_for_workers.store(waiting_for_runs, std::memory_order_relaxed);
   std::int64_t deadline = INT64_MAX;  // in the runtime clock's domain
   // At the horizon nothing in the wheel ever fires (it never advances on).
   if (const auto next = wt().wheel.next_alarm_fires_at();
@@ -1415,14 +1415,14 @@ void WheelThread::sleep(bool busy) {
     bound = wake_at_ns;
   }
 
-  const std::uint32_t seen = wake_.prepare();
-  wake_if_due_before_ns_.store(bound, std::memory_order_relaxed);
+  const std::uint32_t seen = seam.wake.prepare();
+  seam.wake_if_due_before_ns.store(bound, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P2) and (F-W)
-  bool skip = commands_.size_approx() != 0;
+  bool skip = seam.commands.size_approx() != 0;
   if (waiting_for_runs) {
     std::uint64_t need = 0;
     for (FlushRequest* f : wt().flushes) need = std::max(need, f->mark);
-    if (completed_.load(std::memory_order_acquire) >= need) skip = true;
+    if (seam.completed.load(std::memory_order_acquire) >= need) skip = true;
   }
   if (!skip) {
     const TimePoint steady_before = core_.steady_clock_.now();
@@ -1444,11 +1444,11 @@ void WheelThread::sleep(bool busy) {
       }
     }
     const TimePoint until{Duration(wake_at)};
-    wake_.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
-    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    seam.wake.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
+    seam.wakeups.fetch_add(1, std::memory_order_relaxed);
     wt().last_sleep_short = (core_.steady_clock_.now() - steady_before).count() < kLingerNs;
   }
-  wake_if_due_before_ns_.store(INT64_MIN, std::memory_order_relaxed);
+  seam.wake_if_due_before_ns.store(INT64_MIN, std::memory_order_relaxed);
 }
 
 }  // namespace chime::detail

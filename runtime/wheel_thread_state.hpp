@@ -93,7 +93,7 @@ struct WheelThreadState {
   std::vector<Dispatch> lane_spill;
   // Out of memory (wheel_thread.cpp, "Out of memory"): this pass could not
   // make room for all its work (since when passes have been:
-  // WheelThread::out_of_memory_since_ns_); the most alarms this advance may
+  // ShardSeam::out_of_memory_since_ns); the most alarms this advance may
   // fire before it is cut short; whether it was.
   bool pass_out_of_memory = false;
   // command_buffer[held_commands_begin, held_commands_end): popped, not yet

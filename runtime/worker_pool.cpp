@@ -21,7 +21,7 @@
 //   returned); if a cancel won meanwhile (C3), free it;
 // - a periodic's final run (shutdown(fire_pending)): Running -> Fired (F3).
 // Per batch, not per run: the clock is read once (for the lateness
-// samples), `fired` and `completed_` are added once, freed slots go back to
+// samples), `fired` and `seam.completed` are added once, freed slots go back to
 // the free list in one bulk enqueue, and the wheel thread is woken (if a
 // flush waits for runs) at most once.
 //
@@ -104,7 +104,7 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
 void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread) {
   if (single_shard_ != nullptr) {
     if (on_wheel_thread) {
-      single_shard_->completed_.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
+      single_shard_->seam.completed.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
     } else {
       count_completed(0, n);
     }
@@ -116,7 +116,7 @@ void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_whee
     std::size_t j = i + 1;
     while (j < n && d[j].shard == k) ++j;
     if (on_wheel_thread) {
-      shard(k).completed_.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
+      shard(k).seam.completed.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
     } else {
       count_completed(k, j - i);
     }
@@ -126,14 +126,14 @@ void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_whee
 
 // (F-W) A worker or a lane counts runs it finished (or skipped), then looks
 // whether the wheel thread waits for runs (it sets the flag, fences, then
-// reads completed_): one of us sees the other. release: the runs' effects
+// reads seam.completed): one of us sees the other. release: the runs' effects
 // (and on_error calls, counters) happen-before a flush that acquires this
 // count.
 void RuntimeCore::count_completed(unsigned k, std::uint64_t n) {
   WheelThread& s = shard(k);
-  s.completed_.fetch_add(n, std::memory_order_release);
+  s.seam.completed.fetch_add(n, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (s.waits_for_workers_.load(std::memory_order_relaxed)) s.wake_.wake();
+  if (s.seam.waits_for_workers.load(std::memory_order_relaxed)) s.seam.wake.wake();
 }
 
 // Runs one handed-over timer. Returns true iff its callback ran (false: a
