@@ -40,7 +40,7 @@ TimerId RuntimeCore::current_run() const noexcept { return in_callback() ? tls_r
 // runtime, or a slot never handed out. The generation is the caller's to
 // check (it may change under it).
 TimerSlot* RuntimeCore::slot_of(TimerId id) const noexcept {
-  if (!id || id.runtime() != tag_) return nullptr;
+  if (!id || id.runtime() != config_.tag) return nullptr;
   return slab_.find(id.slot());
 }
 
@@ -99,7 +99,7 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
     // short wheel a due of "now" would be refused. The range is the clock's:
     // the wheel thread files a due beyond its own current range at the last
     // time it accepts and files it again when that comes (file()).
-    limit = std::max(limit, due_limit_for(clock_->now().time_since_epoch().count()));
+    limit = std::max(limit, due_limit_for(config_.clock->now().time_since_epoch().count()));
   }
   if (due_ns >= limit) [[unlikely]] {
     throw std::out_of_range(std::string("chime::Runtime::") + what + ": due time " + std::to_string(due_ns) +
@@ -113,10 +113,10 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
 // the horizon interval (runtime.cpp): every due accepted is below it, so the
 // wheel, which advances into the horizon interval and no further, fires it.
 std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
-  const __int128 p = precision_.count();
-  const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - start_ns_) / p;
-  const __int128 key = std::min<__int128>(now_key + max_offset_intervals_, horizon_key_);
-  return static_cast<std::int64_t>(start_ns_ + key * p);
+  const __int128 p = config_.precision.count();
+  const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - config_.start_ns) / p;
+  const __int128 key = std::min<__int128>(now_key + config_.max_offset_intervals, config_.horizon_key);
+  return static_cast<std::int64_t>(config_.start_ns + key * p);
 }
 
 namespace {
@@ -216,7 +216,7 @@ void RuntimeCore::wake_after_fence(WheelThread& shard, std::int64_t due_ns) {
 // at most kPostsPerLook per thread, within the bound's allowance).
 void RuntimeCore::look_and_credit(WheelThread& shard) {
   shard.seam.commands.bound().look(shard.seam.commands.size_approx());
-  if (!wake_on_post_count_) return;
+  if (!config_.wake_on_post_count) return;
   const std::uint32_t before =
       shard.seam.posts_toward_wake.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
   if (before + QueueBound::kPostsPerLook < kPostsPerWake) return;
@@ -247,7 +247,7 @@ void RuntimeCore::refuse_if_over_bound(WheelThread& shard) {
   const std::size_t depth = shard.seam.commands.size_approx();
   if (!q.look(depth)) return;
   q.count_refusal();
-  if (wake_on_post_count_ && take_wake(shard)) shard.seam.wake.wake();
+  if (config_.wake_on_post_count && take_wake(shard)) shard.seam.wake.wake();
   throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index()) +
                       " holds " + std::to_string(depth) + " commands, max_queue_depth = " + std::to_string(q.bound()) +
                       " (the wheel thread is behind; nothing accepted is dropped)");
@@ -262,7 +262,7 @@ void RuntimeCore::refuse_if_over_bound(WheelThread& shard) {
 // transition left to the run, so no one sees Fired while it still counts).
 void RuntimeCore::end_timer() {
   counters_.add(Counter::ended);
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // The deciding transition was a cancel (C1-C4, or a sweep's): the timer is
@@ -302,7 +302,7 @@ bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
     return false;
   }
   slot.task.reset();
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   slab_.release(index);
   return true;
 }
@@ -327,7 +327,7 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
   finish_cancel(slot, w, index, token);
   // relaxed: ours (the scheduler's own store, before S1).
   if (StateWord::filed(w)) shard(slot.shard.load(std::memory_order_relaxed)).seam.lazy_cancels.add();
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -370,12 +370,12 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
   WheelThread& shard = shard_for(token, lane);
   if (shard.seam.commands.bound().over_bound()) [[unlikely]]
     refuse_if_over_bound(shard);
-  if (options_.max_pending != 0) {
+  if (config_.options.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
     // anything else.
-    if (live_.fetch_add(1, std::memory_order_relaxed) >= options_.max_pending + extra_pending) {
+    if (live_.fetch_add(1, std::memory_order_relaxed) >= config_.options.max_pending + extra_pending) {
       live_.fetch_sub(1, std::memory_order_relaxed);
-      throw CapacityError("chime::Runtime: max_pending = " + std::to_string(options_.max_pending) +
+      throw CapacityError("chime::Runtime: max_pending = " + std::to_string(config_.options.max_pending) +
                           " timers are already pending");
     }
   }
@@ -385,7 +385,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
     // free list; without one, a batch is popped and the rest pushed back.
     r.index = token != nullptr ? slab_.allocate(token->slots) : slab_.allocate();
   } catch (...) {
-    if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+    if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
     throw;
   }
   return r;
@@ -394,7 +394,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 // A reservation not committed: its slot (never published) and its count go back.
 void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
   free_unfiled(r.index, r.token);
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // Publishes the reserved timer and posts its ADD. `must_post`: the caller
@@ -445,7 +445,7 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
     // guessed id): it counts as accepted and is settled; the slot is freed
     // by the shutdown sweep or, at worst, kept until destruction.
     counters_.add(Counter::scheduled);
-    return TimerId(index, g, tag_);
+    return TimerId(index, g, config_.tag);
   }
   // (P1) One seq_cst fence for two Dekker pairs: S1 and the ADD, then
   // stopped_ (shutdown stores stopped_, then fences, then sweeps: either we
@@ -455,11 +455,11 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
   if (stopped_.load(std::memory_order_relaxed)) [[unlikely]] {
     if (withdraw_posted(slot, index, pending, token)) throw StoppedError("chime::Runtime: schedule after shutdown");
     counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
-    return TimerId(index, g, tag_);
+    return TimerId(index, g, config_.tag);
   }
   wake_after_fence(shard, due_ns);
   counters_.add(Counter::scheduled);
-  return TimerId(index, g, tag_);
+  return TimerId(index, g, config_.tag);
 }
 
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,

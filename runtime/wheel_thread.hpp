@@ -33,6 +33,7 @@
 #include "chime/detail/assert.hpp"
 #include "command_queue.hpp"
 #include "dispatch.hpp"
+#include "runtime_config.hpp"
 #include "runtime_stats.hpp"
 #include "shard_seam.hpp"
 #include "timer_slab.hpp"
@@ -150,6 +151,7 @@ class WheelThread {
 
   friend class RuntimeCore;
   RuntimeCore& core_;
+  const RuntimeConfig& config_;
   const unsigned index_;
   WheelThreadState wt_;
 #ifndef NDEBUG

@@ -84,9 +84,9 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
   // unless it is the steady clock, whose reads the run times need anyway;
   // then one steady-clock read per run, at its end, which is also the next
   // run's start.
-  std::int64_t steady = steady_clock_.now().time_since_epoch().count();
-  const bool steady_runtime_clock = clock_kind_ == ClockKind::steady;
-  const std::int64_t clock_now = steady_runtime_clock ? 0 : clock_->now().time_since_epoch().count();
+  std::int64_t steady = config_.steady_clock.now().time_since_epoch().count();
+  const bool steady_runtime_clock = config_.clock_kind == ClockKind::steady;
+  const std::int64_t clock_now = steady_runtime_clock ? 0 : config_.clock->now().time_since_epoch().count();
   std::uint64_t ran = 0;
   for (std::size_t i = 0; i < n; ++i) {
     CHIME_ASSERT((d[i].flags & Dispatch::stop) == 0, "a stop record before the end of a batch");
@@ -167,7 +167,7 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
       break;
     }
   }
-  const TimerId id(d.slot, d.generation, tag_);
+  const TimerId id(d.slot, d.generation, config_.tag);
   const Firing firing{id, TimePoint(Duration(d.due_ns)), TimePoint(Duration(d.fired_at_ns)), d.missed};
   if (!(d.flags & Dispatch::drained)) {
     // In 128 bits: a due time far in the past could overflow the difference.
@@ -182,14 +182,14 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
   }
   set_running_callback(nullptr, TimerId{});
   const std::int64_t start = steady_ns;
-  steady_ns = steady_clock_.now().time_since_epoch().count();
+  steady_ns = config_.steady_clock.now().time_since_epoch().count();
   const std::int64_t took = steady_ns - start;
   run_time_.record(took);
-  if (took > options_.slow_run.count()) [[unlikely]] {
+  if (took > config_.options.slow_run.count()) [[unlikely]] {
     counters_.add(Counter::slow_runs);
-    if (options_.on_slow_run) {
+    if (config_.options.on_slow_run) {
       try {
-        options_.on_slow_run(id, Duration(took));
+        config_.options.on_slow_run(id, Duration(took));
       } catch (...) {
         // like on_error: never takes the worker down
       }
@@ -201,9 +201,9 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
 
 void RuntimeCore::report_callback_exception(TimerId id, std::exception_ptr e) noexcept {
   counters_.add(Counter::callback_errors);
-  if (options_.on_error) {
+  if (config_.options.on_error) {
     try {
-      options_.on_error(id, std::move(e));
+      config_.options.on_error(id, std::move(e));
     } catch (...) {
       // on_error must not take the worker (or the lane) down; nothing else to tell.
     }
@@ -272,7 +272,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
   // restarts the fixed rate from the end of this run (on the runtime clock).
   std::int64_t base = d.due_ns;
   if (slot.on_missed == Missed::delay && !(d.flags & Dispatch::keep_due)) {
-    base = clock_kind_ == ClockKind::steady ? steady_end_ns : clock_->now().time_since_epoch().count();
+    base = config_.clock_kind == ClockKind::steady ? steady_end_ns : config_.clock->now().time_since_epoch().count();
   }
   const std::int64_t next = (d.flags & Dispatch::keep_due)      ? d.due_ns
                             : base > INT64_MAX - slot.period_ns ? INT64_MAX
