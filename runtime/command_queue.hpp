@@ -37,6 +37,7 @@
 
 #include "chime/runtime.hpp"
 #include "timer_slab.hpp"
+#include "tuning.hpp"
 
 namespace chime::detail {
 
@@ -164,17 +165,7 @@ class QueueBound {
 class CommandQueue {
  public:
   // moodycamel starts with a pool of blocks for kInitialCapacity commands
-  // (24 bytes each, 32 to a block), written at construction. A burst beyond
-  // it allocates more blocks once; emptied blocks are reused, so steady state
-  // allocates nothing either way. It was 64 Ki commands: 1.5 MiB written by
-  // every Runtime's constructor, half of a fresh runtime's resident memory
-  // (and of the runtime fuzz target's page faults per input), for bursts a
-  // few producers never reach between two passes (a producer wakes the wheel
-  // after 1,024 posts). The fuzz targets' copy of the runtime sources
-  // (fuzz/CMakeLists.txt) starts with 64: they build a runtime per input.
-#ifndef CHIME_COMMAND_QUEUE_INITIAL_CAPACITY
-#define CHIME_COMMAND_QUEUE_INITIAL_CAPACITY (4 * 1024)
-#endif
+  // (tuning.hpp, CHIME_COMMAND_QUEUE_INITIAL_CAPACITY).
   static constexpr std::size_t kInitialCapacity = CHIME_COMMAND_QUEUE_INITIAL_CAPACITY;
   // boost::lockfree::queue allocates its first nodes one at a time (an
   // aligned allocation each): 1,024, or fewer when the initial capacity is

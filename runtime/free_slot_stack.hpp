@@ -37,23 +37,7 @@
 #include <new>
 
 #include "chime/detail/assert.hpp"
-
-// The slab's geometry (timer_slab.hpp): slots, and the free list's batch
-// containers, come in chunks of 2^CHIME_SLAB_CHUNK_SHIFT, up to
-// 2^CHIME_SLAB_CAPACITY_SHIFT slots. chime's library always uses the
-// defaults. Only the fuzz targets' copy of the runtime sources
-// (fuzz/CMakeLists.txt) sets them, to chunks of 64 and 2^16 slots: a fuzz
-// input builds a runtime, and the default geometry's chunk-pointer arrays and
-// first chunks (2 MB, every page written) were most of an input's time.
-#ifndef CHIME_SLAB_CHUNK_SHIFT
-#define CHIME_SLAB_CHUNK_SHIFT 12
-#endif
-#ifndef CHIME_SLAB_CAPACITY_SHIFT
-#define CHIME_SLAB_CAPACITY_SHIFT 28
-#endif
-static_assert(CHIME_SLAB_CHUNK_SHIFT >= 5 && CHIME_SLAB_CHUNK_SHIFT < CHIME_SLAB_CAPACITY_SHIFT &&
-                  CHIME_SLAB_CAPACITY_SHIFT <= 28,
-              "the slab's geometry: a chunk holds a batch (32), and at most 2^28 slots");
+#include "tuning.hpp"  // CHIME_SLAB_CHUNK_SHIFT, CHIME_SLAB_CAPACITY_SHIFT
 
 namespace chime::detail {
 

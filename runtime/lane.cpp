@@ -95,7 +95,7 @@ LaneCore* RuntimeCore::open_lane() {
   // closed from shard 0's callback while shard 1's callback closes a lane
   // of shard 0 would wait for each other. With every lane on shard 0, only
   // the other shards wait for shard 0, and shard 0 closes its lanes in place.
-  lanes_.back()->token = options_.workers == 0 ? make_token_on(0) : make_token();
+  lanes_.back()->token = config_.options.workers == 0 ? make_token_on(0) : make_token();
   lanes_.back()->shard = lanes_.back()->token->shard;
   lanes_.back()->in_use = true;
   // The creating thread is the lane's thread until another runs it: a flush
@@ -243,12 +243,12 @@ void RuntimeCore::close_lane(LaneCore* lane) {
     CloseLaneRequest request;
     request.lane = lane;
     post_request(own, CommandKind::close_lane, &request);
-    request.completion.wait(own.exited_);  // served, or the wheel thread exited (shutdown)
+    request.completion.wait(own.seam.exited);  // served, or the wheel thread exited (shutdown)
   }
   // Shutdown in progress: the wheel thread may still hand us runs of the old
   // generation (it may not have seen the bump); once it exited it hands none.
   while (!own.on_wheel_thread() && stopped_.load(std::memory_order_acquire) &&
-         !own.exited_.load(std::memory_order_acquire)) {
+         !own.seam.exited.load(std::memory_order_acquire)) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   // No run of this lane is handed to it any more: cancel what is ready (L3).
@@ -372,13 +372,13 @@ std::size_t RuntimeCore::wait_and_run(LaneCore& lane, TimePoint deadline) {
   for (;;) {
     const std::size_t ran = run_lane(lane, SIZE_MAX);
     if (ran != 0) return ran;
-    const std::int64_t now = clock_->now().time_since_epoch().count();
+    const std::int64_t now = config_.clock->now().time_since_epoch().count();
     if (now >= deadline_ns) return 0;
     // Sleep on the eventfd. On the steady clock, until the deadline; on any
     // other, at most 1 ms at a time (its time is re-read: a ManualClock
     // moves only when told).
-    std::int64_t wait_ns = clock_kind_ == ClockKind::steady ? deadline_ns - now : std::int64_t{1'000'000};
-    if (clock_kind_ == ClockKind::other) wait_ns = std::min(wait_ns, deadline_ns - now);
+    std::int64_t wait_ns = config_.clock_kind == ClockKind::steady ? deadline_ns - now : std::int64_t{1'000'000};
+    if (config_.clock_kind == ClockKind::other) wait_ns = std::min(wait_ns, deadline_ns - now);
     const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
     pollfd p{lane.efd, POLLIN, 0};
     ::ppoll(&p, 1, &ts, nullptr);
@@ -415,7 +415,7 @@ bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
       const LaneEntry entry(*lanes[i], nullptr);
       if (!entry.busy()) run_lane(*lanes[i], SIZE_MAX);
     }
-    if (request.completion.is_done() || shard.exited_.load(std::memory_order_acquire)) break;
+    if (request.completion.is_done() || shard.seam.exited.load(std::memory_order_acquire)) break;
     // Out of memory too long: give up (Completion::abandon); the wheel
     // thread then writes no more to the eventfd for it.
     // The fd is read first: once abandoned, the request is the wheel thread's.
@@ -424,7 +424,7 @@ bool RuntimeCore::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& l
       drain_eventfd(notify_fd);
       return false;
     }
-    const timespec ts{0, wait_ns};  // also re-checks exited_ (Completion::wait's race)
+    const timespec ts{0, wait_ns};  // also re-checks seam.exited (Completion::wait's race)
     ::ppoll(fds, nfds, &ts, nullptr);
   }
   drain_eventfd(request.completion.notify_fd);

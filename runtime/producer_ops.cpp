@@ -40,7 +40,7 @@ TimerId RuntimeCore::current_run() const noexcept { return in_callback() ? tls_r
 // runtime, or a slot never handed out. The generation is the caller's to
 // check (it may change under it).
 TimerSlot* RuntimeCore::slot_of(TimerId id) const noexcept {
-  if (!id || id.runtime() != tag_) return nullptr;
+  if (!id || id.runtime() != config_.tag) return nullptr;
   return slab_.find(id.slot());
 }
 
@@ -76,7 +76,7 @@ std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token() {
 }
 
 std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token_on(unsigned k) {
-  std::unique_ptr<ProducerQueueToken> token = shards_[k]->commands_.make_token();
+  std::unique_ptr<ProducerQueueToken> token = shards_[k]->seam.commands.make_token();
   token->shard = k;
   return token;
 }
@@ -99,7 +99,7 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
     // short wheel a due of "now" would be refused. The range is the clock's:
     // the wheel thread files a due beyond its own current range at the last
     // time it accepts and files it again when that comes (file()).
-    limit = std::max(limit, due_limit_for(clock_->now().time_since_epoch().count()));
+    limit = std::max(limit, due_limit_for(config_.clock->now().time_since_epoch().count()));
   }
   if (due_ns >= limit) [[unlikely]] {
     throw std::out_of_range(std::string("chime::Runtime::") + what + ": due time " + std::to_string(due_ns) +
@@ -113,10 +113,10 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
 // the horizon interval (runtime.cpp): every due accepted is below it, so the
 // wheel, which advances into the horizon interval and no further, fires it.
 std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
-  const __int128 p = precision_.count();
-  const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - start_ns_) / p;
-  const __int128 key = std::min<__int128>(now_key + max_offset_intervals_, horizon_key_);
-  return static_cast<std::int64_t>(start_ns_ + key * p);
+  const __int128 p = config_.precision.count();
+  const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - config_.start_ns) / p;
+  const __int128 key = std::min<__int128>(now_key + config_.max_offset_intervals, config_.horizon_key);
+  return static_cast<std::int64_t>(config_.start_ns + key * p);
 }
 
 namespace {
@@ -141,20 +141,20 @@ static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake fall
 struct PostPacer {
   static constexpr std::size_t kSets = 32;
   struct Entry {
-    std::uint32_t serial = 0;  // WheelThread::serial_; 0: unused
+    std::uint32_t serial = 0;  // ShardSeam::serial; 0: unused
     std::uint32_t posts = 0;   // this thread's posts to it
   };
   std::array<Entry, 2 * kSets> entries{};
 
   std::uint32_t& posts_to(const WheelThread& shard) noexcept {
-    Entry* set = &entries[2 * (shard.serial_ % kSets)];
-    if (set[0].serial == shard.serial_) [[likely]]
+    Entry* set = &entries[2 * (shard.seam.serial % kSets)];
+    if (set[0].serial == shard.seam.serial) [[likely]]
       return set[0].posts;
-    if (set[1].serial == shard.serial_) {
+    if (set[1].serial == shard.seam.serial) {
       std::swap(set[0], set[1]);
     } else {
       set[1] = set[0];
-      set[0] = Entry{shard.serial_, 0};
+      set[0] = Entry{shard.seam.serial, 0};
     }
     return set[0].posts;
   }
@@ -164,13 +164,14 @@ thread_local PostPacer tls_post_pacer;
 
 // Takes the wake-up of a sleeping wheel thread: true for exactly one caller
 // per sleep (the CAS moves the published bound to INT64_MIN, "awake"), who
-// must then call wake_.wake(). Relaxed: the CAS only elects the waker; the
+// must then call seam.wake.wake(). Relaxed: the CAS only elects the waker; the
 // ordering of the command against the sleeper's look at the queue is the
 // (P1)/(P2) fence pair.
 bool RuntimeCore::take_wake(WheelThread& shard) {
-  std::int64_t bound = shard.wake_if_due_before_ns_.load(std::memory_order_relaxed);
+  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
   while (bound != INT64_MIN) {
-    if (shard.wake_if_due_before_ns_.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed)) return true;
+    if (shard.seam.wake_if_due_before_ns.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed))
+      return true;
   }
   return false;
 }
@@ -200,32 +201,33 @@ void RuntimeCore::wake_after_post(WheelThread& shard, std::int64_t due_ns) {
 // a thread that stops posting early has counted them all); the poster whose
 // credit reaches kPostsPerWake wakes the wheel thread if it sleeps.
 void RuntimeCore::wake_after_fence(WheelThread& shard, std::int64_t due_ns) {
-  std::int64_t bound = shard.wake_if_due_before_ns_.load(std::memory_order_relaxed);
+  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
   if (due_ns < bound &&
-      shard.wake_if_due_before_ns_.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
-    shard.wake_.wake();
+      shard.seam.wake_if_due_before_ns.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
+    shard.seam.wake.wake();
   }
   if ((tls_post_pacer.posts_to(shard)++ & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]]
     look_and_credit(shard);
 }
 
 // A thread's look (wake_after_fence): the depth, then the credit. Relaxed:
-// see posts_toward_wake_ (wheel_thread.hpp). The credit that crosses
+// see seam.posts_toward_wake (shard_seam.hpp). The credit that crosses
 // kPostsPerWake takes the count back to zero (credits racing it may be lost:
 // at most kPostsPerLook per thread, within the bound's allowance).
 void RuntimeCore::look_and_credit(WheelThread& shard) {
-  shard.commands_.bound().look(shard.commands_.size_approx());
-  if (!wake_on_post_count_) return;
-  const std::uint32_t before = shard.posts_toward_wake_.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
+  shard.seam.commands.bound().look(shard.seam.commands.size_approx());
+  if (!config_.wake_on_post_count) return;
+  const std::uint32_t before =
+      shard.seam.posts_toward_wake.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
   if (before + QueueBound::kPostsPerLook < kPostsPerWake) return;
-  shard.posts_toward_wake_.store(0, std::memory_order_relaxed);
-  if (take_wake(shard)) shard.wake_.wake();
+  shard.seam.posts_toward_wake.store(0, std::memory_order_relaxed);
+  if (take_wake(shard)) shard.seam.wake.wake();
 }
 
 // For commands that must arrive (a re-arm, a reschedule to an earlier due):
 // out of memory, it retries until the queue can take it.
 void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
-  shard.commands_.push_retrying(c, token);
+  shard.seam.commands.push_retrying(c, token);
   wake_after_post(shard, due_ns);
 }
 
@@ -241,11 +243,11 @@ void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQu
 // leave the timer firing at its old, later due while reporting success; a
 // periodic re-arm (F2) would silently end a timer that was accepted.
 void RuntimeCore::refuse_if_over_bound(WheelThread& shard) {
-  QueueBound& q = shard.commands_.bound();
-  const std::size_t depth = shard.commands_.size_approx();
+  QueueBound& q = shard.seam.commands.bound();
+  const std::size_t depth = shard.seam.commands.size_approx();
   if (!q.look(depth)) return;
   q.count_refusal();
-  if (wake_on_post_count_ && take_wake(shard)) shard.wake_.wake();
+  if (config_.wake_on_post_count && take_wake(shard)) shard.seam.wake.wake();
   throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index()) +
                       " holds " + std::to_string(depth) + " commands, max_queue_depth = " + std::to_string(q.bound()) +
                       " (the wheel thread is behind; nothing accepted is dropped)");
@@ -260,7 +262,7 @@ void RuntimeCore::refuse_if_over_bound(WheelThread& shard) {
 // transition left to the run, so no one sees Fired while it still counts).
 void RuntimeCore::end_timer() {
   counters_.add(Counter::ended);
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // The deciding transition was a cancel (C1-C4, or a sweep's): the timer is
@@ -300,7 +302,7 @@ bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
     return false;
   }
   slot.task.reset();
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   slab_.release(index);
   return true;
 }
@@ -324,8 +326,8 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
   }
   finish_cancel(slot, w, index, token);
   // relaxed: ours (the scheduler's own store, before S1).
-  if (StateWord::filed(w)) shard(slot.shard.load(std::memory_order_relaxed)).lazy_cancels_.add();
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  if (StateWord::filed(w)) shard(slot.shard.load(std::memory_order_relaxed)).seam.lazy_cancels.add();
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -366,14 +368,14 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
   WheelThread& shard = shard_for(token, lane);
-  if (shard.commands_.bound().over_bound()) [[unlikely]]
+  if (shard.seam.commands.bound().over_bound()) [[unlikely]]
     refuse_if_over_bound(shard);
-  if (options_.max_pending != 0) {
+  if (config_.options.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
     // anything else.
-    if (live_.fetch_add(1, std::memory_order_relaxed) >= options_.max_pending + extra_pending) {
+    if (live_.fetch_add(1, std::memory_order_relaxed) >= config_.options.max_pending + extra_pending) {
       live_.fetch_sub(1, std::memory_order_relaxed);
-      throw CapacityError("chime::Runtime: max_pending = " + std::to_string(options_.max_pending) +
+      throw CapacityError("chime::Runtime: max_pending = " + std::to_string(config_.options.max_pending) +
                           " timers are already pending");
     }
   }
@@ -383,7 +385,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
     // free list; without one, a batch is popped and the rest pushed back.
     r.index = token != nullptr ? slab_.allocate(token->slots) : slab_.allocate();
   } catch (...) {
-    if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+    if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
     throw;
   }
   return r;
@@ -392,7 +394,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 // A reservation not committed: its slot (never published) and its count go back.
 void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
   free_unfiled(r.index, r.token);
-  if (options_.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 // Publishes the reserved timer and posts its ADD. `must_post`: the caller
@@ -434,8 +436,8 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
   slot.word.store(pending, std::memory_order_release);
   const Command add = Command::timer(CommandKind::add, index, g, due_now_reading());
   if (must_post) {
-    shard.commands_.push_retrying(add, queue_token);
-  } else if (!shard.commands_.try_push(add, queue_token)) [[unlikely]] {
+    shard.seam.commands.push_retrying(add, queue_token);
+  } else if (!shard.seam.commands.try_push(add, queue_token)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
     // back (nothing names the slot but us) and report the failure.
     if (take_back(slot, index, pending)) throw std::bad_alloc();
@@ -443,7 +445,7 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
     // guessed id): it counts as accepted and is settled; the slot is freed
     // by the shutdown sweep or, at worst, kept until destruction.
     counters_.add(Counter::scheduled);
-    return TimerId(index, g, tag_);
+    return TimerId(index, g, config_.tag);
   }
   // (P1) One seq_cst fence for two Dekker pairs: S1 and the ADD, then
   // stopped_ (shutdown stores stopped_, then fences, then sweeps: either we
@@ -453,11 +455,11 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
   if (stopped_.load(std::memory_order_relaxed)) [[unlikely]] {
     if (withdraw_posted(slot, index, pending, token)) throw StoppedError("chime::Runtime: schedule after shutdown");
     counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
-    return TimerId(index, g, tag_);
+    return TimerId(index, g, config_.tag);
   }
   wake_after_fence(shard, due_ns);
   counters_.add(Counter::scheduled);
-  return TimerId(index, g, tag_);
+  return TimerId(index, g, config_.tag);
 }
 
 TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
@@ -536,7 +538,7 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
       // A filed one is a zombie the wheel thread reclaims; counted for the
       // sweep's estimate. (C2 on an unfiled timer: the rescheduler frees it.)
       if ((from == SlotState::pending || from == SlotState::writing) && StateWord::filed(w)) {
-        shard(shard_index).lazy_cancels_.add();
+        shard(shard_index).seam.lazy_cancels.add();
       }
       return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }

@@ -147,45 +147,46 @@ RuntimeOptions validated(RuntimeOptions o) {
 }
 }  // namespace
 
+RuntimeConfig::RuntimeConfig(RuntimeOptions validated_options)
+    : options(std::move(validated_options)),
+      clock(options.clock != nullptr ? options.clock : &steady_clock),
+      clock_kind(dynamic_cast<const SteadyClock*>(clock) != nullptr   ? ClockKind::steady
+                 : dynamic_cast<const ManualClock*>(clock) != nullptr ? ClockKind::manual
+                                                                      : ClockKind::other),
+      precision(options.precision),
+      fixed_slack_code(options.slack == Duration::zero()
+                           ? SlackCode::runtime_default
+                           : slack_code_for(options.slack.count(), options.precision.count())),
+      start_ns(clock->now().time_since_epoch().count()),
+      max_offset_intervals((std::int64_t{1} << options.level_bits.num_bits()) - 1),
+      horizon_key(detail::horizon_key(start_ns, precision.count())),
+      max_wheel_now_ns(static_cast<std::int64_t>(start_ns + static_cast<__int128>(horizon_key) * precision.count())),
+      tag(next_runtime_tag()),
+      // A manual clock never wakes the wheel on its own (clock.hpp): commands
+      // wait for a flush or for a schedule that needs the wheel earlier.
+      wake_on_post_count(clock_kind != ClockKind::manual) {}
+
 RuntimeCore::RuntimeCore(RuntimeOptions options)
-    : options_(validated(std::move(options))),
-      clock_(options_.clock != nullptr ? options_.clock : &steady_clock_),
-      clock_kind_(dynamic_cast<const SteadyClock*>(clock_) != nullptr   ? ClockKind::steady
-                  : dynamic_cast<const ManualClock*>(clock_) != nullptr ? ClockKind::manual
-                                                                        : ClockKind::other),
-      precision_(options_.precision),
-      fixed_slack_code_(options_.slack == Duration::zero()
-                            ? SlackCode::runtime_default
-                            : slack_code_for(options_.slack.count(), options_.precision.count())),
-      start_ns_(clock_->now().time_since_epoch().count()),
-      max_offset_intervals_((std::int64_t{1} << options_.level_bits.num_bits()) - 1),
-      horizon_key_(horizon_key(start_ns_, precision_.count())),
-      max_wheel_now_ns_(
-          static_cast<std::int64_t>(start_ns_ + static_cast<__int128>(horizon_key_) * precision_.count())),
-      tag_(next_runtime_tag()),
-      due_limit_ns_(due_limit_for(start_ns_)) {
-  // A manual clock never wakes the wheel on its own (clock.hpp): commands
-  // wait for a flush or for a schedule that needs the wheel earlier.
-  wake_on_post_count_ = clock_kind_ != ClockKind::manual;
-  slab_.reserve(options_.reserve);
+    : config_(validated(std::move(options))), due_limit_ns_(due_limit_for(config_.start_ns)) {
+  slab_.reserve(config_.options.reserve);
   if (tls_simulation_request != nullptr) [[unlikely]] {  // a test seam: no thread (simulation.hpp)
-    if (options_.workers != 0) {
+    if (config_.options.workers != 0) {
       throw std::invalid_argument("chime::detail::Simulation: workers must be 0 (callbacks run in the passes), got " +
-                                  std::to_string(options_.workers));
+                                  std::to_string(config_.options.workers));
     }
     *tls_simulation_request = this;
     tls_simulation_request = nullptr;
     simulated_ = true;
     simulation_thread_ = std::this_thread::get_id();
   }
-  shards_.reserve(options_.shards);
-  for (unsigned k = 0; k < options_.shards; ++k) shards_.push_back(std::make_unique<WheelThread>(*this, k));
+  shards_.reserve(config_.options.shards);
+  for (unsigned k = 0; k < config_.options.shards; ++k) shards_.push_back(std::make_unique<WheelThread>(*this, k));
   if (shards_.size() == 1) single_shard_ = shards_[0].get();
   if (simulated_) return;
-  pool_.threads.reserve(options_.workers);
+  pool_.threads.reserve(config_.options.workers);
   unsigned started = 0;  // wheel threads
   try {
-    for (unsigned i = 0; i < options_.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
+    for (unsigned i = 0; i < config_.options.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
     for (auto& shard : shards_) {
       shard->start();
       ++started;
@@ -198,9 +199,9 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
     stop_started_threads(started);
     throw std::system_error(e.code(), "chime::Runtime: could not start thread " +
                                           std::to_string(pool_.threads.size() + started + 1) + " of " +
-                                          std::to_string(options_.workers + options_.shards) +
-                                          " (workers = " + std::to_string(options_.workers) + ", plus " +
-                                          std::to_string(options_.shards) + " wheel threads)");
+                                          std::to_string(config_.options.workers + config_.options.shards) +
+                                          " (workers = " + std::to_string(config_.options.workers) + ", plus " +
+                                          std::to_string(config_.options.shards) + " wheel threads)");
   } catch (...) {
     stop_started_threads(started);  // out of memory for a thread's state
     throw;
@@ -278,12 +279,12 @@ void RuntimeCore::flush() {
   // On a lane's thread the flush waits for runs only this thread runs: it
   // runs them while it waits (lane.cpp).
   const ThreadLanes lanes = lanes_of_this_thread();
-  const std::int64_t target_ns = clock_->now().time_since_epoch().count();
+  const std::int64_t target_ns = config_.clock->now().time_since_epoch().count();
   for (auto& shard : shards_) {
     // On the heap: a flush that gives up on a wheel thread out of memory
     // leaves it to that thread (Completion). Reused: one per thread.
     std::unique_ptr<FlushRequest> request = take_request(tls_flush_request);
-    const std::int64_t waiting_since = steady_clock_.now().time_since_epoch().count();
+    const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
     if (!lanes.empty() && !simulated_) request->completion.notify_fd = lane_flush_notify_fd();
     request->target_ns = target_ns;
     post_request_or_throw(*shard, CommandKind::flush, request.get());
@@ -298,7 +299,7 @@ void RuntimeCore::flush() {
         throw;
       }
     } else if (lanes.empty()) {
-      served = request->completion.wait_or_abandon(shard->exited_,
+      served = request->completion.wait_or_abandon(shard->seam.exited,
                                                    [&] { return shard->out_of_memory_too_long(waiting_since); });
     } else {
       served = run_flush_on_lanes(*request, lanes, *shard, waiting_since);
@@ -320,7 +321,7 @@ std::size_t RuntimeCore::drain() {
   std::size_t count = 0;
   for (auto& shard : shards_) {
     std::unique_ptr<DrainRequest> request = take_request(tls_drain_request);  // as flush's
-    const std::int64_t waiting_since = steady_clock_.now().time_since_epoch().count();
+    const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
     post_request_or_throw(*shard, CommandKind::drain, request.get());
     if (simulated_) [[unlikely]] {
       try {  // as flush's
@@ -330,7 +331,7 @@ std::size_t RuntimeCore::drain() {
         throw;
       }
     } else if (!request->completion.wait_or_abandon(
-                   shard->exited_, [&] { return shard->out_of_memory_too_long(waiting_since); })) [[unlikely]] {
+                   shard->seam.exited, [&] { return shard->out_of_memory_too_long(waiting_since); })) [[unlikely]] {
       [[maybe_unused]] DrainRequest* const abandoned = request.release();  // the wheel thread deletes it
       throw WheelOutOfMemory();
     }
@@ -343,20 +344,20 @@ std::size_t RuntimeCore::drain() {
 // Queues a request for a shard's wheel thread and wakes it. (P1): the
 // request's push comes before the wake, against the sleeper's look.
 void RuntimeCore::post_request(WheelThread& shard, CommandKind kind, void* request) {
-  shard.commands_.push_retrying(Command::for_request(kind, request), nullptr);
+  shard.seam.commands.push_retrying(Command::for_request(kind, request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  shard.wake_.wake();
+  shard.seam.wake.wake();
 }
 
 void RuntimeCore::post_request_or_throw(WheelThread& shard, CommandKind kind, void* request) {
   const Command c = Command::for_request(kind, request);
   const auto give_up = std::chrono::steady_clock::now() + kOutOfMemoryTimeout;
-  while (!shard.commands_.try_push(c, nullptr)) {
+  while (!shard.seam.commands.try_push(c, nullptr)) {
     if (std::chrono::steady_clock::now() >= give_up) throw std::bad_alloc();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  shard.wake_.wake();
+  shard.seam.wake.wake();
 }
 
 // Posts a request the shard's wheel thread serves in a pass and waits until
@@ -367,7 +368,7 @@ void RuntimeCore::post_request_and_wait(WheelThread& shard, CommandKind kind, vo
   if (simulated_) [[unlikely]] {
     simulate_until(completion, ThreadLanes{});
   } else {
-    completion.wait(shard.exited_);
+    completion.wait(shard.seam.exited);
   }
 }
 
@@ -475,16 +476,16 @@ Stats RuntimeCore::stats() const {
   s.callback_errors = counters_.sum(Counter::callback_errors);
   s.shards.reserve(shards_.size());
   for (const auto& shard : shards_) {
-    ShardStats k{shard->commands_.size_approx(),
-                 shard->wakeups_.load(std::memory_order_relaxed),
+    ShardStats k{shard->seam.commands.size_approx(),
+                 shard->seam.wakeups.load(std::memory_order_relaxed),
                  shard->busy(),
-                 shard->commands_.bound().refused(),
-                 Duration(shard->longest_pass_ns_.load(std::memory_order_relaxed)),
-                 shard->most_refiled_in_a_pass_.load(std::memory_order_relaxed)};
+                 shard->seam.commands.bound().refused(),
+                 Duration(shard->seam.longest_pass_ns.load(std::memory_order_relaxed)),
+                 shard->seam.most_refiled_in_a_pass.load(std::memory_order_relaxed)};
     s.queue_depth += k.queue_depth;
     s.wakeups += k.wakeups;
     s.refused_overload += k.refused_overload;
-    s.zombie_sweeps += shard->zombie_sweeps_.load(std::memory_order_relaxed);
+    s.zombie_sweeps += shard->seam.zombie_sweeps.load(std::memory_order_relaxed);
     s.shards.push_back(k);
   }
   s.slow_runs = counters_.sum(Counter::slow_runs);

@@ -45,8 +45,9 @@
 #include "command_queue.hpp"
 #include "dispatch.hpp"
 #include "lane_core.hpp"
-#include "slack.hpp"
+#include "runtime_config.hpp"
 #include "runtime_stats.hpp"
+#include "slack.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
 #include "wheel_thread.hpp"
@@ -117,7 +118,7 @@ struct Completion {
   // Waits until signalled, or until the wheel thread has exited (a request
   // posted just as shutdown stopped it is never served; polling the flag
   // every 10 ms covers that race without another handshake).
-  void wait(const std::atomic<bool>& wheel_exited) {  // WheelThread::exited_
+  void wait(const std::atomic<bool>& wheel_exited) {  // ShardSeam::exited
     std::unique_lock<std::mutex> lock(mutex);
     while (!done && !wheel_exited.load(std::memory_order_acquire)) {
       cv.wait_for(lock, std::chrono::milliseconds(10));
@@ -234,19 +235,19 @@ class RuntimeCore {
   // A caller's slack argument as a slot stores it (slack.hpp): throws
   // std::invalid_argument, naming `what`, for a negative one.
   std::uint8_t slack_code(std::optional<Duration> slack, const char* what) const {
-    return slack_code_of(slack, precision_, what);
+    return slack_code_of(slack, config_.precision, what);
   }
   // The same for a call that knows its delay (schedule_after, arm_after,
   // sleep_for): without a slack, the runtime's default for that delay,
   // measured in the call (slack.hpp).
   std::uint8_t slack_code_after(std::optional<Duration> slack, Duration delay, const char* what) const {
-    return slack ? slack_code_of(slack, precision_, what) : runtime_slack_code(delay.count());
+    return slack ? slack_code_of(slack, config_.precision, what) : runtime_slack_code(delay.count());
   }
   // The slack a timer `delay` ahead gets without one of its own, as a
   // Duration (what slack_code_after files it by).
   Duration default_slack(Duration delay) const noexcept {
-    if (options_.slack != Duration::zero()) return options_.slack;
-    return std::min(precision_, Duration(std::max(delay.count() >> kDefaultSlackShift, kDefaultSlackMinNs)));
+    if (config_.options.slack != Duration::zero()) return config_.options.slack;
+    return std::min(config_.precision, Duration(std::max(delay.count() >> kDefaultSlackShift, kDefaultSlackMinNs)));
   }
   // `slack_code`: the timer's slack (slack.hpp; slack_code_of checks a
   // caller's argument).
@@ -294,7 +295,7 @@ class RuntimeCore {
   bool in_callback() const noexcept;
   // The id of the run the calling thread is in (of this runtime), or {}.
   TimerId current_run() const noexcept;
-  std::uint32_t tag() const noexcept { return tag_; }
+  std::uint32_t tag() const noexcept { return config_.tag; }
   // What schedule() would throw before it takes a slot: StoppedError after
   // shutdown, std::out_of_range for a due beyond the wheel's range. For an
   // arm that is carried out later (chime::Timer, during a run).
@@ -306,7 +307,7 @@ class RuntimeCore {
   // thread may take back (R4).
   bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane = nullptr);
   TimerState state(TimerId id) const noexcept;
-  TimePoint now() const noexcept { return clock_->now(); }
+  TimePoint now() const noexcept { return config_.clock->now(); }
 
   // lane.cpp: lanes (chime::Lane). open_lane: a fresh or reused LaneCore
   // (any thread); close_lane: cancels its pending and ready runs and gives
@@ -342,12 +343,10 @@ class RuntimeCore {
   std::unique_ptr<ProducerQueueToken> make_token_on(unsigned k);
   // A Producer goes away: its cached free slots go back to the free list.
   void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
-  const Clock& clock() const noexcept { return *clock_; }
-  Duration precision() const noexcept { return precision_; }
+  const Clock& clock() const noexcept { return *config_.clock; }
+  Duration precision() const noexcept { return config_.precision; }
 
  private:
-  enum class ClockKind { steady, manual, other };
-
   // The runtime clock's time read in a call that schedules or reschedules,
   // by which the wheel thread judges "due now" (design.md): every clock but
   // the steady one is read in the call, so on a ManualClock a timer's fate
@@ -356,8 +355,8 @@ class RuntimeCore {
   // it (nullopt): the wheel thread's read at application is later, so its
   // verdict is never earlier, and schedule_at keeps no clock read.
   std::optional<std::int64_t> due_now_reading() const noexcept {
-    if (clock_kind_ == ClockKind::steady) return std::nullopt;
-    return clock_->now().time_since_epoch().count();
+    if (config_.clock_kind == ClockKind::steady) return std::nullopt;
+    return config_.clock->now().time_since_epoch().count();
   }
 
   // producer_ops.cpp
@@ -412,7 +411,7 @@ class RuntimeCore {
            RunPlace where);
   void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, RunPlace where);
   void count_completed(unsigned shard, std::uint64_t n);
-  // Counts a batch's runs in their shards' completed_ (runs of one shard come in a row).
+  // Counts a batch's runs in their shards' seam.completed (runs of one shard come in a row).
   void count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread);
 
   // simulation.cpp (a test seam: simulation.hpp). With simulated_, no
@@ -431,29 +430,18 @@ class RuntimeCore {
                           std::int64_t waiting_since);
   ThreadLanes lanes_of_this_thread();
 
-  // Configuration.
-  RuntimeOptions options_;
-  SteadyClock steady_clock_;
-  const Clock* clock_;
-  ClockKind clock_kind_;
-  Duration precision_;
-  // RuntimeOptions::slack as a code (slack.hpp), or runtime_default when
-  // not set: the slack of every timer that gives none.
-  std::uint8_t fixed_slack_code_;
+  // Configuration (runtime_config.hpp): fixed by the constructor.
+  RuntimeConfig config_;
+  using ClockKind = RuntimeConfig::ClockKind;
   // A ManualClock: timers run only inside flush (wheel_thread.cpp, "A manual clock").
-  bool manual() const noexcept { return clock_kind_ == ClockKind::manual; }
+  bool manual() const noexcept { return config_.manual(); }
   // The slack of a timer that gave none (RuntimeOptions::slack when set,
   // else proportional to `delay_ns`: slack.hpp).
   std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
-    return fixed_slack_code_ != SlackCode::runtime_default ? fixed_slack_code_
-                                                             : default_slack_code(delay_ns, precision_.count());
+    return config_.fixed_slack_code != SlackCode::runtime_default
+               ? config_.fixed_slack_code
+               : default_slack_code(delay_ns, config_.precision.count());
   }
-  std::int64_t start_ns_;
-  std::int64_t max_offset_intervals_;  // 2^num_bits - 1: the range the wheel always accepts
-  std::int64_t horizon_key_;           // the last interval the wheel advances into (runtime.cpp, horizon_key)
-  std::int64_t max_wheel_now_ns_;      // its start: the wheel's time never passes it
-  std::uint32_t tag_;                  // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
-  bool wake_on_post_count_ = true;     // wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
   // Test seam (simulation.hpp): no wheel thread, no workers; the passes run
   // on simulation_thread_, the thread that made the runtime, when it asks.
   bool simulated_ = false;
@@ -471,8 +459,8 @@ class RuntimeCore {
   //   thread's fields by the join.
   // - shards_: the constructor fills it and starts their threads; it never
   //   changes after. Each WheelThread's seam (its command queue, wake
-  //   signal and bound, completed_ and its flag, exited_, its counts) is
-  //   argued in wheel_thread.hpp.
+  //   signal and bound, completed and its flag, exited, its counts) is
+  //   argued in shard_seam.hpp.
   // - a slot's shard (TimerSlot::shard): written by the scheduling producer
   //   before S1 and read, relaxed, by whoever posts for the timer (a
   //   reschedule, a re-arm) or counts its lazy cancel, as `lane` is
@@ -515,8 +503,9 @@ class RuntimeCore {
   // - pool_.handoff: see worker_pool.hpp. lanes_ is under lanes_mutex_;
   //   each LaneCore's atomics are argued in lane_core.hpp.
   //
-  // Configuration above is written by the constructor before any thread
-  // starts (std::thread's start orders it for them) and never after.
+  // config_ and the test seam's fields above are written by the
+  // constructor before any thread starts (std::thread's start orders it for
+  // them) and never after.
   TimerSlab slab_;
   std::atomic<std::int64_t> due_limit_ns_;  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};

@@ -15,7 +15,7 @@
 //   and Cancelled (R1, R2, C1, C2, K1, R3), all of which keep the bit.
 // - a slot's shard is written only while no wheel thread holds it (by its
 //   scheduler, before S1), so a shard's own timers read as its own.
-// Not checked: counts published after a transition (a shard's lazy_cancels_
+// Not checked: counts published after a transition (a shard's seam.lazy_cancels
 // is added after K1's store, so the wheel thread may reclaim a zombie
 // before it is counted), which agree only once every call has returned.
 #include <cstddef>

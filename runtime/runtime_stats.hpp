@@ -28,17 +28,11 @@
 #include <memory>
 
 #include "chime/runtime.hpp"
+#include "tuning.hpp"
 
 namespace chime::detail {
 
-// The fuzz targets' copy of the runtime sources (fuzz/CMakeLists.txt) has 2
-// (one owned, one shared): they build a runtime, and so its zeroed
-// histograms, per input.
-#ifndef CHIME_STATS_STRIPES
-#define CHIME_STATS_STRIPES 16
-#endif
-static_assert(CHIME_STATS_STRIPES >= 2 && CHIME_STATS_STRIPES <= 32,
-              "a stripe per bit of free_stripes, and a shared one");
+// The stripes: tuning.hpp, CHIME_STATS_STRIPES.
 inline constexpr std::size_t kStripes = CHIME_STATS_STRIPES;
 inline constexpr std::size_t kSharedStripe = kStripes - 1;
 
@@ -134,7 +128,7 @@ class RuntimeCounters {
 
 // One counter, striped as RuntimeCounters' are (a stripe per thread, a
 // cache line per stripe): for a count kept per shard (WheelThread::
-// lazy_cancels_), which RuntimeCounters' one line per thread cannot hold
+// seam.lazy_cancels), which RuntimeCounters' one line per thread cannot hold
 // for any number of shards.
 class StripedCount {
  public:

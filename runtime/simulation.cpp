@@ -21,13 +21,13 @@ thread_local RuntimeCore** tls_simulation_request = nullptr;
 // shard, does what the wheel thread does as it exits.
 bool WheelThread::simulate_pass() {
   if (!wt().running) return false;
-  const bool queued = commands_.size_approx() != 0;  // exact: nothing runs concurrently
+  const bool queued = seam.commands.size_approx() != 0;  // exact: nothing runs concurrently
   const std::uint64_t dispatched = wt().dispatched;
   bool busy = false;
   const PassEnd end = run_pass(busy);
   if (end == PassEnd::stopped) {
     wt().retired->flush();
-    exited_.store(true, std::memory_order_release);
+    seam.exited.store(true, std::memory_order_release);
     return true;
   }
   // The overdue list is work only for a pass that may fire: on a ManualClock

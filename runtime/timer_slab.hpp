@@ -43,17 +43,11 @@
 #include "free_slot_stack.hpp"
 #include "slack.hpp"
 #include "timer_state.hpp"
+#include "tuning.hpp"
 
 namespace chime::detail {
 
 struct LaneCore;  // lane_core.hpp
-
-// Test seam: the generation a fresh slot starts from. A test build sets
-// CHIME_INITIAL_GENERATION near 2^32 so that generations wrap (skipping 0)
-// within a short run; production builds start at 0 (first timer: 1).
-#ifndef CHIME_INITIAL_GENERATION
-#define CHIME_INITIAL_GENERATION 0u
-#endif
 
 // One timer. 128 bytes, two cache lines: the first holds everything a
 // producer's cancel and touch (reschedule later) read and write (the state

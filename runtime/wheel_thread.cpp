@@ -8,7 +8,7 @@
 // timer_slab.hpp).
 //
 // One pass:
-//   1. snapshot completed_ (for flush), then apply queued commands in bulk
+//   1. snapshot seam.completed (for flush), then apply queued commands in bulk
 //      (file, re-file, requests) until the queue is empty or a batch limit;
 //   2. read the clock (once) and advance: the overdue list first, in due
 //      order, then what the wheel fires, in nondecreasing interval order; for
@@ -65,7 +65,7 @@
 // Race: enqueue vs the wheel going to sleep.
 //
 //   producer                               wheel thread
-//   push(command)                          seen = wake_.prepare()
+//   push(command)                          seen = seam.wake.prepare()
 //   fence(seq_cst)              (P1)       bound = B; fence(seq_cst)            (P2)
 //   if due < bound and CAS(bound -> MIN):  if queue non-empty: don't sleep
 //     wake                                 futex_wait(word == seen, until the wake-up W)
@@ -104,6 +104,7 @@
 #include <thread>
 
 #include "runtime_core.hpp"
+#include "tuning.hpp"
 
 namespace chime::detail {
 
@@ -116,12 +117,7 @@ namespace {
 constexpr std::size_t kMaxCommandsPerPass = 8192;
 // Zombies (cancelled timers still filed) are swept in one pass over the
 // wheel when they exceed a quarter of the filed timers, and at least this
-// many (a sweep of a small wheel would cost more than the slots it frees).
-// Test seam: the fuzz builds (fuzz/CMakeLists.txt) lower it so that inputs
-// of a few dozen timers reach the sweep.
-#ifndef CHIME_ZOMBIE_SWEEP_MIN
-#define CHIME_ZOMBIE_SWEEP_MIN 1024
-#endif
+// many (tuning.hpp, CHIME_ZOMBIE_SWEEP_MIN).
 constexpr std::uint64_t kMinZombiesForSweep = CHIME_ZOMBIE_SWEEP_MIN;
 // While commands keep arriving, the wheel thread sleeps at most this long
 // (sleep(), "lingering"), so producers need not wake it for every new timer
@@ -201,7 +197,7 @@ struct AdvanceCutShort {};
 // The shard whose wheel thread this thread is (null on every other thread):
 // close_lane must not wait for a pass of the thread it runs on.
 thread_local const WheelThread* tls_wheel_thread_of = nullptr;
-// WheelThread::serial_. Relaxed: only uniqueness matters. 32 bits: after
+// ShardSeam::serial. Relaxed: only uniqueness matters. 32 bits: after
 // 2^32 shards a serial repeats, and a thread's count for a long-gone shard
 // could be taken for a new one's; that count is below kPostsPerLook, so the
 // thread still looks within kPostsPerLook posts (it only skips the look at
@@ -215,17 +211,17 @@ std::uint32_t next_shard_serial() noexcept {
 }  // namespace
 
 WheelThread::WheelThread(RuntimeCore& core, unsigned index)
-    : commands_(core.options_.command_queue),
-      serial_(next_shard_serial()),
+    : seam(core.config_.options.command_queue, next_shard_serial()),
       core_(core),
+      config_(core.config_),
       index_(index),
       // RuntimeOptions::reserve is for all the runtime's timers: each
       // shard's wheel makes room for its share (the wheels grow past it).
-      wt_(WheelConfig{core.options_.precision, core.options_.level_bits,
-                      (core.options_.reserve + core.options_.shards - 1) / core.options_.shards},
-          TimePoint(Duration(core.start_ns_))) {
-  commands_.bound().set(core.options_.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
-                                                           : core.options_.max_queue_depth);
+      wt_(WheelConfig{core.config_.options.precision, core.config_.options.level_bits,
+                      (core.config_.options.reserve + core.config_.options.shards - 1) / core.config_.options.shards},
+          TimePoint(Duration(core.config_.start_ns))) {
+  seam.commands.bound().set(core.config_.options.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
+                                                                      : core.config_.options.max_queue_depth);
   wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(core.pool_.handoff);
   // A simulated runtime has no thread: its passes (on the caller's thread)
   // use this from the start.
@@ -266,7 +262,7 @@ void WheelThread::main() {
 #ifndef NDEBUG
       shard.owner_.store(std::thread::id{}, std::memory_order_relaxed);
 #endif
-      shard.exited_.store(true, std::memory_order_release);
+      shard.seam.exited.store(true, std::memory_order_release);
     }
     WheelThread& shard;
   } exit_flag{*this};
@@ -282,7 +278,7 @@ void WheelThread::main() {
   });
   bool busy = false;
   for (;;) {
-    const std::int64_t started_ns = core_.steady_clock_.now().time_since_epoch().count();
+    const std::int64_t started_ns = config_.steady_clock.now().time_since_epoch().count();
     const PassEnd end = run_pass(busy);
     note_pass(started_ns);
     if (end == PassEnd::stopped) break;
@@ -321,7 +317,7 @@ Duration WheelThread::busy() const noexcept {
 // main() calls it in its loop; the deterministic simulation
 // (simulation.cpp, a test seam) calls it on the test's thread instead.
 WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
-  const std::uint64_t completed_snapshot = completed_.load(std::memory_order_acquire);
+  const std::uint64_t completed_snapshot = seam.completed.load(std::memory_order_acquire);
   // The clock at application: read by file() the first time a command needs
   // it, again after each batch of commands is dequeued (apply_commands).
   wt().application_now_ns = INT64_MIN;
@@ -341,7 +337,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   }
   // A manual clock moves the wheel only for a flush ("A manual clock"
   // above), once every command before it is applied: runs in due order.
-  if (may_fire() && (exhausted || !core_.manual())) advance_and_dispatch(now);
+  if (may_fire() && (exhausted || !config_.manual())) advance_and_dispatch(now);
   hand_over();
   // After the hand-off: no run waits for it.
   wt().ahead_pending = wt().wheel.cascade_ahead(kCascadeAheadPerPass);
@@ -382,9 +378,9 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
 std::int64_t WheelThread::pass_clock() {
   const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
   // A manual clock: the reading of the latest flush, not the clock's time now.
-  std::int64_t now = core_.manual() ? wt().manual_release_ns : core_.clock_->now().time_since_epoch().count();
+  std::int64_t now = config_.manual() ? wt().manual_release_ns : config_.clock->now().time_since_epoch().count();
   if (now < wheel_now) now = wheel_now;
-  if (now > core_.max_wheel_now_ns_) now = core_.max_wheel_now_ns_;
+  if (now > config_.max_wheel_now_ns) now = config_.max_wheel_now_ns;
   return now;
 }
 
@@ -440,7 +436,7 @@ bool WheelThread::apply_commands(bool& exhausted) {
     // ADDs stay Pending, and the sweep cancels them (run_pass stops).
     if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
       break;
-    const std::size_t n = commands_.pop_bulk(s.command_buffer.data(), s.command_buffer.size());
+    const std::size_t n = seam.commands.pop_bulk(s.command_buffer.data(), s.command_buffer.size());
     if (n == 0) {
       exhausted = true;
       break;
@@ -667,11 +663,12 @@ void WheelThread::record_fired(TimingWheel<std::uint32_t>::Alarm a) {
 // After a pass (main's loop): the pass's length and what its advance
 // re-filed, each kept as a running max for stats().
 void WheelThread::note_pass(std::int64_t started_ns) {
-  const std::int64_t took = core_.steady_clock_.now().time_since_epoch().count() - started_ns;
-  if (took > longest_pass_ns_.load(std::memory_order_relaxed)) longest_pass_ns_.store(took, std::memory_order_relaxed);
+  const std::int64_t took = config_.steady_clock.now().time_since_epoch().count() - started_ns;
+  if (took > seam.longest_pass_ns.load(std::memory_order_relaxed))
+    seam.longest_pass_ns.store(took, std::memory_order_relaxed);
   const std::uint64_t refiled = wt().wheel.moved_by_last_advance();
-  if (refiled > most_refiled_in_a_pass_.load(std::memory_order_relaxed)) {
-    most_refiled_in_a_pass_.store(refiled, std::memory_order_relaxed);
+  if (refiled > seam.most_refiled_in_a_pass.load(std::memory_order_relaxed)) {
+    seam.most_refiled_in_a_pass.store(refiled, std::memory_order_relaxed);
   }
 }
 
@@ -681,21 +678,21 @@ void WheelThread::note_pass(std::int64_t started_ns) {
 void WheelThread::note_out_of_memory() {
   if (!wt().pass_out_of_memory) [[likely]] {
     // Only this thread writes it: its own relaxed load reads its last store.
-    if (out_of_memory_since_ns_.load(std::memory_order_relaxed) != 0) {
-      out_of_memory_since_ns_.store(0, std::memory_order_relaxed);
+    if (seam.out_of_memory_since_ns.load(std::memory_order_relaxed) != 0) {
+      seam.out_of_memory_since_ns.store(0, std::memory_order_relaxed);
     }
     return;
   }
-  if (out_of_memory_since_ns_.load(std::memory_order_relaxed) == 0) {
-    out_of_memory_since_ns_.store(core_.steady_clock_.now().time_since_epoch().count(), std::memory_order_relaxed);
+  if (seam.out_of_memory_since_ns.load(std::memory_order_relaxed) == 0) {
+    seam.out_of_memory_since_ns.store(config_.steady_clock.now().time_since_epoch().count(), std::memory_order_relaxed);
   }
 }
 
 // A waiting flush or drain gives up: this shard's passes have been out of
 // memory for kOutOfMemoryTimeout while it waited. Any thread.
 bool WheelThread::out_of_memory_too_long(std::int64_t waiting_since) const noexcept {
-  const std::int64_t since = out_of_memory_since_ns_.load(std::memory_order_relaxed);
-  return since != 0 && core_.steady_clock_.now().time_since_epoch().count() - std::max(since, waiting_since) >=
+  const std::int64_t since = seam.out_of_memory_since_ns.load(std::memory_order_relaxed);
+  return since != 0 && config_.steady_clock.now().time_since_epoch().count() - std::max(since, waiting_since) >=
                            std::chrono::nanoseconds(kOutOfMemoryTimeout).count();
 }
 
@@ -809,7 +806,7 @@ void WheelThread::apply(const Command& c) {
 void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application,
                        std::optional<std::int64_t> called_at_ns) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
-  if (at_application && !core_.manual() && due_now_at_application(due, called_at_ns)) {
+  if (at_application && !config_.manual() && due_now_at_application(due, called_at_ns)) {
     slot.wheel.alarm = {};
     wt().overdue.push_back(index);
     return;
@@ -841,7 +838,7 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
 // else from the wheel's time (a re-file, after the pass's advance); a
 // periodic timer's is its period.
 __int128 WheelThread::fire_time(const TimerSlot& slot, std::int64_t due, bool at_application) {
-  if (core_.manual()) return due;
+  if (config_.manual()) return due;
   std::uint8_t code = slot.slack_code;
   if (code == SlackCode::runtime_default) {
     std::int64_t delay = slot.period_ns;
@@ -849,7 +846,7 @@ __int128 WheelThread::fire_time(const TimerSlot& slot, std::int64_t due, bool at
       std::int64_t now = wt().wheel.now().time_since_epoch().count();
       if (at_application) {
         if (wt().application_now_ns == INT64_MIN) {
-          wt().application_now_ns = core_.clock_->now().time_since_epoch().count();
+          wt().application_now_ns = config_.clock->now().time_since_epoch().count();
         }
         now = std::max(now, wt().application_now_ns);
       }
@@ -860,7 +857,7 @@ __int128 WheelThread::fire_time(const TimerSlot& slot, std::int64_t due, bool at
   if (code == SlackCode::interval_rule) {
     // The last nanosecond of its interval: it runs when the interval ends.
     return static_cast<__int128>(wt().wheel.interval_start(TimePoint(Duration(due))).time_since_epoch().count()) +
-           core_.precision_.count() - 1;
+           config_.precision.count() - 1;
   }
   return grid_fire_time(due, code);
 }
@@ -917,7 +914,7 @@ void WheelThread::sort_overdue() {
 bool WheelThread::due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns) {
   if (called_at_ns) return due <= *called_at_ns;
   if (due <= wt().wheel.now().time_since_epoch().count()) return true;
-  if (wt().application_now_ns == INT64_MIN) wt().application_now_ns = core_.clock_->now().time_since_epoch().count();
+  if (wt().application_now_ns == INT64_MIN) wt().application_now_ns = config_.clock->now().time_since_epoch().count();
   return due <= wt().application_now_ns;
 }
 
@@ -959,7 +956,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     }
   }
   if (!wt().advance_cut_short) fire_past_due();
-  if (core_.manual()) merge_fired_into_overdue();
+  if (config_.manual()) merge_fired_into_overdue();
   // A wheel alarm runs iff its due is before the boundary, or at or before
   // the clock's time (a timer whose alarm fired is due by then, unless a
   // touch moved it later).
@@ -1001,7 +998,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   wt().wheel_fired.clear();
 }
 
-bool WheelThread::may_fire() noexcept { return !core_.manual() || !wt().flushes.empty(); }
+bool WheelThread::may_fire() noexcept { return !config_.manual() || !wt().flushes.empty(); }
 
 // A manual clock: this pass's runs go out in due order, ties in filing
 // order (the overdue list's, then the wheel's): the wheel's alarms join the
@@ -1050,7 +1047,7 @@ void WheelThread::fire_past_due() {
 // current or the next one; further out, wake at its start and look then.
 std::int64_t WheelThread::exact_deadline(std::int64_t next_fires_at_ns) {
   TimingWheel<std::uint32_t>& wheel = wt().wheel;
-  const std::int64_t p = core_.precision_.count();
+  const std::int64_t p = config_.precision.count();
   const std::int64_t min_start = next_fires_at_ns - p;
   if (min_start > wheel.now_interval_num_start().time_since_epoch().count() + p) return min_start;
   const auto min_time = wheel.min_alarm_time();
@@ -1308,7 +1305,7 @@ bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
 // that raced it. Amortized O(1) per cancel: a sweep over n filed timers
 // reclaims more than max(n/4, kMinZombiesForSweep) - (cancels in flight).
 void WheelThread::sweep_zombies_if_many() {
-  const std::uint64_t cancels = lazy_cancels_.sum();
+  const std::uint64_t cancels = seam.lazy_cancels.sum();
   const std::uint64_t zombies = cancels > wt().reclaimed ? cancels - wt().reclaimed : 0;
   const std::uint64_t filed = wt().wheel.size() + wt().overdue.size();
   if (zombies < kMinZombiesForSweep || zombies * 4 < filed) return;
@@ -1329,7 +1326,7 @@ void WheelThread::sweep_zombies_if_many() {
     wt().wheel.remove(slot.wheel.alarm);
     reclaim(slot, index);
   }
-  zombie_sweeps_.fetch_add(1, std::memory_order_relaxed);
+  seam.zombie_sweeps.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
@@ -1382,13 +1379,13 @@ void WheelThread::sleep(bool busy) {
     return;
   }
   const bool waiting_for_runs = !wt().flushes.empty();
-  // (F-W) Workers bump completed_, fence, then read this flag to decide
-  // whether to wake us; we set it, fence, then re-read completed_.
-  waits_for_workers_.store(waiting_for_runs, std::memory_order_relaxed);
+  // (F-W) Workers bump seam.completed, fence, then read this flag to decide
+  // whether to wake us; we set it, fence, then re-read seam.completed.
+  seam.waits_for_workers.store(waiting_for_runs, std::memory_order_relaxed);
   std::int64_t deadline = INT64_MAX;  // in the runtime clock's domain
   // At the horizon nothing in the wheel ever fires (it never advances on).
   if (const auto next = wt().wheel.next_alarm_fires_at();
-      next && wt().wheel.now().time_since_epoch().count() < core_.max_wheel_now_ns_) {
+      next && wt().wheel.now().time_since_epoch().count() < config_.max_wheel_now_ns) {
     deadline = next->time_since_epoch().count();
     deadline = exact_deadline(deadline);
   }
@@ -1399,10 +1396,10 @@ void WheelThread::sleep(bool busy) {
   // short by a producer, or lingered: the first pass without commands
   // sleeps until the next alarm (or forever). Never with a ManualClock.
   wt().lingering =
-      busy && core_.clock_kind_ != RuntimeCore::ClockKind::manual && (wt().lingering || wt().last_sleep_short);
+      busy && config_.clock_kind != RuntimeConfig::ClockKind::manual && (wt().lingering || wt().last_sleep_short);
   std::int64_t wake_at_ns = deadline;  // in the runtime clock's domain: when we will wake up
   if (wt().lingering) {
-    const std::int64_t now = core_.clock_->now().time_since_epoch().count();
+    const std::int64_t now = config_.clock->now().time_since_epoch().count();
     if (now < deadline - kLingerNs) wake_at_ns = now + kLingerNs;
   }
   // A timer needs an earlier wake-up iff its interval ends before wake_at_ns,
@@ -1410,7 +1407,7 @@ void WheelThread::sleep(bool busy) {
   // wake_at_ns (for wake_at_ns = deadline, the start of the earliest alarm's
   // interval, since next_alarm_fires_at is that interval's end).
   std::int64_t bound = INT64_MAX;
-  if (core_.manual()) {
+  if (config_.manual()) {
     bound = INT64_MIN;  // no due needs the wheel: only a flush runs timers
   } else if (wake_at_ns != INT64_MAX) {
     // A timer's fire time is at or after its due: one due before the
@@ -1419,28 +1416,29 @@ void WheelThread::sleep(bool busy) {
     bound = wake_at_ns;
   }
 
-  const std::uint32_t seen = wake_.prepare();
-  wake_if_due_before_ns_.store(bound, std::memory_order_relaxed);
+  const std::uint32_t seen = seam.wake.prepare();
+  seam.wake_if_due_before_ns.store(bound, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P2) and (F-W)
-  bool skip = commands_.size_approx() != 0;
+  bool skip = seam.commands.size_approx() != 0;
   if (waiting_for_runs) {
     std::uint64_t need = 0;
     for (FlushRequest* f : wt().flushes) need = std::max(need, f->mark);
-    if (completed_.load(std::memory_order_acquire) >= need) skip = true;
+    if (seam.completed.load(std::memory_order_acquire) >= need) skip = true;
   }
   if (!skip) {
-    const TimePoint steady_before = core_.steady_clock_.now();
+    const TimePoint steady_before = config_.steady_clock.now();
     std::int64_t wake_at = INT64_MAX;  // on the steady clock
     if (wake_at_ns != INT64_MAX) {
-      switch (core_.clock_kind_) {
-        case RuntimeCore::ClockKind::steady:
+      switch (config_.clock_kind) {
+        case RuntimeConfig::ClockKind::steady:
           wake_at = wake_at_ns;
           break;
-        case RuntimeCore::ClockKind::manual:  // manual time moves only when told; flush() wakes us
+        case RuntimeConfig::ClockKind::manual:  // manual time moves only when told; flush() wakes us
           break;
-        case RuntimeCore::ClockKind::other: {
+        case RuntimeConfig::ClockKind::other: {
           // In 128 bits, saturating: the two clocks' times may be at opposite ends of int64.
-          const __int128 remaining = static_cast<__int128>(wake_at_ns) - core_.clock_->now().time_since_epoch().count();
+          const __int128 remaining =
+              static_cast<__int128>(wake_at_ns) - config_.clock->now().time_since_epoch().count();
           const __int128 at = steady_before.time_since_epoch().count() + std::max<__int128>(remaining, 0);
           wake_at = at >= INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(at);
           break;
@@ -1448,11 +1446,11 @@ void WheelThread::sleep(bool busy) {
       }
     }
     const TimePoint until{Duration(wake_at)};
-    wake_.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
-    wakeups_.fetch_add(1, std::memory_order_relaxed);
-    wt().last_sleep_short = (core_.steady_clock_.now() - steady_before).count() < kLingerNs;
+    seam.wake.wait_until(seen, wake_at == INT64_MAX ? nullptr : &until);
+    seam.wakeups.fetch_add(1, std::memory_order_relaxed);
+    wt().last_sleep_short = (config_.steady_clock.now() - steady_before).count() < kLingerNs;
   }
-  wake_if_due_before_ns_.store(INT64_MIN, std::memory_order_relaxed);
+  seam.wake_if_due_before_ns.store(INT64_MIN, std::memory_order_relaxed);
 }
 
 }  // namespace chime::detail

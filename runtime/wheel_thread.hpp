@@ -12,8 +12,8 @@
 // need no shard at all: they act on the slot's state word.
 //
 // Who touches what:
-// - the fields under "The shard's seam" are read or written by other
-//   threads; each says who, and in what order;
+// - `seam` (ShardSeam, shard_seam.hpp) is read or written by other
+//   threads; each of its fields says who, and in what order;
 // - everything else is the shard's wheel thread's alone: WheelThreadState
 //   (reached through wt(), which checks the caller in debug builds), and the
 //   wheel-only part of the slots this shard filed (TimerSlot::WheelPart).
@@ -33,7 +33,9 @@
 #include "chime/detail/assert.hpp"
 #include "command_queue.hpp"
 #include "dispatch.hpp"
+#include "runtime_config.hpp"
 #include "runtime_stats.hpp"
+#include "shard_seam.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
 #include "wheel_thread_state.hpp"
@@ -63,65 +65,12 @@ class WheelThread {
   // The wheel thread's CPU time so far (ShardStats::busy); 0 if none started.
   Duration busy() const noexcept;
 
-  // ---- The shard's seam. ----
-  // Producers (and workers and lanes re-arming, and flush / drain /
-  // shutdown / close_lane / check_invariants) push; only this shard's wheel
-  // thread pops. Release / acquire through the queue (command_queue.hpp).
-  CommandQueue commands_;
-  // Every poster wakes it; the wheel thread prepares and waits (wake_signal.hpp).
-  WakeSignal wake_;
-  // While the wheel thread sleeps: the start of the interval of its earliest
-  // alarm (its wake-up time minus one precision). A due time before it needs
-  // the wheel earlier. INT64_MIN while awake (or once a producer has taken
-  // the wake: only one producer wakes it per sleep); INT64_MAX: no alarm.
-  // Relaxed, with the (P1)/(P2) seq_cst fences (producer_ops.cpp,
-  // wake_after_post).
-  std::atomic<std::int64_t> wake_if_due_before_ns_{INT64_MIN};
-  // A number no other shard of any Runtime in the process had (from 1, as
-  // the shards are made): the key under which each posting thread counts
-  // its posts to this shard (producer_ops.cpp, PostPacer).
-  const std::uint32_t serial_;
-  // Posts to this queue counted towards the next count-wake, kPostsPerLook
-  // at a time, at each look (producer_ops.cpp, wake_after_fence). Relaxed:
-  // it only paces wake-ups; the command's visibility to the wheel thread is
-  // the (P1)/(P2) fence pair's, not this count's.
-  std::atomic<std::uint32_t> posts_toward_wake_{0};
-  // Runs of this shard finished (or skipped): workers and lanes add once per
-  // batch and shard (release), so do the wheel thread's inline runs and
-  // close_lane's drain; the wheel thread acquires it (flush marks). The
-  // (F-W) fences pair it with waits_for_workers_.
-  std::atomic<std::uint64_t> completed_{0};
-  // The wheel thread stores it before it sleeps; workers and lanes read it
-  // (RuntimeCore::count_completed). Relaxed, with the (F-W) fences.
-  std::atomic<bool> waits_for_workers_{false};
-  // The wheel thread stores it (release) as it returns; a blocked flush /
-  // drain / close acquires it and stops waiting (Completion::wait).
-  std::atomic<bool> exited_{false};
-  // Since when (steady clock, ns) this shard's passes have been out of
-  // memory (wheel_thread.cpp, "Out of memory"); 0: they are not. Written by
-  // the wheel thread, read by a waiting flush or drain (out_of_memory_too_long).
-  // Relaxed: a hint to give up waiting; the request's own state is under
-  // its Completion's mutex.
-  std::atomic<std::int64_t> out_of_memory_since_ns_{0};
+  // ---- The shard's seam (shard_seam.hpp): what other threads touch. ----
+  ShardSeam seam;
   // True once this shard's passes have been out of memory for
   // kOutOfMemoryTimeout of a wait that began at `waiting_since` (steady ns):
   // a flag left from before the wait counts only from its start.
   bool out_of_memory_too_long(std::int64_t waiting_since) const noexcept;
-  // Written by the wheel thread only, read by stats(); relaxed.
-  std::atomic<std::uint64_t> wakeups_{0};
-  std::atomic<std::uint64_t> zombie_sweeps_{0};
-  // The longest pass so far (steady clock, from its start to its end; a
-  // sleep is not a pass), and the most alarms one pass's advance re-filed
-  // between levels (TimingWheel::moved_by_last_advance): what "no pass does
-  // unbounded work" is measured by (ShardStats). Written by the wheel thread
-  // only (each a running max), read by stats(); relaxed: figures, not
-  // synchronization.
-  std::atomic<std::int64_t> longest_pass_ns_{0};
-  std::atomic<std::uint64_t> most_refiled_in_a_pass_{0};
-  // C1/C2 cancels of this shard's filed timers (producer_ops.cpp): the
-  // zombies its wheel thread reclaims lazily, against WheelThreadState::
-  // reclaimed (sweep_zombies_if_many). Striped per thread, relaxed.
-  StripedCount lazy_cancels_;
 
   // ---- The wheel thread's own. ----
   // Precondition (CHIME_ASSERT): called on the wheel thread, or while it is
@@ -202,6 +151,7 @@ class WheelThread {
 
   friend class RuntimeCore;
   RuntimeCore& core_;
+  const RuntimeConfig& config_;
   const unsigned index_;
   WheelThreadState wt_;
 #ifndef NDEBUG

@@ -35,6 +35,7 @@
 #include "command_queue.hpp"
 #include "dispatch.hpp"
 #include "timer_slab.hpp"
+#include "tuning.hpp"
 
 namespace chime::detail {
 
@@ -45,13 +46,7 @@ struct LaneCore;
 
 struct WheelThreadState {
   // Scratch lists reserve this much up front and keep their capacity
-  // between passes: a burst of overdue or fired timers within this size
-  // never allocates, however the passes happen to fall.
-  // The fuzz targets' copy of the runtime sources (fuzz/CMakeLists.txt)
-  // sets it small: they build a runtime per input.
-#ifndef CHIME_WHEEL_SCRATCH_CAPACITY
-#define CHIME_WHEEL_SCRATCH_CAPACITY 4096
-#endif
+  // between passes (tuning.hpp, CHIME_WHEEL_SCRATCH_CAPACITY).
   static constexpr std::size_t kScratchCapacity = CHIME_WHEEL_SCRATCH_CAPACITY;
 
   WheelThreadState(const WheelConfig& config, TimePoint start) : wheel(config, start) {
@@ -98,7 +93,7 @@ struct WheelThreadState {
   std::vector<Dispatch> lane_spill;
   // Out of memory (wheel_thread.cpp, "Out of memory"): this pass could not
   // make room for all its work (since when passes have been:
-  // WheelThread::out_of_memory_since_ns_); the most alarms this advance may
+  // ShardSeam::out_of_memory_since_ns); the most alarms this advance may
   // fire before it is cut short; whether it was.
   bool pass_out_of_memory = false;
   // command_buffer[held_commands_begin, held_commands_end): popped, not yet

@@ -21,7 +21,7 @@
 //   returned); if a cancel won meanwhile (C3), free it;
 // - a periodic's final run (shutdown(fire_pending)): Running -> Fired (F3).
 // Per batch, not per run: the clock is read once (for the lateness
-// samples), `fired` and `completed_` are added once, freed slots go back to
+// samples), `fired` and `seam.completed` are added once, freed slots go back to
 // the free list in one bulk enqueue, and the wheel thread is woken (if a
 // flush waits for runs) at most once.
 //
@@ -84,9 +84,9 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
   // unless it is the steady clock, whose reads the run times need anyway;
   // then one steady-clock read per run, at its end, which is also the next
   // run's start.
-  std::int64_t steady = steady_clock_.now().time_since_epoch().count();
-  const bool steady_runtime_clock = clock_kind_ == ClockKind::steady;
-  const std::int64_t clock_now = steady_runtime_clock ? 0 : clock_->now().time_since_epoch().count();
+  std::int64_t steady = config_.steady_clock.now().time_since_epoch().count();
+  const bool steady_runtime_clock = config_.clock_kind == ClockKind::steady;
+  const std::int64_t clock_now = steady_runtime_clock ? 0 : config_.clock->now().time_since_epoch().count();
   std::uint64_t ran = 0;
   for (std::size_t i = 0; i < n; ++i) {
     CHIME_ASSERT((d[i].flags & Dispatch::stop) == 0, "a stop record before the end of a batch");
@@ -104,7 +104,7 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
 void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread) {
   if (single_shard_ != nullptr) {
     if (on_wheel_thread) {
-      single_shard_->completed_.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
+      single_shard_->seam.completed.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
     } else {
       count_completed(0, n);
     }
@@ -116,7 +116,7 @@ void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_whee
     std::size_t j = i + 1;
     while (j < n && d[j].shard == k) ++j;
     if (on_wheel_thread) {
-      shard(k).completed_.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
+      shard(k).seam.completed.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
     } else {
       count_completed(k, j - i);
     }
@@ -126,14 +126,14 @@ void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_whee
 
 // (F-W) A worker or a lane counts runs it finished (or skipped), then looks
 // whether the wheel thread waits for runs (it sets the flag, fences, then
-// reads completed_): one of us sees the other. release: the runs' effects
+// reads seam.completed): one of us sees the other. release: the runs' effects
 // (and on_error calls, counters) happen-before a flush that acquires this
 // count.
 void RuntimeCore::count_completed(unsigned k, std::uint64_t n) {
   WheelThread& s = shard(k);
-  s.completed_.fetch_add(n, std::memory_order_release);
+  s.seam.completed.fetch_add(n, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (s.waits_for_workers_.load(std::memory_order_relaxed)) s.wake_.wake();
+  if (s.seam.waits_for_workers.load(std::memory_order_relaxed)) s.seam.wake.wake();
 }
 
 // Runs one handed-over timer. Returns true iff its callback ran (false: a
@@ -167,7 +167,7 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
       break;
     }
   }
-  const TimerId id(d.slot, d.generation, tag_);
+  const TimerId id(d.slot, d.generation, config_.tag);
   const Firing firing{id, TimePoint(Duration(d.due_ns)), TimePoint(Duration(d.fired_at_ns)), d.missed};
   if (!(d.flags & Dispatch::drained)) {
     // In 128 bits: a due time far in the past could overflow the difference.
@@ -182,14 +182,14 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
   }
   set_running_callback(nullptr, TimerId{});
   const std::int64_t start = steady_ns;
-  steady_ns = steady_clock_.now().time_since_epoch().count();
+  steady_ns = config_.steady_clock.now().time_since_epoch().count();
   const std::int64_t took = steady_ns - start;
   run_time_.record(took);
-  if (took > options_.slow_run.count()) [[unlikely]] {
+  if (took > config_.options.slow_run.count()) [[unlikely]] {
     counters_.add(Counter::slow_runs);
-    if (options_.on_slow_run) {
+    if (config_.options.on_slow_run) {
       try {
-        options_.on_slow_run(id, Duration(took));
+        config_.options.on_slow_run(id, Duration(took));
       } catch (...) {
         // like on_error: never takes the worker down
       }
@@ -201,9 +201,9 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
 
 void RuntimeCore::report_callback_exception(TimerId id, std::exception_ptr e) noexcept {
   counters_.add(Counter::callback_errors);
-  if (options_.on_error) {
+  if (config_.options.on_error) {
     try {
-      options_.on_error(id, std::move(e));
+      config_.options.on_error(id, std::move(e));
     } catch (...) {
       // on_error must not take the worker (or the lane) down; nothing else to tell.
     }
@@ -272,7 +272,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
   // restarts the fixed rate from the end of this run (on the runtime clock).
   std::int64_t base = d.due_ns;
   if (slot.on_missed == Missed::delay && !(d.flags & Dispatch::keep_due)) {
-    base = clock_kind_ == ClockKind::steady ? steady_end_ns : clock_->now().time_since_epoch().count();
+    base = config_.clock_kind == ClockKind::steady ? steady_end_ns : config_.clock->now().time_since_epoch().count();
   }
   const std::int64_t next = (d.flags & Dispatch::keep_due)      ? d.due_ns
                             : base > INT64_MAX - slot.period_ns ? INT64_MAX
