@@ -1029,11 +1029,18 @@ void WheelThread::fire_past_due() {
   TimingWheel<std::uint32_t>& wheel = wt().wheel;
   const auto min_interval = wheel.min_alarm_interval_num();
   if (!min_interval || *min_interval != wheel.interval_num(wheel.now())) return;
+  // The interval rule's alarms sit at their interval's last nanosecond: they
+  // run once the interval has ended, never with the clock at that
+  // nanosecond (fire_time). A manual clock has no interval rule.
+  const std::int64_t now = wheel.now().time_since_epoch().count();
+  const std::int64_t last_ns =
+      wheel.now_interval_num_start().time_since_epoch().count() + config_.precision.count() - 1;
+  const TimePoint until(Duration(now == last_ns && !config_.manual() ? now - 1 : now));
   const auto min_time = wheel.min_alarm_time();
-  if (!min_time || *min_time > wheel.now()) return;
+  if (!min_time || *min_time > until) return;
   const std::size_t first = wt().wheel_fired.size();
   try {
-    wheel.fire_past_alarms([&](TimingWheel<std::uint32_t>::Alarm a) { record_fired(a); });
+    wheel.fire_alarms_until(until, [&](TimingWheel<std::uint32_t>::Alarm a) { record_fired(a); });
   } catch (const AdvanceCutShort&) {
     wt().advance_cut_short = true;  // the rest of the interval's past alarms fire next pass
   }
@@ -1042,9 +1049,10 @@ void WheelThread::fire_past_due() {
 }
 
 // Slack: when to wake for the earliest alarm, whose interval ends at
-// `next_fires_at_ns`: its time plus the slack, if that is sooner. The time
-// is looked up (a scan of one slot, cached) only when that interval is the
-// current or the next one; further out, wake at its start and look then.
+// `next_fires_at_ns`: its fire time (fire_time), or the interval's end when
+// that is its last nanosecond. The time is looked up (cached by the wheel)
+// only when that interval is the current or the next one; further out, wake
+// at its start and look then.
 std::int64_t WheelThread::exact_deadline(std::int64_t next_fires_at_ns) {
   TimingWheel<std::uint32_t>& wheel = wt().wheel;
   const std::int64_t p = config_.precision.count();

@@ -296,9 +296,15 @@ class TimingWheel {
   // advance_clock. Never allocates.
   template <class F>
   void fire_past_alarms(F&& handle_fired) {
-    if (min_time_known_ && min_time_ && min_time_->time_since_epoch().count() <= now_ns_) min_time_known_ = false;
+    fire_alarms_until(now(), std::forward<F>(handle_fired));
+  }
+  // The same for the alarms with at <= min(until, now()).
+  template <class F>
+  void fire_alarms_until(TimePoint until, F&& handle_fired) {
+    const std::int64_t limit = std::min(until.time_since_epoch().count(), now_ns_);
+    if (min_time_known_ && min_time_ && min_time_->time_since_epoch().count() <= limit) min_time_known_ = false;
     queue_.remove_min_allowed_key_if(
-        "fire_past_alarms", [&](const Entry& e) { return e.at.time_since_epoch().count() <= now_ns_; },
+        "fire_past_alarms", [&](const Entry& e) { return e.at.time_since_epoch().count() <= limit; },
         [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
   }
 

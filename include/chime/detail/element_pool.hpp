@@ -62,14 +62,8 @@ enum : std::uint8_t {
   kNodeDetached = 0xFE,  // holds a value but is in no slot (being fired)
 };
 
-// One element of a KeyWheel: its slot-list links, the generation its handles
-// carry, where it is (level and slot), its value and (kStoresKey) its key. A KeyWheel that
-// computes the key from the value (TimingWheel: the interval of the alarm's
-// time) stores none: 16 bytes before the value instead of 24, so a 16-byte
-// value makes a 32-byte node, two per cache line.
-template <class T, bool kStoresKey = true>
-struct WheelNode {
-  std::uint64_t key;
+// What every node holds: its links, generation, level and slot.
+struct WheelNodeLinks {
   std::uint32_t prev;  // circular doubly-linked slot list; free list uses `next`
   std::uint32_t next;
   std::uint32_t generation;
@@ -78,34 +72,44 @@ struct WheelNode {
   // bytes that alignment would leave unused, so unlinking needs no key.
   std::uint8_t slot_high;
   std::uint16_t slot_low;
-  alignas(T) unsigned char storage[sizeof(T)];
 
   std::size_t slot() const noexcept { return (std::size_t{slot_high} << 16) | slot_low; }
   void set_slot(std::size_t s) noexcept {
     slot_high = static_cast<std::uint8_t>(s >> 16);
     slot_low = static_cast<std::uint16_t>(s);
   }
+};
+
+// The value's storage, after the links (and the key, when the node stores one).
+template <class T>
+struct WheelNodeStorage {
+  alignas(T) unsigned char storage[sizeof(T)];
+
   T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
   const T& value() const noexcept { return *std::launder(reinterpret_cast<const T*>(storage)); }
 };
 
-template <class T>
-struct WheelNode<T, false> {
-  std::uint32_t prev;
-  std::uint32_t next;
-  std::uint32_t generation;
-  std::uint8_t level;
-  std::uint8_t slot_high;
-  std::uint16_t slot_low;
-  alignas(T) unsigned char storage[sizeof(T)];
+// One element of a KeyWheel: its slot-list links, the generation its handles
+// carry, where it is (level and slot), its value and (kStoresKey) its key. A KeyWheel that
+// computes the key from the value (TimingWheel: the interval of the alarm's
+// time) stores none: 16 bytes before the value instead of 24, so a 16-byte
+// value makes a 32-byte node, two per cache line.
+template <class T, bool kStoresKey = true>
+struct WheelNode : WheelNodeLinks {
+  std::uint64_t key;
+  WheelNodeStorage<T> store;
 
-  std::size_t slot() const noexcept { return (std::size_t{slot_high} << 16) | slot_low; }
-  void set_slot(std::size_t s) noexcept {
-    slot_high = static_cast<std::uint8_t>(s >> 16);
-    slot_low = static_cast<std::uint16_t>(s);
-  }
-  T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
-  const T& value() const noexcept { return *std::launder(reinterpret_cast<const T*>(storage)); }
+  T& value() noexcept { return store.value(); }
+  const T& value() const noexcept { return store.value(); }
+};
+
+// A node whose key is computed from its value (KeyWheel's KeyOf).
+template <class T>
+struct WheelNode<T, false> : WheelNodeLinks {
+  WheelNodeStorage<T> store;
+
+  T& value() noexcept { return store.value(); }
+  const T& value() const noexcept { return store.value(); }
 };
 
 template <class T, bool kStoresKey = true>
@@ -171,14 +175,14 @@ class ElementPool {
     std::uint32_t i = free_head_;
     if (i != kNilIndex) {
       Node& n = (*this)[i];
-      ::new (static_cast<void*>(n.storage)) T(std::forward<Args>(args)...);
+      ::new (static_cast<void*>(n.store.storage)) T(std::forward<Args>(args)...);
       free_head_ = n.next;
       n.level = kNodeDetached;
     } else {
       if (used_ == capacity_) grow();
       i = static_cast<std::uint32_t>(used_);
       Node& n = (*this)[i];
-      ::new (static_cast<void*>(n.storage)) T(std::forward<Args>(args)...);
+      ::new (static_cast<void*>(n.store.storage)) T(std::forward<Args>(args)...);
       n.generation = 1;
       n.level = kNodeDetached;
       ++used_;
