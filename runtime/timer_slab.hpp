@@ -63,7 +63,8 @@ struct alignas(64) TimerSlot {
   Missed on_missed = Missed::skip;
   // The wheel thread's part: only the wheel thread of the timer's shard
   // writes it (and shutdown's sweep, after the join; a periodic's inline
-  // re-arm, on that wheel thread with workers = 0). Another shard's wheel
+  // re-arm, on that wheel thread with workers = 0: refile_rearmed_inline,
+  // wheel_thread.hpp). Another shard's wheel
   // thread may read filed_generation: a command for an older generation of
   // the slot (a reschedule, or an ADD cancelled before it was filed) can
   // reach its old shard after the slot was freed and reused by a timer of

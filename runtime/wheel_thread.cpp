@@ -797,6 +797,17 @@ void WheelThread::apply(const Command& c) {
   }
 }
 
+// The wheel-side half of an inline re-arm (RuntimeCore::end_run on the
+// wheel thread, workers = 0): the run's F2 already set the filed bit, so
+// this is what A1 (apply) does after its CAS. filed_generation is ours to
+// write (relaxed, as every access: it only tells a shard whether it filed
+// this generation; the word orders the rest; timer_slab.hpp). Not at
+// application: a re-arm already behind the wheel's interval runs next pass.
+void WheelThread::refile_rearmed_inline(std::uint32_t index, TimerSlot& slot, std::uint32_t generation) {
+  slot.wheel.filed_generation.store(generation, std::memory_order_relaxed);
+  file(index, slot, false);
+}
+
 // Files slot `index` by its current due time: in the wheel if it is not
 // behind the wheel's interval, else on the overdue list (goes out with this
 // pass's advance). `at_application`: its command (an ADD, a reschedule to an
@@ -1215,8 +1226,8 @@ void WheelThread::hand_over() {
   const std::size_t n = s.dispatch_batch.size();
   if (n == 0) return;
   if (core_.pool_.threads.empty()) {
-    // A periodic run re-armed here is filed at once (RuntimeCore::end_run):
-    // room for it first.
+    // A periodic run re-armed here is filed at once (RuntimeCore::end_run,
+    // refile_rearmed_inline): room for it first.
     if (!make_wheel_room(n) || !make_room(s.overdue, n)) [[unlikely]] {
       s.pass_out_of_memory = true;
       return;

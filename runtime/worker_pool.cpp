@@ -295,12 +295,11 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
   if (rearmed) {
     wake_waiters_if_any(slot, w);
     if (where == RunPlace::wheel_thread) {
-      // Inline, on the wheel thread, outside any wheel iteration: file it
-      // now (a re-arm already behind the wheel's interval runs next pass),
-      // instead of a command that would keep the queue from ever emptying
-      // under sustained periodic load.
-      slot.wheel.filed_generation.store(d.generation, std::memory_order_relaxed);
-      shard(d.shard).file(d.slot, slot, false);
+      // Inline, on the wheel thread (d.shard's: the batch's own): file it
+      // now, instead of a command that would keep the queue from ever
+      // emptying under sustained periodic load. F2 above already set the
+      // filed bit (the A1 a REARM would have done).
+      shard(d.shard).refile_rearmed_inline(d.slot, slot, d.generation);
     } else {
       // To the shard that ran it, the timer's own (d.shard is its slot's shard).
       post_and_wake(shard(d.shard), Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
