@@ -154,7 +154,6 @@ class WheelThread {
   void sleep(bool busy);
   void record_final_busy() noexcept;  // the thread's CPU time as it returns
 
-  friend class RuntimeCore;
   RuntimeCore& core_;
   const RuntimeConfig& config_;
   const unsigned index_;
