@@ -151,7 +151,7 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   wt().sweep_buffer.clear();
   wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
     const std::uint32_t index = wt().wheel.value(a);
-    if (core_.slab_[index].lane.load(std::memory_order_relaxed) == lane && core_.lane_closed(core_.slab_[index])) {
+    if (core_.slab()[index].lane.load(std::memory_order_relaxed) == lane && core_.lane_closed(core_.slab()[index])) {
       // Out of memory, one not listed is cancelled when its alarm comes up (L2).
       try {
         wt().sweep_buffer.push_back(index);
@@ -160,13 +160,13 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
-    TimerSlot& slot = core_.slab_[index];
+    TimerSlot& slot = core_.slab()[index];
     wt().wheel.remove(slot.wheel.alarm);
     cancel_for_closed_lane(slot, index);
   }
   std::size_t kept = 0;
   for (std::uint32_t index : wt().overdue) {
-    TimerSlot& slot = core_.slab_[index];
+    TimerSlot& slot = core_.slab()[index];
     if (slot.lane.load(std::memory_order_relaxed) == lane && core_.lane_closed(slot)) {
       cancel_for_closed_lane(slot, index);
     } else {
@@ -186,7 +186,7 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
 void WheelThread::cancel_held_runs_of(LaneCore* lane) {
   WheelThreadState& s = wt();
   const auto cancel_held = [&](const Dispatch& d) {
-    TimerSlot& slot = core_.slab_[d.slot];
+    TimerSlot& slot = core_.slab()[d.slot];
     std::uint64_t w = slot.word.load(std::memory_order_acquire);
     if (!StateWord::holds_claim(w, d.generation, d.version)) return;
     while (StateWord::state(w) != SlotState::cancelled) {  // C4 (or shutdown's X2) won: we only free it
@@ -208,7 +208,7 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
   }
   std::size_t kept = 0;
   for (const Dispatch& d : s.lane_spill) {
-    const TimerSlot& slot = core_.slab_[d.slot];
+    const TimerSlot& slot = core_.slab()[d.slot];
     if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
     if (slot.lane.load(std::memory_order_relaxed) == lane) {
       cancel_held(d);

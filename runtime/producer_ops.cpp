@@ -119,6 +119,14 @@ std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcep
   return static_cast<std::int64_t>(config_.start_ns + key * p);
 }
 
+// Only ever grows: a CAS to the max. Relaxed: runtime_core.hpp, due_limit_ns_.
+void RuntimeCore::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
+  const std::int64_t limit = due_limit_for(wheel_now_ns);
+  std::int64_t published = due_limit_ns_.load(std::memory_order_relaxed);
+  while (published < limit && !due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
+  }
+}
+
 namespace {
 // After this many commands posted to a shard since the last count-wake (by
 // any threads, counted kPostsPerLook at a time as each thread looks), a

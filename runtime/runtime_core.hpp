@@ -346,6 +346,42 @@ class RuntimeCore {
   const Clock& clock() const noexcept { return *config_.clock; }
   Duration precision() const noexcept { return config_.precision; }
 
+  // ---- What the shards (wheel_thread.hpp) use of their runtime; who
+  // touches what, and in what order, is argued at the fields below. ----
+  const RuntimeConfig& config() const noexcept { return config_; }
+  // The one slab every shard files from and claims in.
+  TimerSlab& slab() noexcept { return slab_; }
+  // The hand-off queue the wheel threads enqueue claimed runs to; no
+  // threads: workers = 0, the wheel thread runs them (run_on_wheel_thread).
+  WorkerPool& pool() noexcept { return pool_; }
+  // A test seam's runtime (simulation.hpp): no wheel thread, no workers.
+  bool simulated() const noexcept { return simulated_; }
+  // The calling thread runs a simulated runtime's passes: it counts as its
+  // shards' wheel thread.
+  bool on_simulation_thread() const noexcept { return simulated_ && simulation_thread_ == std::this_thread::get_id(); }
+  // shutdown(cancel_pending) was called. Relaxed: the wheel thread fences
+  // where the order matters (cancel_requested_, below).
+  bool cancel_requested() const noexcept { return cancel_requested_.load(std::memory_order_relaxed); }
+  // After a shard's advance: raises due_limit_ns_ to the limit of a wheel
+  // at `wheel_now_ns`; never lowers it (producer_ops.cpp).
+  void raise_due_limit(std::int64_t wheel_now_ns) noexcept;
+  // workers = 0: the wheel thread runs its batch of claimed runs itself
+  // (worker_pool.cpp); a periodic's re-arm is filed at once.
+  std::size_t run_on_wheel_thread(const Dispatch* d, std::size_t n, RetiredSlots& retired) {
+    return run_batch(d, n, retired, RunPlace::wheel_thread);
+  }
+  // The slack of a timer that gave none (RuntimeOptions::slack when set,
+  // else proportional to `delay_ns`: slack.hpp).
+  std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
+    return config_.fixed_slack_code != SlackCode::runtime_default
+               ? config_.fixed_slack_code
+               : default_slack_code(delay_ns, config_.precision.count());
+  }
+  // lane.cpp: the slot's Lane was closed since it was scheduled.
+  bool lane_closed(const TimerSlot& slot) const noexcept;
+  // producer_ops.cpp: a timer ends cancelled (Counter::cancelled, then end_timer).
+  void end_cancelled_timer();
+
  private:
   // The runtime clock's time read in a call that schedules or reschedules,
   // by which the wheel thread judges "due now" (design.md): every clock but
@@ -382,7 +418,6 @@ class RuntimeCore {
   void look_and_credit(WheelThread& shard);
   bool take_wake(WheelThread& shard);
   void end_timer();
-  void end_cancelled_timer();  // Counter::cancelled, then end_timer
   bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
   bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
   void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
@@ -390,7 +425,6 @@ class RuntimeCore {
   void throw_if_in_callback(const char* what) const;
 
   // Shards (wheel_thread.hpp; design.md, "Shards").
-  friend class WheelThread;
   WheelThread& shard(unsigned k) const noexcept { return *shards_[k]; }
   // The shard a post goes to: a lane's, else the token's (a Producer's), else
   // the calling thread's (chosen once per thread, round-robin).
@@ -424,7 +458,6 @@ class RuntimeCore {
   void simulate_until_stopped();
 
   // lane.cpp
-  bool lane_closed(const TimerSlot& slot) const noexcept;
   // False iff it gave up on a wheel thread out of memory (abandoned the request).
   bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard,
                           std::int64_t waiting_since);
@@ -435,13 +468,6 @@ class RuntimeCore {
   using ClockKind = RuntimeConfig::ClockKind;
   // A ManualClock: timers run only inside flush (wheel_thread.cpp, "A manual clock").
   bool manual() const noexcept { return config_.manual(); }
-  // The slack of a timer that gave none (RuntimeOptions::slack when set,
-  // else proportional to `delay_ns`: slack.hpp).
-  std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
-    return config_.fixed_slack_code != SlackCode::runtime_default
-               ? config_.fixed_slack_code
-               : default_slack_code(delay_ns, config_.precision.count());
-  }
   // Test seam (simulation.hpp): no wheel thread, no workers; the passes run
   // on simulation_thread_, the thread that made the runtime, when it asks.
   bool simulated_ = false;

@@ -60,7 +60,7 @@ std::string WheelThread::check_on_wheel() {
   } catch (const std::logic_error& e) {
     return e.what();
   }
-  const std::uint32_t extent = core_.slab_.extent();
+  const std::uint32_t extent = core_.slab().extent();
   // Where the wheel thread holds each slot: 0 nowhere, 1 the wheel, 2 the overdue list.
   std::vector<std::uint8_t> held(extent, 0);
   std::string failure;
@@ -77,7 +77,7 @@ std::string WheelThread::check_on_wheel() {
       return;
     }
     held[index] = where;
-    const TimerSlot& slot = core_.slab_[index];
+    const TimerSlot& slot = core_.slab()[index];
     // acquire: as the wheel thread's other loads of a word it acts on.
     const std::uint64_t w = slot.word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
@@ -99,11 +99,11 @@ std::string WheelThread::check_on_wheel() {
   wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
     if (!failure.empty()) return;
     const std::uint32_t index = wt().wheel.value(a);
-    check_held(index, 1, index < extent && core_.slab_[index].wheel.alarm == a);
+    check_held(index, 1, index < extent && core_.slab()[index].wheel.alarm == a);
   });
   for (const std::uint32_t index : wt().overdue) {
     if (!failure.empty()) break;
-    check_held(index, 2, index < extent && core_.slab_[index].wheel.alarm == TimingWheel<std::uint32_t>::Alarm{});
+    check_held(index, 2, index < extent && core_.slab()[index].wheel.alarm == TimingWheel<std::uint32_t>::Alarm{});
   }
   if (!failure.empty()) return failure;
   // None lost: a slot the wheel thread filed and that is not cancelled
@@ -111,10 +111,10 @@ std::string WheelThread::check_on_wheel() {
   // overdue list. A slot beyond `extent` read here was made after the
   // load: not filed by this pass. Other shards' slots are theirs to hold.
   for (std::uint32_t index = 0; index < extent; ++index) {
-    const std::uint64_t w = core_.slab_[index].word.load(std::memory_order_acquire);
+    const std::uint64_t w = core_.slab()[index].word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
     if (StateWord::filed(w) && (s == SlotState::pending || s == SlotState::writing) && held[index] == 0 &&
-        core_.slab_[index].shard.load(std::memory_order_relaxed) == index_) {
+        core_.slab()[index].shard.load(std::memory_order_relaxed) == index_) {
       return "slot " + std::to_string(index) + " (generation " + std::to_string(StateWord::generation(w)) + ", " +
              state_name(s) + ") is filed but neither in the wheel nor on the overdue list: its timer is lost";
     }

@@ -211,21 +211,23 @@ std::uint32_t next_shard_serial() noexcept {
 }  // namespace
 
 WheelThread::WheelThread(RuntimeCore& core, unsigned index)
-    : seam(core.config_.options.command_queue, next_shard_serial()),
+    : seam(core.config().options.command_queue, next_shard_serial()),
       core_(core),
-      config_(core.config_),
+      config_(core.config()),
       index_(index),
       // RuntimeOptions::reserve is for all the runtime's timers: each
       // shard's wheel makes room for its share (the wheels grow past it).
-      wt_(WheelConfig{core.config_.options.precision, core.config_.options.level_bits,
-                      (core.config_.options.reserve + core.config_.options.shards - 1) / core.config_.options.shards},
-          TimePoint(Duration(core.config_.start_ns))) {
-  seam.commands.bound().set(core.config_.options.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
-                                                                      : core.config_.options.max_queue_depth);
-  wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(core.pool_.handoff);
+      wt_(WheelConfig{core.config().options.precision, core.config().options.level_bits,
+                      (core.config().options.reserve + core.config().options.shards - 1) /
+                          core.config().options.shards},
+          TimePoint(Duration(core.config().start_ns))) {
+  seam.commands.bound().set(core.config().options.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
+                                                                       : core.config().options.max_queue_depth);
+  wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(core.pool().handoff);
   // A simulated runtime has no thread: its passes (on the caller's thread)
   // use this from the start.
-  if (core.simulated_) wt_.retired = std::make_unique<RetiredSlots>(core.slab_, RetiredSlots::OutOfMemory::never_wait);
+  if (core.simulated())
+    wt_.retired = std::make_unique<RetiredSlots>(core.slab(), RetiredSlots::OutOfMemory::never_wait);
 }
 
 void WheelThread::start() {
@@ -244,11 +246,11 @@ void WheelThread::join() {
 // A simulated runtime (simulation.hpp) has no wheel thread: the thread that
 // runs its passes, the one that made it, counts as its wheel thread.
 bool WheelThread::on_wheel_thread() const noexcept {
-  return tls_wheel_thread_of == this || (core_.simulated_ && core_.simulation_thread_ == std::this_thread::get_id());
+  return tls_wheel_thread_of == this || core_.on_simulation_thread();
 }
 
 void WheelThread::prefetch_slot_line(std::uint32_t index) const noexcept {
-  __builtin_prefetch(&core_.slab_[index], 1, 3);
+  __builtin_prefetch(&core_.slab()[index], 1, 3);
 }
 
 void WheelThread::main() {
@@ -270,7 +272,7 @@ void WheelThread::main() {
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   retry_until_memory([&] {
     try {
-      wt().retired = std::make_unique<RetiredSlots>(core_.slab_, RetiredSlots::OutOfMemory::never_wait);
+      wt().retired = std::make_unique<RetiredSlots>(core_.slab(), RetiredSlots::OutOfMemory::never_wait);
       return true;
     } catch (const std::bad_alloc&) {
       return false;
@@ -328,10 +330,10 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   const std::int64_t now = pass_clock();
   // shutdown(cancel_pending): dispatch nothing more. Checked after the
   // clock read, so a pass that goes on read the clock before the call
-  // began (runtime_core.hpp, core_.cancel_requested_); what it files or leaves
+  // began (runtime_core.hpp, cancel_requested_); what it files or leaves
   // on the overdue list stays Pending for shutdown's sweep.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
+  if (core_.cancel_requested()) [[unlikely]] {
     stop_passes();
     return PassEnd::stopped;
   }
@@ -434,7 +436,7 @@ bool WheelThread::apply_commands(bool& exhausted) {
   while (applied < kMaxCommandsPerPass) {
     // A backlog is not applied once shutdown(cancel_pending) was called: its
     // ADDs stay Pending, and the sweep cancels them (run_pass stops).
-    if (core_.cancel_requested_.load(std::memory_order_relaxed)) [[unlikely]]
+    if (core_.cancel_requested()) [[unlikely]]
       break;
     const std::size_t n = seam.commands.pop_bulk(s.command_buffer.data(), s.command_buffer.size());
     if (n == 0) {
@@ -717,7 +719,7 @@ void WheelThread::reclaim(TimerSlot& slot, std::uint32_t index) {
 }
 
 void WheelThread::apply(const Command& c) {
-  TimerSlot& slot = core_.slab_[c.slot];
+  TimerSlot& slot = core_.slab()[c.slot];
   switch (c.kind) {
     case CommandKind::add:      // a new timer
     case CommandKind::rearm: {  // a periodic's next run (F2)
@@ -940,7 +942,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   wt().overdue_order.clear();
   bool sorted = true;
   for (std::uint32_t index : wt().overdue) {
-    const std::int64_t due = core_.slab_[index].due_ns.load(std::memory_order_relaxed);
+    const std::int64_t due = core_.slab()[index].due_ns.load(std::memory_order_relaxed);
     if (!wt().overdue_order.empty() && due < wt().overdue_order.back().due) sorted = false;
     wt().overdue_order.push_back({due, static_cast<std::uint32_t>(wt().overdue_order.size()), index});
   }
@@ -957,14 +959,10 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
       // alarm's interval; the rest of it, and what follows, fire next pass.
       wt().advance_cut_short = true;
     }
-    // Only ever grows: each shard raises it to its own wheel's limit, and
-    // one behind the others files a due beyond its range at the last time
-    // it accepts (file()). Relaxed: runtime_core.hpp, due_limit_ns_.
-    const std::int64_t limit = core_.due_limit_for(wt().wheel.now().time_since_epoch().count());
-    std::int64_t published = core_.due_limit_ns_.load(std::memory_order_relaxed);
-    while (published < limit &&
-           !core_.due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
-    }
+    // Each shard raises it to its own wheel's limit, and one behind the
+    // others files a due beyond its range at the last time it accepts
+    // (file()).
+    core_.raise_due_limit(wt().wheel.now().time_since_epoch().count());
   }
   if (!wt().advance_cut_short) fire_past_due();
   if (config_.manual()) merge_fired_into_overdue();
@@ -998,11 +996,11 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     if (b == wt().wheel_fired.size() ||
         (a < wt().overdue_order.size() && wt().overdue_order[a].due <= wt().wheel_fired[b].first)) {
       const std::uint32_t index = wt().overdue_order[a++].index;
-      core_.slab_[index].wheel.alarm = {};
+      core_.slab()[index].wheel.alarm = {};
       consider(index, boundary, now_ns, now_ns);
     } else {
       const std::uint32_t index = wt().wheel_fired[b++].second;
-      core_.slab_[index].wheel.alarm = {};
+      core_.slab()[index].wheel.alarm = {};
       consider(index, boundary, now_ns, wheel_due_now);
     }
   }
@@ -1024,7 +1022,7 @@ void WheelThread::merge_fired_into_overdue() {
     return;
   }
   for (const auto& fired : s.wheel_fired) {
-    s.overdue_order.push_back({core_.slab_[fired.second].due_ns.load(std::memory_order_relaxed),
+    s.overdue_order.push_back({core_.slab()[fired.second].due_ns.load(std::memory_order_relaxed),
                                static_cast<std::uint32_t>(s.overdue_order.size()), fired.second});
   }
   s.wheel_fired.clear();
@@ -1082,7 +1080,7 @@ std::int64_t WheelThread::exact_deadline(std::int64_t next_fires_at_ns) {
 // or at or before `due_now_ns` (overdue timers: the clock's time; INT64_MIN
 // for the wheel's alarms, which keep the interval rule).
 void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int64_t fired_at, std::int64_t due_now_ns) {
-  TimerSlot& slot = core_.slab_[index];
+  TimerSlot& slot = core_.slab()[index];
   // acquire: pairs with R2/F2's release, so `due` below is at least as new
   // as the version we read; the claim CAS from exactly this word fails if a
   // reschedule published a newer one since.
@@ -1161,7 +1159,7 @@ bool WheelThread::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
 
 void WheelThread::dispatch(const Dispatch& d) {
   wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, d.due_ns);
-  TimerSlot& slot = core_.slab_[d.slot];                       // line 0, which the claim just wrote
+  TimerSlot& slot = core_.slab()[d.slot];                      // line 0, which the claim just wrote
   LaneCore* lane = slot.lane.load(std::memory_order_relaxed);  // timer_slab.hpp: written before S1
   if (lane == nullptr) {
     wt().dispatch_batch.push_back(d);
@@ -1225,7 +1223,7 @@ void WheelThread::hand_over() {
   s.touched_lanes.resize(kept);
   const std::size_t n = s.dispatch_batch.size();
   if (n == 0) return;
-  if (core_.pool_.threads.empty()) {
+  if (core_.pool().threads.empty()) {
     // A periodic run re-armed here is filed at once (RuntimeCore::end_run,
     // refile_rearmed_inline): room for it first.
     if (!make_wheel_room(n) || !make_room(s.overdue, n)) [[unlikely]] {
@@ -1233,10 +1231,10 @@ void WheelThread::hand_over() {
       return;
     }
     s.dispatched += n;
-    core_.run_batch(s.dispatch_batch.data(), n, *s.retired, RuntimeCore::RunPlace::wheel_thread);
+    core_.run_on_wheel_thread(s.dispatch_batch.data(), n, *s.retired);
   } else {
     const std::size_t done =
-        enqueue_in_blocks(core_.pool_.handoff, *s.handoff_token, s.handoff_tail, s.dispatch_batch.data(), n);
+        enqueue_in_blocks(core_.pool().handoff, *s.handoff_token, s.handoff_tail, s.dispatch_batch.data(), n);
     s.dispatched += done;
     if (done != n) [[unlikely]] {
       s.dispatch_batch.erase(s.dispatch_batch.begin(), s.dispatch_batch.begin() + static_cast<std::ptrdiff_t>(done));
@@ -1255,7 +1253,7 @@ void WheelThread::unspill_lanes() {
   std::size_t kept = 0;
   bool stuck = false;
   for (const Dispatch& d : s.lane_spill) {
-    const TimerSlot& slot = core_.slab_[d.slot];
+    const TimerSlot& slot = core_.slab()[d.slot];
     // A record a reschedule took back meanwhile (R4) is stale, as it would
     // be in the lane's ready queue, and the slot may already serve another timer.
     if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
@@ -1288,7 +1286,7 @@ bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
   wt().wheel.clear();
   const std::int64_t now = wt().wheel.now().time_since_epoch().count();
   for (std::uint32_t index : all) {
-    TimerSlot& slot = core_.slab_[index];
+    TimerSlot& slot = core_.slab()[index];
     slot.wheel.alarm = {};
     // A reschedule or cancel in flight settles first, and again after a failed CAS.
     for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
@@ -1335,13 +1333,13 @@ void WheelThread::sweep_zombies_if_many() {
     // writes to the slot happen-before we free it.
     // Out of memory, the sweep reclaims what it listed; the rest are
     // reclaimed when their alarms come up, or by a later sweep.
-    if (StateWord::state(core_.slab_[index].word.load(std::memory_order_acquire)) == SlotState::cancelled &&
+    if (StateWord::state(core_.slab()[index].word.load(std::memory_order_acquire)) == SlotState::cancelled &&
         !try_push_back(wt().sweep_buffer, index)) {
       wt().pass_out_of_memory = true;
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
-    TimerSlot& slot = core_.slab_[index];
+    TimerSlot& slot = core_.slab()[index];
     wt().wheel.remove(slot.wheel.alarm);
     reclaim(slot, index);
   }
@@ -1369,7 +1367,7 @@ bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
     }
     bool overdue_by_target = false;
     for (std::uint32_t index : wt().overdue) {
-      if (core_.slab_[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
+      if (core_.slab()[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
     }
     if (completed_snapshot >= f->mark && !overdue_by_target) {
       if (f->completion.signal()) delete f;  // abandoned (Completion)
