@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 // Lazy reclaim under races (docs/state-machine.md: C1-C4, the zombie sweep,
-// "Cancel vs a run handed over"): producers schedule timers due 30-300 ms
+// "Cancel vs a run handed over"): producers schedule timers due 100-400 ms
 // ahead while one thread cancels them (some before their ADD is filed, most
 // while filed, some handed over or running), another pushes them later or
 // earlier (touches racing the slot coming up and racing sweeps), and the
@@ -42,7 +42,12 @@ TEST(RuntimeLazyReclaim, cancels_touches_and_sweeps_race_fires_and_every_timer_h
   chime_stress::print_seed();
   constexpr std::size_t kProducers = 2, kPerProducer = 40'000, kTimers = kProducers * kPerProducer;
   std::vector<Log> logs(kTimers);
-  chime::Runtime rt(stress_support::steady_options(2));
+  // One shard, whatever CHIME_SHARDS says: a sweep needs a quarter of one
+  // wheel's timers to be zombies, and each of N shards holds 1/N of them
+  // (under TSan with two shards the sweep was sometimes never reached).
+  chime::RuntimeOptions options = stress_support::steady_options(2);
+  options.shards = 1;
+  chime::Runtime rt(options);
   std::atomic<std::size_t> published[kProducers] = {};  // producer p's logs[p * kPerProducer + k], k < published[p]
   std::atomic<bool> producing{true};
   const auto stop_at = std::chrono::steady_clock::now() + 1500ms;
@@ -54,7 +59,7 @@ TEST(RuntimeLazyReclaim, cancels_touches_and_sweeps_race_fires_and_every_timer_h
       chime::Producer producer = rt.producer();
       for (std::size_t k = 0; k < kPerProducer && std::chrono::steady_clock::now() < stop_at; ++k) {
         Log& log = logs[p * kPerProducer + k];
-        const TimePoint due = rt.clock().now() + 30ms + Duration(static_cast<std::int64_t>(rng() % 270'000'000));
+        const TimePoint due = rt.clock().now() + 100ms + Duration(static_cast<std::int64_t>(rng() % 300'000'000));
         log.due.store(ns(due), std::memory_order_relaxed);
         const TimerId id =
             producer.schedule_at(due, [&log, &rt](const chime::Firing& f) { log.record_run(rt.clock().now(), f); });
