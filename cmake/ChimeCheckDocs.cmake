@@ -391,7 +391,7 @@ endforeach()
 #   "previous session", "last session", "next session";
 #   "issue" or "issues" followed by a number (with or without '#').
 # A citation of another project's tracker is allowed: an owner/repo prefix right before it
-# (`boostorg/lockfree issue 78`, `cameron314/concurrentqueue issues 49 and 62`: only the first
+# (`boostorg/lockfree#78`, `cameron314/concurrentqueue#49 and #62`: only the first
 # number needs the prefix) or a URL. Binary data (fuzz corpora, plots) is not read.
 set(history_files)
 foreach(f IN LISTS files)

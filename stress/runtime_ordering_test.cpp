@@ -237,7 +237,7 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
     if (backend == chime::CommandQueueBackend::boost_lockfree) {
       // boost::lockfree::queue's free list reads a node's `next` with a plain load while another thread may
       // be reusing the node (benign by design: the tagged-pointer CAS then fails); ThreadSanitizer reports it
-      // as a race (boostorg/lockfree issue 78). stress/tsan.supp suppresses only moodycamel, so this backend
+      // as a race (boostorg/lockfree#78). stress/tsan.supp suppresses only moodycamel, so this backend
       // runs in release builds only.
       std::printf("[ stress   ] boost_lockfree: skipped under ThreadSanitizer (boost.lockfree free-list race report, "
                   "boostorg/lockfree#78; not suppressed)\n");
