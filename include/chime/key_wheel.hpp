@@ -238,6 +238,8 @@ class KeyWheel {
     }
     num_bits_ = shift;
     block_shift_ = num_levels_ > 1 ? b[0] : 62;  // one level: keys < 2^62 never change block
+    top_shift_ = levels_[num_levels_ - 1].shift;
+    max_ahead_ = ((Key{1} << num_bits_) - 1) + (num_levels_ > 1 ? Key{1} << top_shift_ : 0);
     heads_.assign(slot_base, detail::kNilIndex);
     slot_min_.assign(slot_base, kMinUnknown);
     compute_level_ends();
@@ -276,10 +278,7 @@ class KeyWheel {
 
   // Largest key `add` accepts now; see the geometry table. Never allocates.
   Key max_allowed_key() const noexcept {
-    const Level& top = levels_[num_levels_ - 1];
-    const Key floor = now_ >> top.shift << top.shift;
-    Key max = floor + ((Key{1} << num_bits_) - 1);
-    if (num_levels_ > 1) max += Key{1} << top.shift;
+    const Key max = (now_ >> top_shift_ << top_shift_) + max_ahead_;
     return max < max_representable_key ? max : max_representable_key;
   }
 
@@ -311,7 +310,7 @@ class KeyWheel {
   // True iff elt is in the wheel (false while it is being removed by
   // increase_min_allowed_key). Never allocates.
   bool contains(Elt elt) const noexcept {
-    return pool_.holds(elt.index_, elt.generation_) && pool_[elt.index_].level < kMaxLevels;
+    return pool_.holds(elt.index_, elt.generation_) && pool_[elt.index_].level() < kMaxLevels;
   }
 
   // Throw std::invalid_argument unless elt is in the wheel or is the element
@@ -341,23 +340,10 @@ class KeyWheel {
     moved_by_last_increase_ = 0;
     for (;;) {
       if (num_levels_ > 1 && key < level0_end()) {
-        // The common short advance: every key below `key` is on level 0, so
-        // one bounded bitmap search decides; higher levels start at or after
-        // level0_end() > key.
-        const Level& l0 = levels_[0];
-        const std::size_t now_slot = slot_of(now_, 0);
-        const std::size_t j = l0.count == 0 ? detail::OccupancyBitmap::npos : l0.occupied.find_next(now_slot);
-        if (j >= slot_of(key, 0)) {
-          // Slot j, if it is in now's bank, is the first non-empty slot: its
-          // head is a minimum. (A slot of the next block's bank may not be:
-          // part of that block can still be on level 1. The cached minimum,
-          // if known, stays right: nothing was added and it was not removed.)
-          if (j < bank_end(0, now_slot)) cache_min(heads_[l0.slot_base + j], (now_ & ~l0.mask) + j);
-          break;
-        }
-        now_ = (now_ & ~l0.mask) + j;  // j is in now's bank, so this key is in now's block
-        remove_slot(SlotRef{0, j, now_}, handle_removed);
-        continue;
+        // The common short advance: every key below `key` is on level 0, in
+        // now's bank; higher levels start at or after level0_end() > key.
+        advance_in_block(key, handle_removed);
+        return;
       }
       const SlotRef s = first_slot();
       if (s.level < 0) break;
@@ -367,7 +353,7 @@ class KeyWheel {
           break;
         }
         set_now(s.first_key);
-        remove_slot(s, handle_removed);
+        remove_slot(s.slot, handle_removed);
       } else {
         if (s.first_key > key) break;
         const std::uint64_t ahead_before = ahead_levels_;
@@ -485,6 +471,7 @@ class KeyWheel {
     }
     nonempty_levels_ = 0;
     size_ = 0;
+    hint_.slot = kNoSlot;
     min_cache_ = kMinUnknown;  // the spans moved down ahead stay so, with nothing left to move
   }
 
@@ -565,7 +552,8 @@ class KeyWheel {
           do {
             const auto& n = pool_[i];
             const Key nk = key_at(i);
-            if (n.level != level) fail("element " + std::to_string(i) + " records level " + std::to_string(n.level));
+            if (n.level() != static_cast<std::uint32_t>(level))
+              fail("element " + std::to_string(i) + " records level " + std::to_string(n.level()));
             if (slots_in_nodes_ && n.slot() != j)
               fail("element " + std::to_string(i) + " records slot " + std::to_string(n.slot()));
             if (nk < now_ || nk > max_key) {
@@ -615,7 +603,7 @@ class KeyWheel {
       fail("pool holds " + std::to_string(pool_.live()) + " values for size " + std::to_string(size_));
     if (min_cache_ == detail::kNilIndex && size_ != 0) fail("min cache says empty but the wheel is not");
     if (min_cache_ != detail::kNilIndex && min_cache_ != kMinUnknown) {
-      if (true_min == detail::kNilIndex || min_cache_ >= pool_.used() || pool_[min_cache_].level >= kMaxLevels ||
+      if (true_min == detail::kNilIndex || min_cache_ >= pool_.used() || pool_[min_cache_].level() >= kMaxLevels ||
           key_at(min_cache_) != key_at(true_min)) {
         fail("cached minimum element is not a minimum element of the wheel");
       }
@@ -932,7 +920,7 @@ class KeyWheel {
   }
 
   // The key of element i (stored, or computed from its value).
-  Key key_at(std::uint32_t i) const noexcept {
+  [[gnu::always_inline]] Key key_at(std::uint32_t i) const noexcept {
     if constexpr (stores_keys) {
       return pool_[i].key;
     } else {
@@ -946,19 +934,28 @@ class KeyWheel {
     const int level = level_of(key);
     Level& l = levels_[level];
     const std::size_t slot = slot_of(key, level);
-    std::uint32_t& head = heads_[l.slot_base + slot];
-    n.level = static_cast<std::uint8_t>(level);
-    n.set_slot(slot);
+    const std::size_t g = l.slot_base + slot;
+    std::uint32_t& head = heads_[g];
+    n.set_place(static_cast<std::uint32_t>(level), slot);
     if (head == detail::kNilIndex) {
       head = i;
       n.prev = n.next = i;
       l.occupied.set(slot);
-      slot_min_[l.slot_base + slot] = i;
+      slot_min_[g] = i;
+      if (level > 0) hint_ = {g, key};
     } else {
       // Above level 0 a slot holds a range of keys: keep its first smallest
       // (we join the end, so only a strictly smaller key replaces it).
-      std::uint32_t& m = slot_min_[l.slot_base + slot];
-      if (level > 0 && m != kMinUnknown && key < key_at(m)) m = i;
+      if (level > 0) {
+        if (std::uint32_t& m = slot_min_[g]; m != kMinUnknown) {
+          Key min_key = hint_.slot == g ? hint_.min_key : key_at(m);
+          if (key < min_key) {
+            m = i;
+            min_key = key;
+          }
+          hint_ = {g, min_key};
+        }
+      }
       Node& h = pool_[head];
       const std::uint32_t tail = h.prev;
       n.prev = tail;
@@ -972,10 +969,14 @@ class KeyWheel {
   // Takes element i out of its slot; it becomes detached. O(1).
   void unlink(std::uint32_t i) noexcept {
     Node& n = pool_[i];
-    Level& l = levels_[n.level];
-    const std::size_t slot = slots_in_nodes_ ? n.slot() : slot_of(key_at(i), n.level);
+    const std::uint32_t level = n.level();
+    Level& l = levels_[level];
+    const std::size_t slot = slots_in_nodes_ ? n.slot() : slot_of(key_at(i), static_cast<int>(level));
     std::uint32_t& head = heads_[l.slot_base + slot];
-    if (slot_min_[l.slot_base + slot] == i) slot_min_[l.slot_base + slot] = kMinUnknown;  // found again by a scan
+    if (slot_min_[l.slot_base + slot] == i) {
+      slot_min_[l.slot_base + slot] = kMinUnknown;  // found again by a scan
+      hint_.slot = kNoSlot;
+    }
     if (n.next == i) {
       head = detail::kNilIndex;
       l.occupied.reset(slot);
@@ -984,8 +985,8 @@ class KeyWheel {
       pool_[n.next].prev = n.prev;
       if (head == i) head = n.next;
     }
-    if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << n.level);
-    n.level = detail::kNodeDetached;
+    if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << level);
+    n.place = detail::kNodeDetached;
   }
 
   // The first non-empty slot in key order: O(levels) bitmap lookups.
@@ -1044,10 +1045,7 @@ class KeyWheel {
   }
 
   // One past the last key level 0 can hold now (multi-level wheels).
-  Key level0_end() const noexcept {
-    const int span_shift = levels_[0].bits;
-    return (now_ >> span_shift << span_shift) + (Key{1} << span_shift);
-  }
+  Key level0_end() const noexcept { return ((now_ >> block_shift_) + 1) << block_shift_; }
 
   std::uint32_t slot_head(const SlotRef& s) const noexcept { return heads_[levels_[s.level].slot_base + s.slot]; }
 
@@ -1097,15 +1095,70 @@ class KeyWheel {
     return m;
   }
 
-  // Removes the elements of level-0 slot s one by one, head first, passing
+  // increase_min_allowed_key(key) for now_ < key < level0_end(): fires the
+  // level-0 slots of now's bank below key's, in order, then caches the
+  // minimum if it is in now's bank. The first slot to fire is the cached
+  // minimum's when that is known (no search), and nothing fires when the
+  // cached minimum is at or after key.
+  template <class F>
+  void advance_in_block(Key key, F& handle_removed) {
+    const Key base = now_ >> (block_shift_ + 1) << (block_shift_ + 1);  // the key of level 0's physical slot 0
+    const std::size_t key_slot = static_cast<std::size_t>(key - base);
+    const std::size_t end = static_cast<std::size_t>(level0_end() - base);  // now's bank ends there
+    std::size_t j;
+    if (min_cache_ != kMinUnknown) {
+      // Known: nil (empty), or an element whose key below key means it is in
+      // now's block, hence on level 0 in now's bank, and first there.
+      if (min_cache_ == detail::kNilIndex || min_cache_key_ >= key) {
+        now_ = key;
+        return;
+      }
+      j = static_cast<std::size_t>(min_cache_key_ - base);
+    } else {
+      j = levels_[0].count == 0 ? detail::OccupancyBitmap::npos
+                                : levels_[0].occupied.find_next(static_cast<std::size_t>(now_ - base));
+    }
+    while (j < key_slot) {
+      now_ = base + j;  // j < key_slot < end: in now's bank
+      remove_slot(j, handle_removed);
+      j = levels_[0].count == 0 ? detail::OccupancyBitmap::npos : levels_[0].occupied.find_next(j + 1);
+    }
+    // Slot j, if it is in now's bank, is the first non-empty slot: its head
+    // is a minimum. (A slot of the next block's bank may not be: part of
+    // that block can still be on level 1. The cached minimum, if known,
+    // stays right: nothing was added and it was not removed.)
+    if (j < end) cache_min(heads_[levels_[0].slot_base + j], base + j);
+    now_ = key;
+  }
+
+  // Removes the elements of level-0 slot j one by one, head first, passing
   // each to handle_removed. Elements stay linked until their turn, so an
   // exception leaves the rest in place.
   template <class F>
-  void remove_slot(const SlotRef& s, F& handle_removed) {
-    std::uint32_t& head = heads_[levels_[0].slot_base + s.slot];
+  void remove_slot(std::size_t j, F& handle_removed) {
+    Level& l = levels_[0];
+    std::uint32_t& head = heads_[l.slot_base + j];
     while (head != detail::kNilIndex) {
       const std::uint32_t i = head;
-      remove_detached(i, handle_removed);
+      Node& n = pool_[i];
+      if (n.next == i) {
+        head = detail::kNilIndex;
+        l.occupied.reset(j);
+      } else {
+        pool_[n.prev].next = n.next;
+        pool_[n.next].prev = n.prev;
+        head = n.next;
+      }
+      if (--l.count == 0) nonempty_levels_ &= ~std::uint64_t{1};
+      n.place = detail::kNodeDetached;
+      --size_;
+      if (min_cache_ == i) min_cache_ = kMinUnknown;
+      struct Release {
+        ~Release() { pool.release(i); }
+        detail::ElementPool<T, stores_keys>& pool;
+        std::uint32_t i;
+      } release{pool_, i};
+      handle_removed(Elt(i, n.generation));
     }
   }
 
@@ -1133,13 +1186,17 @@ class KeyWheel {
     head_ref = detail::kNilIndex;
     l.occupied.reset(s.slot);
     const std::uint32_t head = i;
+    std::size_t moved = 0;
     do {
-      const std::uint32_t next = pool_[i].next;
-      if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
-      link(i);
-      ++moved_by_last_increase_;
+      Node& n = pool_[i];
+      const std::uint32_t next = n.next;
+      link(i, n, key_at(i));
+      ++moved;
       i = next;
     } while (i != head);
+    // Every element landed lower, so the count of this level was not read.
+    if ((l.count -= moved) == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
+    moved_by_last_increase_ += moved;
   }
 
   // After now_ entered the next span moved down ahead of the levels in
@@ -1179,6 +1236,17 @@ class KeyWheel {
   // meaningful while the slot is non-empty; the first link into an empty
   // slot sets it.
   mutable std::vector<std::uint32_t> slot_min_;
+  // The slot above level 0 that link() last filed into (its index in heads_,
+  // or kNoSlot) and the key of its cached minimum, so that the next link
+  // there (adds and cascades file runs of nearby keys into one slot)
+  // compares keys without computing the minimum's key again (a division for
+  // TimingWheel). Valid while that slot's minimum stays cached: unlinking
+  // the minimum, and clear(), forget it.
+  static constexpr std::size_t kNoSlot = static_cast<std::size_t>(-1);
+  struct LinkHint {
+    std::size_t slot = kNoSlot;
+    Key min_key = 0;
+  } hint_;
   int num_levels_ = 0;
   int num_bits_ = 0;
   // Every level has at most 2^kNodeSlotBits slots, so a node's slot field
@@ -1187,6 +1255,9 @@ class KeyWheel {
   static constexpr int kNodeSlotBits = 24;
   bool slots_in_nodes_ = true;
   int block_shift_ = 0;  // S_1: now_ >> it is now's block
+  int top_shift_ = 0;    // S_{L-1}
+  // max_allowed_key() before clamping is floor(now_, 2^S_{L-1}) + this.
+  Key max_ahead_ = 0;
   Key now_ = 0;
   std::size_t size_ = 0;
   std::uint64_t nonempty_levels_ = 0;  // bit i set iff levels_[i].count > 0
