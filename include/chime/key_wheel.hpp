@@ -239,6 +239,10 @@ class KeyWheel {
     num_bits_ = shift;
     block_shift_ = num_levels_ > 1 ? b[0] : 62;  // one level: keys < 2^62 never change block
     top_shift_ = levels_[num_levels_ - 1].shift;
+    for (int bit = 0, level = 0; bit < 64; ++bit) {
+      while (level + 1 < num_levels_ && bit >= levels_[level + 1].shift) ++level;
+      level_by_bit_[bit] = static_cast<std::uint8_t>(level);
+    }
     max_ahead_ = ((Key{1} << num_bits_) - 1) + (num_levels_ > 1 ? Key{1} << top_shift_ : 0);
     heads_.assign(slot_base, detail::kNilIndex);
     slot_min_.assign(slot_base, kMinUnknown);
@@ -763,9 +767,13 @@ class KeyWheel {
 
   // The level an element with this key is filed at: the first whose keys
   // (below level_end_) include it. Keys near now_ stop at the first compare.
+  // From the highest bit where key and now_ differ (level_by_bit_): no
+  // lower level can hold the key; the level below still can while it holds
+  // its next span, which the walk down checks (level_end_ never decreases
+  // with the level).
   int level_of(Key key) const noexcept {
-    int level = 0;
-    while (level < num_levels_ - 1 && key >= level_end_[level]) ++level;
+    int level = level_by_bit_[63 - std::countl_zero((key ^ now_) | 1)];
+    while (level > 0 && key < level_end_[level - 1]) --level;
     return level;
   }
 
@@ -932,11 +940,11 @@ class KeyWheel {
   void link(std::uint32_t i) noexcept { link(i, pool_[i], key_at(i)); }
   void link(std::uint32_t i, Node& n, Key key) noexcept {
     const int level = level_of(key);
-    Level& l = levels_[level];
     const std::size_t slot = slot_of(key, level);
+    n.set_place(static_cast<std::uint32_t>(level), slot);
+    Level& l = levels_[level];
     const std::size_t g = l.slot_base + slot;
     std::uint32_t& head = heads_[g];
-    n.set_place(static_cast<std::uint32_t>(level), slot);
     if (head == detail::kNilIndex) {
       head = i;
       n.prev = n.next = i;
@@ -944,18 +952,7 @@ class KeyWheel {
       slot_min_[g] = i;
       if (level > 0) hint_ = {g, key};
     } else {
-      // Above level 0 a slot holds a range of keys: keep its first smallest
-      // (we join the end, so only a strictly smaller key replaces it).
-      if (level > 0) {
-        if (std::uint32_t& m = slot_min_[g]; m != kMinUnknown) {
-          Key min_key = hint_.slot == g ? hint_.min_key : key_at(m);
-          if (key < min_key) {
-            m = i;
-            min_key = key;
-          }
-          hint_ = {g, min_key};
-        }
-      }
+      keep_slot_min(level, g, i, key);
       Node& h = pool_[head];
       const std::uint32_t tail = h.prev;
       n.prev = tail;
@@ -964,6 +961,49 @@ class KeyWheel {
       h.prev = i;
     }
     if (l.count++ == 0) nonempty_levels_ |= std::uint64_t{1} << level;
+  }
+
+  // Above level 0 a slot holds a range of keys and keeps its first smallest:
+  // after elements joined the end of non-empty slot g, only a strictly
+  // smaller key (min_key, of their first smallest, min) replaces it.
+  [[gnu::always_inline]] void keep_slot_min(int level, std::size_t g, std::uint32_t min, Key min_key) noexcept {
+    if (level == 0) return;
+    if (std::uint32_t& m = slot_min_[g]; m != kMinUnknown) {
+      Key slot_min_key = hint_.slot == g ? hint_.min_key : key_at(m);
+      if (min_key < slot_min_key) {
+        m = min;
+        slot_min_key = min_key;
+      }
+      hint_ = {g, slot_min_key};
+    }
+  }
+
+  // Appends the chain first..last (linked by next, `count` elements, every
+  // one's place already set to level and slot) to the end of that slot;
+  // min is the chain's first element with the smallest key, min_key that key.
+  [[gnu::always_inline]] void splice(std::uint32_t first, std::uint32_t last, std::size_t count, int level,
+                                     std::size_t slot, std::uint32_t min, Key min_key) noexcept {
+    Level& l = levels_[level];
+    const std::size_t g = l.slot_base + slot;
+    std::uint32_t& head = heads_[g];
+    if (head == detail::kNilIndex) {
+      head = first;
+      pool_[first].prev = last;
+      pool_[last].next = first;
+      l.occupied.set(slot);
+      slot_min_[g] = min;
+      if (level > 0) hint_ = {g, min_key};
+    } else {
+      keep_slot_min(level, g, min, min_key);
+      Node& h = pool_[head];
+      const std::uint32_t tail = h.prev;
+      pool_[first].prev = tail;
+      pool_[tail].next = first;
+      pool_[last].next = head;
+      h.prev = last;
+    }
+    if (l.count == 0) nonempty_levels_ |= std::uint64_t{1} << level;
+    l.count += count;
   }
 
   // Takes element i out of its slot; it becomes detached. O(1).
@@ -1178,24 +1218,64 @@ class KeyWheel {
   }
 
   // Re-files every element of slot s (level > 0) against the current now_;
-  // each lands on a lower level. Never throws.
+  // each lands on a lower level, at the end of its slot, in list order.
+  // Consecutive elements bound for one slot (a run of nearby keys) are
+  // moved as one chain: each is only read and marked, and the chain is
+  // spliced in once. Never throws.
   void cascade_slot(const SlotRef& s) noexcept {
-    Level& l = levels_[s.level];
-    std::uint32_t& head_ref = heads_[l.slot_base + s.slot];
-    std::uint32_t i = head_ref;
+    Level& src = levels_[s.level];
+    std::uint32_t& head_ref = heads_[src.slot_base + s.slot];
+    const std::uint32_t head = head_ref;
     head_ref = detail::kNilIndex;
-    l.occupied.reset(s.slot);
-    const std::uint32_t head = i;
+    src.occupied.reset(s.slot);
+    // A copy: the loop's stores may alias the wheel's members, not a local.
+    const key_of_type key_of = key_of_;
+    auto key_of_node = [&key_of](const Node& n) noexcept -> Key {
+      if constexpr (stores_keys) {
+        return n.key;
+      } else {
+        return key_of(n.value());
+      }
+    };
     std::size_t moved = 0;
-    do {
-      Node& n = pool_[i];
-      const std::uint32_t next = n.next;
-      link(i, n, key_at(i));
-      ++moved;
-      i = next;
-    } while (i != head);
+    std::uint32_t first = head;
+    Key first_key = key_of_node(pool_[first]);
+    for (;;) {
+      // The run starting at `first`: the keys of its slot are [lo, lo + 2^shift).
+      const int level = level_of(first_key);
+      const int shift = levels_[level].shift;
+      const Key lo = first_key >> shift << shift;
+      const std::size_t slot = slot_of(first_key, level);
+      const std::uint32_t place = static_cast<std::uint32_t>(level) | static_cast<std::uint32_t>(slot << 8);
+      pool_[first].place = place;
+      std::uint32_t last = first;
+      std::uint32_t min = first;
+      Key min_key = first_key;
+      std::size_t count = 1;
+      std::uint32_t next;
+      Key next_key = 0;
+      for (;;) {
+        next = pool_[last].next;
+        if (next == head) break;
+        Node& n = pool_[next];
+        next_key = key_of_node(n);
+        if (((next_key - lo) >> shift) != 0) break;  // another slot
+        n.place = place;
+        if (next_key < min_key) {
+          min = next;
+          min_key = next_key;
+        }
+        last = next;
+        ++count;
+      }
+      splice(first, last, count, level, slot, min, min_key);
+      moved += count;
+      if (next == head) break;
+      first = next;
+      first_key = next_key;
+    }
     // Every element landed lower, so the count of this level was not read.
-    if ((l.count -= moved) == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
+    if ((src.count -= moved) == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
     moved_by_last_increase_ += moved;
   }
 
@@ -1267,6 +1347,9 @@ class KeyWheel {
   // Per level below the top: one past its last key, the end of now's span or,
   // while bit j of ahead_levels_ is set, of the next span. level_of reads it.
   std::array<Key, kMaxLevels> level_end_{};
+  // Bit b -> the level whose slots are told apart by bit b (S_i <= b <
+  // S_{i+1}; the top level for every bit from S_{L-1} on).
+  std::array<std::uint8_t, 64> level_by_bit_{};
   mutable std::uint32_t min_cache_ = detail::kNilIndex;
   mutable Key min_cache_key_ = 0;  // the key of min_cache_ while it is an element
   std::size_t moved_by_last_increase_ = 0;
