@@ -14,7 +14,9 @@
 // - `add`, `remove`, `change_key`, `contains`, `key`, `value`: O(1).
 // - `increase_min_allowed_key`: O(levels) plus O(1) per element removed or
 //   moved down a level (each element moves down at most once per level, and
-//   only ever to a lower level) plus O(levels) per non-empty slot crossed.
+//   only ever to a lower level; consecutive elements of a slot bound for one
+//   lower slot move as one spliced chain) plus O(levels) per non-empty slot
+//   crossed.
 //   Empty slots are skipped by bitmap, so the cost never depends on how far
 //   the key jumps nor on the number of elements that stay.
 // G9 (cascade ahead): `cascade_ahead(budget)`: O(levels + budget). It moves the next span of
@@ -32,7 +34,10 @@
 // - `min_elt`, `min_key`: O(levels) bitmap lookups to find the first non-empty
 //   slot, then, if it is above level 0, that slot's minimum: kept per slot as
 //   elements are added (O(1)) and found by a scan of the slot only after its
-//   minimum element left it; the answer is cached until it can change.
+//   minimum element left it; the answer is cached until it can change. An
+//   increase within now's level-0 block starts from the cached minimum when
+//   it is known (no search; none at all when nothing fires) and, after a
+//   fire, caches the next level-0 slot it finds.
 // - `max_allowed_key() >= min(max_representable_key, min_allowed_key() +
 //   2^num_bits - 1)`, `max_allowed_key() <= max_representable_key`, and it
 //   never decreases.
