@@ -14,7 +14,9 @@
 // - `add`, `remove`, `change_key`, `contains`, `key`, `value`: O(1).
 // - `increase_min_allowed_key`: O(levels) plus O(1) per element removed or
 //   moved down a level (each element moves down at most once per level, and
-//   only ever to a lower level) plus O(levels) per non-empty slot crossed.
+//   only ever to a lower level; consecutive elements of a slot bound for one
+//   lower slot move as one spliced chain) plus O(levels) per non-empty slot
+//   crossed.
 //   Empty slots are skipped by bitmap, so the cost never depends on how far
 //   the key jumps nor on the number of elements that stay.
 // G9 (cascade ahead): `cascade_ahead(budget)`: O(levels + budget). It moves the next span of
@@ -32,7 +34,10 @@
 // - `min_elt`, `min_key`: O(levels) bitmap lookups to find the first non-empty
 //   slot, then, if it is above level 0, that slot's minimum: kept per slot as
 //   elements are added (O(1)) and found by a scan of the slot only after its
-//   minimum element left it; the answer is cached until it can change.
+//   minimum element left it; the answer is cached until it can change. An
+//   increase within now's level-0 block starts from the cached minimum when
+//   it is known (no search; none at all when nothing fires) and, after a
+//   fire, caches the next level-0 slot it finds.
 // - `max_allowed_key() >= min(max_representable_key, min_allowed_key() +
 //   2^num_bits - 1)`, `max_allowed_key() <= max_representable_key`, and it
 //   never decreases.
@@ -238,6 +243,12 @@ class KeyWheel {
     }
     num_bits_ = shift;
     block_shift_ = num_levels_ > 1 ? b[0] : 62;  // one level: keys < 2^62 never change block
+    top_shift_ = levels_[num_levels_ - 1].shift;
+    for (int bit = 0, level = 0; bit < 64; ++bit) {
+      while (level + 1 < num_levels_ && bit >= levels_[level + 1].shift) ++level;
+      level_by_bit_[bit] = static_cast<std::uint8_t>(level);
+    }
+    max_ahead_ = ((Key{1} << num_bits_) - 1) + (num_levels_ > 1 ? Key{1} << top_shift_ : 0);
     heads_.assign(slot_base, detail::kNilIndex);
     slot_min_.assign(slot_base, kMinUnknown);
     compute_level_ends();
@@ -276,10 +287,7 @@ class KeyWheel {
 
   // Largest key `add` accepts now; see the geometry table. Never allocates.
   Key max_allowed_key() const noexcept {
-    const Level& top = levels_[num_levels_ - 1];
-    const Key floor = now_ >> top.shift << top.shift;
-    Key max = floor + ((Key{1} << num_bits_) - 1);
-    if (num_levels_ > 1) max += Key{1} << top.shift;
+    const Key max = (now_ >> top_shift_ << top_shift_) + max_ahead_;
     return max < max_representable_key ? max : max_representable_key;
   }
 
@@ -311,7 +319,7 @@ class KeyWheel {
   // True iff elt is in the wheel (false while it is being removed by
   // increase_min_allowed_key). Never allocates.
   bool contains(Elt elt) const noexcept {
-    return pool_.holds(elt.index_, elt.generation_) && pool_[elt.index_].level < kMaxLevels;
+    return pool_.holds(elt.index_, elt.generation_) && pool_[elt.index_].level() < kMaxLevels;
   }
 
   // Throw std::invalid_argument unless elt is in the wheel or is the element
@@ -341,23 +349,10 @@ class KeyWheel {
     moved_by_last_increase_ = 0;
     for (;;) {
       if (num_levels_ > 1 && key < level0_end()) {
-        // The common short advance: every key below `key` is on level 0, so
-        // one bounded bitmap search decides; higher levels start at or after
-        // level0_end() > key.
-        const Level& l0 = levels_[0];
-        const std::size_t now_slot = slot_of(now_, 0);
-        const std::size_t j = l0.count == 0 ? detail::OccupancyBitmap::npos : l0.occupied.find_next(now_slot);
-        if (j >= slot_of(key, 0)) {
-          // Slot j, if it is in now's bank, is the first non-empty slot: its
-          // head is a minimum. (A slot of the next block's bank may not be:
-          // part of that block can still be on level 1. The cached minimum,
-          // if known, stays right: nothing was added and it was not removed.)
-          if (j < bank_end(0, now_slot)) cache_min(heads_[l0.slot_base + j], (now_ & ~l0.mask) + j);
-          break;
-        }
-        now_ = (now_ & ~l0.mask) + j;  // j is in now's bank, so this key is in now's block
-        remove_slot(SlotRef{0, j, now_}, handle_removed);
-        continue;
+        // The common short advance: every key below `key` is on level 0, in
+        // now's bank; higher levels start at or after level0_end() > key.
+        advance_in_block(key, handle_removed);
+        return;
       }
       const SlotRef s = first_slot();
       if (s.level < 0) break;
@@ -367,7 +362,7 @@ class KeyWheel {
           break;
         }
         set_now(s.first_key);
-        remove_slot(s, handle_removed);
+        remove_slot(s.slot, handle_removed);
       } else {
         if (s.first_key > key) break;
         const std::uint64_t ahead_before = ahead_levels_;
@@ -485,6 +480,7 @@ class KeyWheel {
     }
     nonempty_levels_ = 0;
     size_ = 0;
+    hint_.slot = kNoSlot;
     min_cache_ = kMinUnknown;  // the spans moved down ahead stay so, with nothing left to move
   }
 
@@ -565,7 +561,8 @@ class KeyWheel {
           do {
             const auto& n = pool_[i];
             const Key nk = key_at(i);
-            if (n.level != level) fail("element " + std::to_string(i) + " records level " + std::to_string(n.level));
+            if (n.level() != static_cast<std::uint32_t>(level))
+              fail("element " + std::to_string(i) + " records level " + std::to_string(n.level()));
             if (slots_in_nodes_ && n.slot() != j)
               fail("element " + std::to_string(i) + " records slot " + std::to_string(n.slot()));
             if (nk < now_ || nk > max_key) {
@@ -615,7 +612,7 @@ class KeyWheel {
       fail("pool holds " + std::to_string(pool_.live()) + " values for size " + std::to_string(size_));
     if (min_cache_ == detail::kNilIndex && size_ != 0) fail("min cache says empty but the wheel is not");
     if (min_cache_ != detail::kNilIndex && min_cache_ != kMinUnknown) {
-      if (true_min == detail::kNilIndex || min_cache_ >= pool_.used() || pool_[min_cache_].level >= kMaxLevels ||
+      if (true_min == detail::kNilIndex || min_cache_ >= pool_.used() || pool_[min_cache_].level() >= kMaxLevels ||
           key_at(min_cache_) != key_at(true_min)) {
         fail("cached minimum element is not a minimum element of the wheel");
       }
@@ -775,9 +772,13 @@ class KeyWheel {
 
   // The level an element with this key is filed at: the first whose keys
   // (below level_end_) include it. Keys near now_ stop at the first compare.
+  // From the highest bit where key and now_ differ (level_by_bit_): no
+  // lower level can hold the key; the level below still can while it holds
+  // its next span, which the walk down checks (level_end_ never decreases
+  // with the level).
   int level_of(Key key) const noexcept {
-    int level = 0;
-    while (level < num_levels_ - 1 && key >= level_end_[level]) ++level;
+    int level = level_by_bit_[63 - std::countl_zero((key ^ now_) | 1)];
+    while (level > 0 && key < level_end_[level - 1]) --level;
     return level;
   }
 
@@ -932,7 +933,7 @@ class KeyWheel {
   }
 
   // The key of element i (stored, or computed from its value).
-  Key key_at(std::uint32_t i) const noexcept {
+  [[gnu::always_inline]] Key key_at(std::uint32_t i) const noexcept {
     if constexpr (stores_keys) {
       return pool_[i].key;
     } else {
@@ -944,21 +945,19 @@ class KeyWheel {
   void link(std::uint32_t i) noexcept { link(i, pool_[i], key_at(i)); }
   void link(std::uint32_t i, Node& n, Key key) noexcept {
     const int level = level_of(key);
-    Level& l = levels_[level];
     const std::size_t slot = slot_of(key, level);
-    std::uint32_t& head = heads_[l.slot_base + slot];
-    n.level = static_cast<std::uint8_t>(level);
-    n.set_slot(slot);
+    n.set_place(static_cast<std::uint32_t>(level), slot);
+    Level& l = levels_[level];
+    const std::size_t g = l.slot_base + slot;
+    std::uint32_t& head = heads_[g];
     if (head == detail::kNilIndex) {
       head = i;
       n.prev = n.next = i;
       l.occupied.set(slot);
-      slot_min_[l.slot_base + slot] = i;
+      slot_min_[g] = i;
+      if (level > 0) hint_ = {g, key};
     } else {
-      // Above level 0 a slot holds a range of keys: keep its first smallest
-      // (we join the end, so only a strictly smaller key replaces it).
-      std::uint32_t& m = slot_min_[l.slot_base + slot];
-      if (level > 0 && m != kMinUnknown && key < key_at(m)) m = i;
+      keep_slot_min(level, g, i, key);
       Node& h = pool_[head];
       const std::uint32_t tail = h.prev;
       n.prev = tail;
@@ -969,13 +968,60 @@ class KeyWheel {
     if (l.count++ == 0) nonempty_levels_ |= std::uint64_t{1} << level;
   }
 
+  // Above level 0 a slot holds a range of keys and keeps its first smallest:
+  // after elements joined the end of non-empty slot g, only a strictly
+  // smaller key (min_key, of their first smallest, min) replaces it.
+  [[gnu::always_inline]] void keep_slot_min(int level, std::size_t g, std::uint32_t min, Key min_key) noexcept {
+    if (level == 0) return;
+    if (std::uint32_t& m = slot_min_[g]; m != kMinUnknown) {
+      Key slot_min_key = hint_.slot == g ? hint_.min_key : key_at(m);
+      if (min_key < slot_min_key) {
+        m = min;
+        slot_min_key = min_key;
+      }
+      hint_ = {g, slot_min_key};
+    }
+  }
+
+  // Appends the chain first..last (linked by next, `count` elements, every
+  // one's place already set to level and slot) to the end of that slot;
+  // min is the chain's first element with the smallest key, min_key that key.
+  [[gnu::always_inline]] void splice(std::uint32_t first, std::uint32_t last, std::size_t count, int level,
+                                     std::size_t slot, std::uint32_t min, Key min_key) noexcept {
+    Level& l = levels_[level];
+    const std::size_t g = l.slot_base + slot;
+    std::uint32_t& head = heads_[g];
+    if (head == detail::kNilIndex) {
+      head = first;
+      pool_[first].prev = last;
+      pool_[last].next = first;
+      l.occupied.set(slot);
+      slot_min_[g] = min;
+      if (level > 0) hint_ = {g, min_key};
+    } else {
+      keep_slot_min(level, g, min, min_key);
+      Node& h = pool_[head];
+      const std::uint32_t tail = h.prev;
+      pool_[first].prev = tail;
+      pool_[tail].next = first;
+      pool_[last].next = head;
+      h.prev = last;
+    }
+    if (l.count == 0) nonempty_levels_ |= std::uint64_t{1} << level;
+    l.count += count;
+  }
+
   // Takes element i out of its slot; it becomes detached. O(1).
   void unlink(std::uint32_t i) noexcept {
     Node& n = pool_[i];
-    Level& l = levels_[n.level];
-    const std::size_t slot = slots_in_nodes_ ? n.slot() : slot_of(key_at(i), n.level);
+    const std::uint32_t level = n.level();
+    Level& l = levels_[level];
+    const std::size_t slot = slots_in_nodes_ ? n.slot() : slot_of(key_at(i), static_cast<int>(level));
     std::uint32_t& head = heads_[l.slot_base + slot];
-    if (slot_min_[l.slot_base + slot] == i) slot_min_[l.slot_base + slot] = kMinUnknown;  // found again by a scan
+    if (slot_min_[l.slot_base + slot] == i) {
+      slot_min_[l.slot_base + slot] = kMinUnknown;  // found again by a scan
+      hint_.slot = kNoSlot;
+    }
     if (n.next == i) {
       head = detail::kNilIndex;
       l.occupied.reset(slot);
@@ -984,8 +1030,8 @@ class KeyWheel {
       pool_[n.next].prev = n.prev;
       if (head == i) head = n.next;
     }
-    if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << n.level);
-    n.level = detail::kNodeDetached;
+    if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << level);
+    n.place = detail::kNodeDetached;
   }
 
   // The first non-empty slot in key order: O(levels) bitmap lookups.
@@ -1044,10 +1090,7 @@ class KeyWheel {
   }
 
   // One past the last key level 0 can hold now (multi-level wheels).
-  Key level0_end() const noexcept {
-    const int span_shift = levels_[0].bits;
-    return (now_ >> span_shift << span_shift) + (Key{1} << span_shift);
-  }
+  Key level0_end() const noexcept { return ((now_ >> block_shift_) + 1) << block_shift_; }
 
   std::uint32_t slot_head(const SlotRef& s) const noexcept { return heads_[levels_[s.level].slot_base + s.slot]; }
 
@@ -1097,15 +1140,70 @@ class KeyWheel {
     return m;
   }
 
-  // Removes the elements of level-0 slot s one by one, head first, passing
+  // increase_min_allowed_key(key) for now_ < key < level0_end(): fires the
+  // level-0 slots of now's bank below key's, in order, then caches the
+  // minimum if it is in now's bank. The first slot to fire is the cached
+  // minimum's when that is known (no search), and nothing fires when the
+  // cached minimum is at or after key.
+  template <class F>
+  void advance_in_block(Key key, F& handle_removed) {
+    const Key base = now_ >> (block_shift_ + 1) << (block_shift_ + 1);  // the key of level 0's physical slot 0
+    const std::size_t key_slot = static_cast<std::size_t>(key - base);
+    const std::size_t end = static_cast<std::size_t>(level0_end() - base);  // now's bank ends there
+    std::size_t j;
+    if (min_cache_ != kMinUnknown) {
+      // Known: nil (empty), or an element whose key below key means it is in
+      // now's block, hence on level 0 in now's bank, and first there.
+      if (min_cache_ == detail::kNilIndex || min_cache_key_ >= key) {
+        now_ = key;
+        return;
+      }
+      j = static_cast<std::size_t>(min_cache_key_ - base);
+    } else {
+      j = levels_[0].count == 0 ? detail::OccupancyBitmap::npos
+                                : levels_[0].occupied.find_next(static_cast<std::size_t>(now_ - base));
+    }
+    while (j < key_slot) {
+      now_ = base + j;  // j < key_slot < end: in now's bank
+      remove_slot(j, handle_removed);
+      j = levels_[0].count == 0 ? detail::OccupancyBitmap::npos : levels_[0].occupied.find_next(j + 1);
+    }
+    // Slot j, if it is in now's bank, is the first non-empty slot: its head
+    // is a minimum. (A slot of the next block's bank may not be: part of
+    // that block can still be on level 1. The cached minimum, if known,
+    // stays right: nothing was added and it was not removed.)
+    if (j < end) cache_min(heads_[levels_[0].slot_base + j], base + j);
+    now_ = key;
+  }
+
+  // Removes the elements of level-0 slot j one by one, head first, passing
   // each to handle_removed. Elements stay linked until their turn, so an
   // exception leaves the rest in place.
   template <class F>
-  void remove_slot(const SlotRef& s, F& handle_removed) {
-    std::uint32_t& head = heads_[levels_[0].slot_base + s.slot];
+  void remove_slot(std::size_t j, F& handle_removed) {
+    Level& l = levels_[0];
+    std::uint32_t& head = heads_[l.slot_base + j];
     while (head != detail::kNilIndex) {
       const std::uint32_t i = head;
-      remove_detached(i, handle_removed);
+      Node& n = pool_[i];
+      if (n.next == i) {
+        head = detail::kNilIndex;
+        l.occupied.reset(j);
+      } else {
+        pool_[n.prev].next = n.next;
+        pool_[n.next].prev = n.prev;
+        head = n.next;
+      }
+      if (--l.count == 0) nonempty_levels_ &= ~std::uint64_t{1};
+      n.place = detail::kNodeDetached;
+      --size_;
+      if (min_cache_ == i) min_cache_ = kMinUnknown;
+      struct Release {
+        ~Release() { pool.release(i); }
+        detail::ElementPool<T, stores_keys>& pool;
+        std::uint32_t i;
+      } release{pool_, i};
+      handle_removed(Elt(i, n.generation));
     }
   }
 
@@ -1125,21 +1223,65 @@ class KeyWheel {
   }
 
   // Re-files every element of slot s (level > 0) against the current now_;
-  // each lands on a lower level. Never throws.
+  // each lands on a lower level, at the end of its slot, in list order.
+  // Consecutive elements bound for one slot (a run of nearby keys) are
+  // moved as one chain: each is only read and marked, and the chain is
+  // spliced in once. Never throws.
   void cascade_slot(const SlotRef& s) noexcept {
-    Level& l = levels_[s.level];
-    std::uint32_t& head_ref = heads_[l.slot_base + s.slot];
-    std::uint32_t i = head_ref;
+    Level& src = levels_[s.level];
+    std::uint32_t& head_ref = heads_[src.slot_base + s.slot];
+    const std::uint32_t head = head_ref;
     head_ref = detail::kNilIndex;
-    l.occupied.reset(s.slot);
-    const std::uint32_t head = i;
-    do {
-      const std::uint32_t next = pool_[i].next;
-      if (--l.count == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
-      link(i);
-      ++moved_by_last_increase_;
-      i = next;
-    } while (i != head);
+    src.occupied.reset(s.slot);
+    // A copy: the loop's stores may alias the wheel's members, not a local.
+    const key_of_type key_of = key_of_;
+    auto key_of_node = [&key_of](const Node& n) noexcept -> Key {
+      if constexpr (stores_keys) {
+        return n.key;
+      } else {
+        return key_of(n.value());
+      }
+    };
+    std::size_t moved = 0;
+    std::uint32_t first = head;
+    Key first_key = key_of_node(pool_[first]);
+    for (;;) {
+      // The run starting at `first`: the keys of its slot are [lo, lo + 2^shift).
+      const int level = level_of(first_key);
+      const int shift = levels_[level].shift;
+      const Key lo = first_key >> shift << shift;
+      const std::size_t slot = slot_of(first_key, level);
+      const std::uint32_t place = static_cast<std::uint32_t>(level) | static_cast<std::uint32_t>(slot << 8);
+      pool_[first].place = place;
+      std::uint32_t last = first;
+      std::uint32_t min = first;
+      Key min_key = first_key;
+      std::size_t count = 1;
+      std::uint32_t next;
+      Key next_key = 0;
+      for (;;) {
+        next = pool_[last].next;
+        if (next == head) break;
+        Node& n = pool_[next];
+        next_key = key_of_node(n);
+        if (((next_key - lo) >> shift) != 0) break;  // another slot
+        n.place = place;
+        if (next_key < min_key) {
+          min = next;
+          min_key = next_key;
+        }
+        last = next;
+        ++count;
+      }
+      splice(first, last, count, level, slot, min, min_key);
+      moved += count;
+      if (next == head) break;
+      first = next;
+      first_key = next_key;
+    }
+    // Every element landed lower, so the count of this level was not read.
+    if ((src.count -= moved) == 0) nonempty_levels_ &= ~(std::uint64_t{1} << s.level);
+    moved_by_last_increase_ += moved;
   }
 
   // After now_ entered the next span moved down ahead of the levels in
@@ -1179,6 +1321,17 @@ class KeyWheel {
   // meaningful while the slot is non-empty; the first link into an empty
   // slot sets it.
   mutable std::vector<std::uint32_t> slot_min_;
+  // The slot above level 0 that link() last filed into (its index in heads_,
+  // or kNoSlot) and the key of its cached minimum, so that the next link
+  // there (adds and cascades file runs of nearby keys into one slot)
+  // compares keys without computing the minimum's key again (a division for
+  // TimingWheel). Valid while that slot's minimum stays cached: unlinking
+  // the minimum, and clear(), forget it.
+  static constexpr std::size_t kNoSlot = static_cast<std::size_t>(-1);
+  struct LinkHint {
+    std::size_t slot = kNoSlot;
+    Key min_key = 0;
+  } hint_;
   int num_levels_ = 0;
   int num_bits_ = 0;
   // Every level has at most 2^kNodeSlotBits slots, so a node's slot field
@@ -1187,6 +1340,9 @@ class KeyWheel {
   static constexpr int kNodeSlotBits = 24;
   bool slots_in_nodes_ = true;
   int block_shift_ = 0;  // S_1: now_ >> it is now's block
+  int top_shift_ = 0;    // S_{L-1}
+  // max_allowed_key() before clamping is floor(now_, 2^S_{L-1}) + this.
+  Key max_ahead_ = 0;
   Key now_ = 0;
   std::size_t size_ = 0;
   std::uint64_t nonempty_levels_ = 0;  // bit i set iff levels_[i].count > 0
@@ -1196,6 +1352,9 @@ class KeyWheel {
   // Per level below the top: one past its last key, the end of now's span or,
   // while bit j of ahead_levels_ is set, of the next span. level_of reads it.
   std::array<Key, kMaxLevels> level_end_{};
+  // Bit b -> the level whose slots are told apart by bit b (S_i <= b <
+  // S_{i+1}; the top level for every bit from S_{L-1} on).
+  std::array<std::uint8_t, 64> level_by_bit_{};
   mutable std::uint32_t min_cache_ = detail::kNilIndex;
   mutable Key min_cache_key_ = 0;  // the key of min_cache_ while it is an element
   std::size_t moved_by_last_increase_ = 0;

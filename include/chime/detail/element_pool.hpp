@@ -67,16 +67,17 @@ struct WheelNodeLinks {
   std::uint32_t prev;  // circular doubly-linked slot list; free list uses `next`
   std::uint32_t next;
   std::uint32_t generation;
-  std::uint8_t level;
-  // The slot within its level, if below 2^24 (KeyWheel::slots_in_nodes):
-  // bytes that alignment would leave unused, so unlinking needs no key.
-  std::uint8_t slot_high;
-  std::uint16_t slot_low;
+  // The level (bits 0-7: a level, kNodeFree or kNodeDetached) and, above
+  // it, the slot within its level if below 2^24 (KeyWheel::slots_in_nodes),
+  // so unlinking needs no key. One 32-bit field, not bytes: a store through
+  // a byte type may alias anything, and would make the compiler reload every
+  // pointer it holds after each node write.
+  std::uint32_t place;
 
-  std::size_t slot() const noexcept { return (std::size_t{slot_high} << 16) | slot_low; }
-  void set_slot(std::size_t s) noexcept {
-    slot_high = static_cast<std::uint8_t>(s >> 16);
-    slot_low = static_cast<std::uint16_t>(s);
+  std::uint32_t level() const noexcept { return place & 0xFF; }
+  std::size_t slot() const noexcept { return place >> 8; }
+  void set_place(std::uint32_t level, std::size_t slot) noexcept {
+    place = level | static_cast<std::uint32_t>(slot << 8);
   }
 };
 
@@ -131,7 +132,7 @@ class ElementPool {
   ~ElementPool() {
     for (std::size_t i = 0; i < used_; ++i) {
       Node& n = (*this)[static_cast<std::uint32_t>(i)];
-      if (n.level != kNodeFree) n.value().~T();
+      if (n.level() != kNodeFree) n.value().~T();
     }
   }
 
@@ -151,7 +152,7 @@ class ElementPool {
   // allocates.
   bool holds(std::uint32_t index, std::uint32_t generation) const noexcept {
     return index < used_ && generation != 0 && (*this)[index].generation == generation &&
-           (*this)[index].level != kNodeFree;
+           (*this)[index].level() != kNodeFree;
   }
 
   // Makes capacity() >= n: allocates the missing nodes, rounded up to whole
@@ -177,14 +178,14 @@ class ElementPool {
       Node& n = (*this)[i];
       ::new (static_cast<void*>(n.store.storage)) T(std::forward<Args>(args)...);
       free_head_ = n.next;
-      n.level = kNodeDetached;
+      n.place = kNodeDetached;
     } else {
       if (used_ == capacity_) grow();
       i = static_cast<std::uint32_t>(used_);
       Node& n = (*this)[i];
       ::new (static_cast<void*>(n.store.storage)) T(std::forward<Args>(args)...);
       n.generation = 1;
-      n.level = kNodeDetached;
+      n.place = kNodeDetached;
       ++used_;
     }
     ++live_;
@@ -196,7 +197,7 @@ class ElementPool {
   void release(std::uint32_t i) noexcept {
     Node& n = (*this)[i];
     n.value().~T();
-    n.level = kNodeFree;
+    n.place = kNodeFree;
     if (++n.generation == 0) n.generation = 1;
     n.next = free_head_;
     free_head_ = i;
@@ -212,7 +213,7 @@ class ElementPool {
     }
     std::size_t free_count = 0;
     for (std::uint32_t i = free_head_; i != kNilIndex; i = (*this)[i].next) {
-      if (i >= used_ || (*this)[i].level != kNodeFree) {
+      if (i >= used_ || (*this)[i].level() != kNodeFree) {
         throw std::logic_error("ElementPool: free list reaches node " + std::to_string(i) + " that is not free");
       }
       if (++free_count > used_) throw std::logic_error("ElementPool: free list has a cycle");
@@ -263,7 +264,7 @@ class ElementPool {
       const std::size_t base = c << chunk_shift;
       for (std::size_t j = used_ > base ? used_ - base : 0; j < chunk_size; ++j) {
         Node& n = chunk[j];
-        n.level = kNodeFree;
+        n.place = kNodeFree;
         n.generation = 1;
         n.next = base + j + 1 < capacity_ ? static_cast<std::uint32_t>(base + j + 1) : free_head_;
       }

@@ -60,49 +60,29 @@ class OccupancyBitmap {
     std::uint64_t& w0 = words_[i >> 6];  // layer 0 starts at offset 0
     const bool was_zero = w0 == 0;
     w0 |= std::uint64_t{1} << (i & 63);
-    if (!was_zero) return;
-    i >>= 6;
-    for (std::size_t layer = 1; layer < layers(); ++layer) {
-      std::uint64_t& w = word(layer, i >> 6);
-      const bool was_zero = w == 0;
-      w |= std::uint64_t{1} << (i & 63);
-      if (!was_zero) return;  // upper layers already record this word
-      i >>= 6;
-    }
+    if (was_zero && layers_ > 1) set_upper(i >> 6);
   }
 
   // Clears bit i (i < size). Never allocates.
   void reset(std::size_t i) noexcept {
-    for (std::size_t layer = 0; layer < layers(); ++layer) {
-      std::uint64_t& w = word(layer, i >> 6);
-      w &= ~(std::uint64_t{1} << (i & 63));
-      if (w != 0) return;  // the word is still non-zero: upper layers unchanged
-      i >>= 6;
-    }
+    std::uint64_t& w0 = words_[i >> 6];
+    w0 &= ~(std::uint64_t{1} << (i & 63));
+    if (w0 == 0 && layers_ > 1) reset_upper(i >> 6);
   }
 
   void clear() noexcept {
     for (auto& w : words_) w = 0;
   }
 
-  // Smallest set index >= from, or npos.
+  // Smallest set index >= from, or npos. Inline for the common case, a set
+  // bit in from's own word; the search up the layers is out of line.
   std::size_t find_next(std::size_t from) const noexcept {
     if (from >= size_) return npos;
-    std::size_t layer = 0;
-    std::size_t i = from;
-    for (;;) {
-      const std::size_t wi = i >> 6;
-      if (wi >= layer_words_[layer]) return npos;
-      const std::uint64_t w = word(layer, wi) & (~std::uint64_t{0} << (i & 63));
-      if (w != 0) {
-        i = (wi << 6) + static_cast<std::size_t>(std::countr_zero(w));
-        break;
-      }
-      if (++layer == layers()) return npos;
-      i = wi + 1;
+    const std::size_t wi = from >> 6;
+    if (const std::uint64_t w = words_[wi] & (~std::uint64_t{0} << (from & 63)); w != 0) {
+      return (wi << 6) + static_cast<std::size_t>(std::countr_zero(w));
     }
-    while (layer-- > 0) i = (i << 6) + static_cast<std::size_t>(std::countr_zero(word(layer, i)));
-    return i;
+    return find_next_word(wi + 1);
   }
 
   // Largest set index <= from (from is clamped to size - 1), or npos.
@@ -159,6 +139,55 @@ class OccupancyBitmap {
  private:
   std::uint64_t word(std::size_t layer, std::size_t wi) const noexcept { return words_[layer_offset_[layer] + wi]; }
   std::uint64_t& word(std::size_t layer, std::size_t wi) noexcept { return words_[layer_offset_[layer] + wi]; }
+
+  // Records that layer-0 word wi became non-zero (zero), in the layers above.
+  void set_upper(std::size_t wi) noexcept {
+    for (std::size_t layer = 1; layer < layers_; ++layer) {
+      std::uint64_t& w = word(layer, wi >> 6);
+      const bool was_zero = w == 0;
+      w |= std::uint64_t{1} << (wi & 63);
+      if (!was_zero) return;  // upper layers already record this word
+      wi >>= 6;
+    }
+  }
+  void reset_upper(std::size_t wi) noexcept {
+    for (std::size_t layer = 1; layer < layers_; ++layer) {
+      std::uint64_t& w = word(layer, wi >> 6);
+      w &= ~(std::uint64_t{1} << (wi & 63));
+      if (w != 0) return;  // the word is still non-zero: upper layers unchanged
+      wi >>= 6;
+    }
+  }
+
+  // The first set bit of the first non-zero layer-0 word at or after word
+  // wi, or npos.
+  [[gnu::noinline]] std::size_t find_next_word(std::size_t wi) const noexcept {
+    if (layers_ == 2) {
+      // Two layers (64 to 4,096 bits: level 0 and the default levels above):
+      // one summary word.
+      if (wi >= layer_words_[0]) return npos;
+      const std::uint64_t s = words_[layer_offset_[1]] & (~std::uint64_t{0} << wi);
+      if (s == 0) return npos;
+      const std::size_t w = static_cast<std::size_t>(std::countr_zero(s));
+      return (w << 6) + static_cast<std::size_t>(std::countr_zero(words_[w]));
+    }
+    // General case: climb from layer 0 at bit index 64 * wi.
+    std::size_t layer = 0;
+    std::size_t i = wi << 6;
+    for (;;) {
+      const std::size_t wj = i >> 6;
+      if (wj >= layer_words_[layer]) return npos;
+      const std::uint64_t w = word(layer, wj) & (~std::uint64_t{0} << (i & 63));
+      if (w != 0) {
+        i = (wj << 6) + static_cast<std::size_t>(std::countr_zero(w));
+        break;
+      }
+      if (++layer == layers()) return npos;
+      i = wj + 1;
+    }
+    while (layer-- > 0) i = (i << 6) + static_cast<std::size_t>(std::countr_zero(word(layer, i)));
+    return i;
+  }
 
   // 2^36 bits at most: more than any wheel level (KeyWheel caps levels at 2^30 slots).
   static constexpr std::size_t kMaxLayers = 6;
