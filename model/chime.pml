@@ -262,7 +262,7 @@
 #define REC_GEN(m) (((m) >> 7) & 7)
 #define REC_T(m) (((m) >> 4) & 7)
 #define REC_FL(m) ((m) & 15)
-/* Where a run happens (worker_pool.cpp, RunPlace) */
+/* Where a run happens (runner.hpp, Runner::Place) */
 #define AT_WORKER 0
 #define AT_WHEEL 1
 #define AT_LANE 2
@@ -439,7 +439,7 @@ inline futex_wait(s, v, me) {
   (fw[me] == 0)
 }
 
-/* futex_wake_all_low_half, from wake_waiters_if_any (worker_pool.cpp) */
+/* futex_wake_all_low_half, from wake_waiters_if_any (runner.cpp) */
 #if NPROD == 1
 #define FUTEX_WAKE_ALL(s) if :: fw[0] == s + 1 -> fw[0] = 0 :: else fi
 #elif NPROD == 2
@@ -885,7 +885,7 @@ inline tm_trampoline(t) {
 #endif
 
 /* ------------------------------------------------------------------------
- * One run (worker_pool.cpp: RuntimeCore::run and end_run), on a worker,
+ * One run (runner.cpp: Runner::run and end_run), on a worker,
  * on the wheel thread (workers = 0), or on a lane's thread. The dispatch
  * record is (rs, rg, rt, rfl); me: the poster's sub-queue.
  *
@@ -939,7 +939,7 @@ inline callback() {
 #define F2_CAS_OK (word[rs] == rw)
 #endif
 
-/* RuntimeCore::run (after RUN_LOAD) and end_run: B1 starts the run; after
+/* Runner::run (after RUN_LOAD) and end_run: B1 starts the run; after
  * the callback, F1 (one-shot), F3 (a periodic's final run) or F2 (re-arm),
  * or F4 when a C3 won; each wakes the cancel_and_wait callers if the word it
  * replaced had the waiter bit. */

@@ -422,7 +422,7 @@ proctype Wheel(byte me) {
 }
 
 #ifdef HAS_WORKER
-/* A worker (runtime/worker_pool.cpp, run): B1, the callback, then F1 for a
+/* A worker (runtime/runner.cpp, run): B1, the callback, then F1 for a
  * one-shot, or for a periodic timer F2 and the REARM to the shard that
  * claimed the run (Dispatch::shard, the timer's own), or F4 after C3. */
 #if MUT == 6

@@ -7,7 +7,7 @@
 // at the end of the pass each lane's batch goes to its ready queue in one
 // bulk enqueue, with one eventfd write if the lane was not signalled
 // (lane_core.hpp). The lane's thread dequeues and runs it with the workers'
-// code (worker_pool.cpp, RunPlace::lane): B1 starts it, so a cancel wins
+// code (runner.cpp, Runner::Place::lane): B1 starts it, so a cancel wins
 // until then (C4), exactly as for a worker; a periodic re-arm is posted as a
 // command.
 //
@@ -135,7 +135,7 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     // Cancelled sees the timer settled.
     if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
-      core_.end_cancelled_timer();
+      core_.ends().end_cancelled_timer();
       slot.task.reset();
       slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
       slot.wheel.alarm = {};
@@ -194,7 +194,7 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
       // (L3) acq_rel, as C4.
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
-        core_.end_cancelled_timer();
+        core_.ends().end_cancelled_timer();
         break;
       }
     }
@@ -221,7 +221,7 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
 
 void RuntimeCore::close_lane(LaneCore* lane) {
 #ifndef NDEBUG
-  if (const TimerId self = current_run()) {
+  if (const TimerId self = runner_.current_run()) {
     CHIME_ASSERT(slab_[self.slot()].lane.load(std::memory_order_relaxed) != lane,
                  "a chime::Lane destroyed (or move-assigned) from its own callback");
   }
@@ -272,7 +272,7 @@ void RuntimeCore::close_lane(LaneCore* lane) {
         // (L3) acq_rel, as C4.
         if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
-          end_cancelled_timer();
+          ends_.end_cancelled_timer();
           break;
         }
       }
@@ -282,7 +282,7 @@ void RuntimeCore::close_lane(LaneCore* lane) {
     drained += n;
   }
   retired.flush();
-  if (drained != 0) count_completed(lane->shard, drained);  // a flush may wait for them
+  if (drained != 0) runner_.count_completed(lane->shard, drained);  // a flush may wait for them
   // Every write the wheel owed the eventfd has landed (it signals in the
   // pass that handed the runs, before it served our request or exited).
   drain_eventfd(lane->efd);
@@ -328,7 +328,7 @@ class LaneEntry {
 }  // namespace
 
 std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
-  if (in_callback()) {
+  if (runner_.in_callback()) {
     throw std::logic_error(
         "chime::Lane::run_ready (or wait_and_run) called from inside a timer callback: runs do not nest");
   }
@@ -355,7 +355,7 @@ std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
       // not re-armed, as for the runs shutdown itself fires.
       for (std::size_t i = 0; i < n; ++i) batch[i].flags |= Dispatch::final;
     }
-    ran += run_batch(batch, n, retired, RunPlace::lane);
+    ran += runner_.run_batch(batch, n, retired, Runner::Place::lane);
   }
   if (!after_stop) lane.runs_active.fetch_sub(1, std::memory_order_release);
   if (ran == max && lane.ready.size_approx() != 0) lane.resignal();  // runs left: stay readable
@@ -363,7 +363,7 @@ std::size_t RuntimeCore::run_lane(LaneCore& lane, std::size_t max) {
 }
 
 std::size_t RuntimeCore::wait_and_run(LaneCore& lane, TimePoint deadline) {
-  if (in_callback()) {
+  if (runner_.in_callback()) {
     throw std::logic_error(
         "chime::Lane::wait_and_run (or run_ready) called from inside a timer callback: runs do not nest");
   }

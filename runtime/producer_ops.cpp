@@ -14,28 +14,6 @@
 
 namespace chime::detail {
 
-namespace {
-// The callback this thread is running, if any (worker_pool.cpp sets it):
-// its runtime and its id.
-thread_local const RuntimeCore* tls_running_callback_of = nullptr;
-thread_local TimerId tls_running_id;
-}  // namespace
-
-void set_running_callback(const RuntimeCore* core, TimerId id) noexcept {
-  tls_running_callback_of = core;
-  tls_running_id = id;
-}
-
-bool report_to_running_callback(std::exception_ptr e) noexcept {
-  if (tls_running_callback_of == nullptr) return false;
-  // The runtime's counters and on_error are safe to use from its callback.
-  const_cast<RuntimeCore*>(tls_running_callback_of)->report_callback_exception(tls_running_id, std::move(e));
-  return true;
-}
-
-bool RuntimeCore::in_callback() const noexcept { return tls_running_callback_of == this; }
-TimerId RuntimeCore::current_run() const noexcept { return in_callback() ? tls_running_id : TimerId{}; }
-
 // The slot an id names, or nullptr for the default id, an id from another
 // runtime, or a slot never handed out. The generation is the caller's to
 // check (it may change under it).
@@ -82,7 +60,7 @@ std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token_on(unsigned k) {
 }
 
 void RuntimeCore::throw_if_in_callback(const char* what) const {
-  if (tls_running_callback_of == this) {
+  if (runner_.in_callback()) {
     throw std::logic_error(std::string("chime::Runtime::") + what +
                            " called from inside a timer callback: it would wait for itself");
   }
@@ -125,160 +103,6 @@ void RuntimeCore::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
   std::int64_t published = due_limit_ns_.load(std::memory_order_relaxed);
   while (published < limit && !due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
   }
-}
-
-namespace {
-// After this many commands posted to a shard since the last count-wake (by
-// any threads, counted kPostsPerLook at a time as each thread looks), a
-// poster wakes the shard's wheel thread if it sleeps, whatever the due
-// times: this bounds the queue (commands that need no earlier wake-up, such
-// as ADDs due later than the wheel's next alarm, would otherwise wait for
-// that alarm).
-constexpr std::uint32_t kPostsPerWake = 1024;
-static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake falls on a look");
-
-// Each thread's count of its posts to each shard, whatever it posts through
-// (the Runtime's calls, any number of Producers, made and dropped, a Lane,
-// a Timer): the queue's bound and the count-wake are per posting thread, so
-// the count is too. Two ways per set, by the shard's serial (the most
-// recent first): a thread that alternates among more than two shards whose
-// serials fall in one set (the serials of one Runtime's shards are
-// consecutive, so it takes 65 shards or three Runtimes made 32 apart)
-// starts over on the one it switches to, which only makes it look sooner
-// (a fresh entry looks at its first post).
-struct PostPacer {
-  static constexpr std::size_t kSets = 32;
-  struct Entry {
-    std::uint32_t serial = 0;  // ShardSeam::serial; 0: unused
-    std::uint32_t posts = 0;   // this thread's posts to it
-  };
-  std::array<Entry, 2 * kSets> entries{};
-
-  std::uint32_t& posts_to(const WheelThread& shard) noexcept {
-    Entry* set = &entries[2 * (shard.seam.serial % kSets)];
-    if (set[0].serial == shard.seam.serial) [[likely]]
-      return set[0].posts;
-    if (set[1].serial == shard.seam.serial) {
-      std::swap(set[0], set[1]);
-    } else {
-      set[1] = set[0];
-      set[0] = Entry{shard.seam.serial, 0};
-    }
-    return set[0].posts;
-  }
-};
-thread_local PostPacer tls_post_pacer;
-}  // namespace
-
-// Takes the wake-up of a sleeping wheel thread: true for exactly one caller
-// per sleep (the CAS moves the published bound to INT64_MIN, "awake"), who
-// must then call seam.wake.wake(). Relaxed: the CAS only elects the waker; the
-// ordering of the command against the sleeper's look at the queue is the
-// (P1)/(P2) fence pair.
-bool RuntimeCore::take_wake(WheelThread& shard) {
-  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
-  while (bound != INT64_MIN) {
-    if (shard.seam.wake_if_due_before_ns.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed))
-      return true;
-  }
-  return false;
-}
-
-// (P1) Post, then read the sleeper's bound; the wheel thread publishes the
-// bound, then looks at the queue (wheel_thread.cpp, (P2)). The seq_cst
-// fences make it impossible for both to miss the other: either the wheel
-// sees the command before sleeping, or we see its bound. We wake it only if
-// the timer's interval ends before the wheel's next wake-up (due_ns below
-// the bound, the start of the interval of its earliest alarm), and only if
-// no other producer took this sleep's wake-up first: a failed take means the
-// wheel is awake, or has published a newer bound after our fence, in which
-// case its look at the queue (after its (P2)) sees our command.
-void RuntimeCore::wake_after_post(WheelThread& shard, std::int64_t due_ns) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  wake_after_fence(shard, due_ns);
-}
-
-// The rest of wake_after_post, for a caller that has just made the (P1)
-// fence itself (schedule, whose fence also serves S1's pair with shutdown).
-//
-// The same per-thread count (PostPacer) paces the thread's looks at the
-// queue's depth (Overload, command_queue.hpp, QueueBound): at its first post
-// to the shard and then every kPostsPerLook posts, so the hot path keeps
-// one increment and one test. At each look the thread credits the shard's
-// count-wake with the kPostsPerLook posts it makes from there (in advance:
-// a thread that stops posting early has counted them all); the poster whose
-// credit reaches kPostsPerWake wakes the wheel thread if it sleeps.
-void RuntimeCore::wake_after_fence(WheelThread& shard, std::int64_t due_ns) {
-  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
-  if (due_ns < bound &&
-      shard.seam.wake_if_due_before_ns.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
-    shard.seam.wake.wake();
-  }
-  if ((tls_post_pacer.posts_to(shard)++ & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]]
-    look_and_credit(shard);
-}
-
-// A thread's look (wake_after_fence): the depth, then the credit. Relaxed:
-// see seam.posts_toward_wake (shard_seam.hpp). The credit that crosses
-// kPostsPerWake takes the count back to zero (credits racing it may be lost:
-// at most kPostsPerLook per thread, within the bound's allowance).
-void RuntimeCore::look_and_credit(WheelThread& shard) {
-  shard.seam.commands.bound().look(shard.seam.commands.size_approx());
-  if (!config_.wake_on_post_count) return;
-  const std::uint32_t before =
-      shard.seam.posts_toward_wake.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
-  if (before + QueueBound::kPostsPerLook < kPostsPerWake) return;
-  shard.seam.posts_toward_wake.store(0, std::memory_order_relaxed);
-  if (take_wake(shard)) shard.seam.wake.wake();
-}
-
-// For commands that must arrive (a re-arm, a reschedule to an earlier due):
-// out of memory, it retries until the queue can take it.
-void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
-  shard.seam.commands.push_retrying(c, token);
-  wake_after_post(shard, due_ns);
-}
-
-// A schedule that found the queue's over_bound flag set: a fresh look
-// decides (the wheel thread may have caught up since the flag was set; then
-// the look clears it and the schedule goes on). Refused: counted, and a
-// sleeping wheel thread is woken, so that a queue filled by posts that did
-// not need it earlier (far dues, posted since the last count-wake) is
-// drained without waiting for its next alarm (not on a ManualClock, where
-// only a flush or a due-now timer wakes it: clock.hpp). Only schedules are
-// refused: a cancel and a touch post nothing; a reschedule to an earlier due
-// has published its due (R2) before it posts, so refusing its command would
-// leave the timer firing at its old, later due while reporting success; a
-// periodic re-arm (F2) would silently end a timer that was accepted.
-void RuntimeCore::refuse_if_over_bound(WheelThread& shard) {
-  QueueBound& q = shard.seam.commands.bound();
-  const std::size_t depth = shard.seam.commands.size_approx();
-  if (!q.look(depth)) return;
-  q.count_refusal();
-  if (config_.wake_on_post_count && take_wake(shard)) shard.seam.wake.wake();
-  throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index()) +
-                      " holds " + std::to_string(depth) + " commands, max_queue_depth = " + std::to_string(q.bound()) +
-                      " (the wheel thread is behind; nothing accepted is dropped)");
-}
-
-// The timer's outcome is decided (a cancel won, its last run finished, or
-// shutdown swept it): it stops counting as pending, for stats() and for
-// max_pending, at once, even if its slot is freed later (a cancelled timer's
-// slot is reclaimed later, lazily, by the wheel thread). Exactly one
-// party calls this per accepted timer: whoever made the deciding transition
-// (after it; the worker ending a one-shot calls it just before F1, the only
-// transition left to the run, so no one sees Fired while it still counts).
-void RuntimeCore::end_timer() {
-  counters_.add(Counter::ended);
-  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
-}
-
-// The deciding transition was a cancel (C1-C4, or a sweep's): the timer is
-// counted as cancelled and ends (end_timer): capacity is free now, not when
-// the slot is reclaimed. Called once, by whoever made that transition.
-void RuntimeCore::end_cancelled_timer() {
-  counters_.add(Counter::cancelled);
-  end_timer();
 }
 
 // (K1, R3) The end of a cancel that won against Pending (C1) or Writing
@@ -377,7 +201,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
   // that is written only when the depth crosses the bound.
   WheelThread& shard = shard_for(token, lane);
   if (shard.seam.commands.bound().over_bound()) [[unlikely]]
-    refuse_if_over_bound(shard);
+    poster_.refuse_if_over_bound(shard);
   if (config_.options.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
     // anything else.
@@ -465,7 +289,7 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
     counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
     return TimerId(index, g, config_.tag);
   }
-  wake_after_fence(shard, due_ns);
+  poster_.wake_after_fence(shard, due_ns);
   counters_.add(Counter::scheduled);
   return TimerId(index, g, config_.tag);
 }
@@ -540,7 +364,7 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
     // this generation's, or the CAS fails (timer_slab.hpp, `shard`).
     const unsigned shard_index = slot->shard.load(std::memory_order_relaxed);
     if (slot->word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      end_cancelled_timer();
+      ends_.end_cancelled_timer();
       const SlotState from = StateWord::state(w);
       if (from == SlotState::pending) finish_cancel(*slot, w, id.slot(), token);  // (K1): we own the task now
       // A filed one is a zombie the wheel thread reclaims; counted for the
@@ -590,7 +414,7 @@ CancelResult RuntimeCore::cancel_and_wait(TimerId id) {
   const CancelOutcome o = decide_cancel(id, &slot, nullptr);
   const CancelResult r = result_of(o);
   if (r != CancelResult::running) return r;
-  const TimerId self = current_run();
+  const TimerId self = runner_.current_run();
   if (self == id) return r;  // from its own callback: waiting would wait for itself
 #ifndef NDEBUG
   // The simplest deadlock: callbacks of X and Y each cancel_and_wait the
@@ -725,7 +549,7 @@ bool is_own_ready_run(const TimerSlot& slot, const LaneCore& lane) noexcept {
 
 // Takes the Handed word `w` to Writing with a new version (R4), so the record
 // in the ready queue no longer holds the claim and is skipped by whoever
-// dequeues it (worker_pool.cpp, run; lane.cpp, close_lane). True iff it did;
+// dequeues it (runner.cpp, run; lane.cpp, close_lane). True iff it did;
 // `w` is then our Writing word, and we own the slot's fields as after R1.
 bool take_back_ready_run(TimerSlot& slot, std::uint64_t& w) noexcept {
   const std::uint32_t generation = StateWord::generation(w);
@@ -802,15 +626,15 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     WheelThread& own = shard(own_shard);
     ProducerQueueToken* const queue_token = token_for(own, token);
     if (taken_back) {
-      post_and_wake(own, Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()), queue_token,
-                    due_ns);
+      poster_.post_and_wake(own, Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()),
+                            queue_token, due_ns);
     } else if (due_ns < old_due) {
-      post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()),
-                    queue_token, due_ns);
+      poster_.post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()),
+                            queue_token, due_ns);
     } else if (const std::optional<std::int64_t> called_at = due_now_reading()) {  // not the steady clock
       if (due_ns <= *called_at) {
-        post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), called_at), queue_token,
-                      due_ns);
+        poster_.post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), called_at),
+                              queue_token, due_ns);
       }
     }
     return true;

@@ -186,7 +186,8 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
   pool_.threads.reserve(config_.options.workers);
   unsigned started = 0;  // wheel threads
   try {
-    for (unsigned i = 0; i < config_.options.workers; ++i) pool_.threads.emplace_back([this] { worker_main(); });
+    for (unsigned i = 0; i < config_.options.workers; ++i)
+      pool_.threads.emplace_back([this] { runner_.worker_main(pool_); });
     for (auto& shard : shards_) {
       shard->start();
       ++started;
@@ -445,7 +446,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
           ++not_fired;
-          end_cancelled_timer();
+          ends_.end_cancelled_timer();
           break;
         }
         continue;
@@ -454,7 +455,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
         ++not_fired;
-        end_cancelled_timer();
+        ends_.end_cancelled_timer();
         slot.task.reset();  // release what the callback captured now, not at destruction
         break;
       }

@@ -15,14 +15,15 @@
 //   the wheel-only fields of the slots it filed; drains its commands,
 //   advances its wheel, claims due timers (W1) and hands them to the
 //   workers.
-// - workers: worker_pool.cpp: run a claimed timer's task, then finish it (F1,
+// - workers: runner.hpp (a Runner, which lanes and a wheel thread with
+//   workers = 0 use too): run a claimed timer's task, then finish it (F1,
 //   F2, F3) and count it.
 // - lifecycle (any thread but a callback): runtime.cpp: flush, drain,
 //   shutdown, stats.
 //
 // Read in this order: timer_state.hpp, timer_slab.hpp, command_queue.hpp,
 // wake_signal.hpp, wheel_thread_state.hpp, worker_pool.hpp, this file,
-// wheel_thread.hpp, producer_ops.cpp, wheel_thread.cpp, worker_pool.cpp,
+// wheel_thread.hpp, producer_ops.cpp, wheel_thread.cpp, runner.cpp,
 // runtime.cpp.
 #pragma once
 
@@ -42,12 +43,15 @@
 #include "chime/detail/assert.hpp"
 #include "chime/runtime.hpp"
 #include "chime/timing_wheel.hpp"
+#include "command_poster.hpp"
 #include "command_queue.hpp"
 #include "dispatch.hpp"
 #include "lane_core.hpp"
+#include "runner.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
 #include "slack.hpp"
+#include "timer_ends.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
 #include "wheel_thread.hpp"
@@ -69,9 +73,6 @@ extern thread_local RuntimeCore** tls_simulation_request;
 TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
                           ProducerQueueToken* token, LaneCore* lane = nullptr,
                           std::optional<Duration> slack = std::nullopt);
-// The callback this thread runs, if any (worker_pool.cpp sets it around
-// each run): its exception is reported as that run's. False outside a run.
-bool report_to_running_callback(std::exception_ptr e) noexcept;  // producer_ops.cpp
 // This thread's eventfd that a flush's completion writes (lane.cpp).
 int lane_flush_notify_fd();
 
@@ -291,10 +292,6 @@ class RuntimeCore {
   // Whether this runtime still exists (runtime.hpp): handles that may
   // outlive it keep a reference and check it before they touch the runtime.
   const std::shared_ptr<RuntimeAlive>& alive() const noexcept { return alive_; }
-  // True iff the calling thread is running a callback of this runtime.
-  bool in_callback() const noexcept;
-  // The id of the run the calling thread is in (of this runtime), or {}.
-  TimerId current_run() const noexcept;
   std::uint32_t tag() const noexcept { return config_.tag; }
   // What schedule() would throw before it takes a slot: StoppedError after
   // shutdown, std::out_of_range for a due beyond the wheel's range. For an
@@ -317,10 +314,6 @@ class RuntimeCore {
   void close_lane(LaneCore* lane);
   std::size_t run_lane(LaneCore& lane, std::size_t max);
   std::size_t wait_and_run(LaneCore& lane, TimePoint deadline);
-  // A callback's exception caught somewhere other than around the task call
-  // (a chime::Detached coroutine's body): counted and passed to on_error as
-  // the run's. On the thread of the run.
-  void report_callback_exception(TimerId id, std::exception_ptr e) noexcept;
 
   // runtime.cpp
   void stop_workers();
@@ -365,11 +358,11 @@ class RuntimeCore {
   // After a shard's advance: raises due_limit_ns_ to the limit of a wheel
   // at `wheel_now_ns`; never lowers it (producer_ops.cpp).
   void raise_due_limit(std::int64_t wheel_now_ns) noexcept;
-  // workers = 0: the wheel thread runs its batch of claimed runs itself
-  // (worker_pool.cpp); a periodic's re-arm is filed at once.
-  std::size_t run_on_wheel_thread(const Dispatch* d, std::size_t n, RetiredSlots& retired) {
-    return run_batch(d, n, retired, RunPlace::wheel_thread);
-  }
+  // Runs claimed timers (runner.hpp): workers = 0, the wheel thread runs
+  // its batch itself (Runner::Place::wheel_thread); a periodic's re-arm is
+  // filed at once. Also says whether the calling thread runs a callback.
+  Runner& runner() noexcept { return runner_; }
+  const Runner& runner() const noexcept { return runner_; }
   // The slack of a timer that gave none (RuntimeOptions::slack when set,
   // else proportional to `delay_ns`: slack.hpp).
   std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
@@ -379,8 +372,8 @@ class RuntimeCore {
   }
   // lane.cpp: the slot's Lane was closed since it was scheduled.
   bool lane_closed(const TimerSlot& slot) const noexcept;
-  // producer_ops.cpp: a timer ends cancelled (Counter::cancelled, then end_timer).
-  void end_cancelled_timer();
+  // Ending a timer: its counts (timer_ends.hpp).
+  const TimerEnds& ends() const noexcept { return ends_; }
 
  private:
   // The runtime clock's time read in a call that schedules or reschedules,
@@ -411,13 +404,6 @@ class RuntimeCore {
   TimerSlot* slot_of(TimerId id) const noexcept;
   void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
   std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
-  void post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
-  void refuse_if_over_bound(WheelThread& shard);  // throws CapacityError while its queue is at its bound
-  void wake_after_post(WheelThread& shard, std::int64_t due_ns);
-  void wake_after_fence(WheelThread& shard, std::int64_t due_ns);
-  void look_and_credit(WheelThread& shard);
-  bool take_wake(WheelThread& shard);
-  void end_timer();
   bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
   bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
   void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
@@ -433,20 +419,6 @@ class RuntimeCore {
   // The token to post through to `s`: a token bound to another shard's
   // queue cannot be used (null: the calling thread's implicit sub-queue).
   ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept;
-
-  // worker_pool.cpp. Where a batch runs: a periodic re-arm is filed
-  // directly on the wheel thread, posted as a command elsewhere; a worker or
-  // a lane wakes the wheel thread when a flush waits for runs.
-  enum class RunPlace { worker, wheel_thread, lane };
-  void worker_main();
-  // Returns how many callbacks ran (the rest were cancelled before they started).
-  std::size_t run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, RunPlace where);
-  bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
-           RunPlace where);
-  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, RunPlace where);
-  void count_completed(unsigned shard, std::uint64_t n);
-  // Counts a batch's runs in their shards' seam.completed (runs of one shard come in a row).
-  void count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread);
 
   // simulation.cpp (a test seam: simulation.hpp). With simulated_, no
   // thread is started: flush, drain and shutdown run the passes they wait
@@ -563,6 +535,13 @@ class RuntimeCore {
   // (shard_for, token_for), set before any thread starts.
   WheelThread* single_shard_ = nullptr;
   std::atomic<unsigned> next_shard_{0};  // round-robin for Producers and Lanes; relaxed: any spread will do
+
+  // The roles' narrow views of the fields above (references only): ending
+  // a timer (timer_ends.hpp), posting to a shard (command_poster.hpp),
+  // running claimed timers (runner.hpp).
+  TimerEnds ends_{counters_, live_, config_.options.max_pending != 0};
+  CommandPoster poster_{config_.wake_on_post_count};
+  Runner runner_{config_, slab_, counters_, lateness_, run_time_, ends_, poster_, shards_};
 };
 
 }  // namespace chime::detail

@@ -89,7 +89,7 @@ Simulation::Simulation(RuntimeOptions options) {
 }
 
 bool Simulation::run_one_pass() {
-  if (core_->in_callback()) {
+  if (core_->runner().in_callback()) {
     throw std::logic_error("chime::detail::Simulation::run_one_pass called from inside a timer callback");
   }
   return core_->simulate_passes();

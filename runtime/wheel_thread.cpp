@@ -799,7 +799,7 @@ void WheelThread::apply(const Command& c) {
   }
 }
 
-// The wheel-side half of an inline re-arm (RuntimeCore::end_run on the
+// The wheel-side half of an inline re-arm (Runner::end_run on the
 // wheel thread, workers = 0): the run's F2 already set the filed bit, so
 // this is what A1 (apply) does after its CAS. filed_generation is ours to
 // write (relaxed, as every access: it only tells a shard whether it filed
@@ -1224,14 +1224,14 @@ void WheelThread::hand_over() {
   const std::size_t n = s.dispatch_batch.size();
   if (n == 0) return;
   if (core_.pool().threads.empty()) {
-    // A periodic run re-armed here is filed at once (RuntimeCore::end_run,
+    // A periodic run re-armed here is filed at once (Runner::end_run,
     // refile_rearmed_inline): room for it first.
     if (!make_wheel_room(n) || !make_room(s.overdue, n)) [[unlikely]] {
       s.pass_out_of_memory = true;
       return;
     }
     s.dispatched += n;
-    core_.run_on_wheel_thread(s.dispatch_batch.data(), n, *s.retired);
+    core_.runner().run_batch(s.dispatch_batch.data(), n, *s.retired, Runner::Place::wheel_thread);
   } else {
     const std::size_t done =
         enqueue_in_blocks(core_.pool().handoff, *s.handoff_token, s.handoff_tail, s.dispatch_batch.data(), n);

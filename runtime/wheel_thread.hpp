@@ -98,7 +98,7 @@ class WheelThread {
   // runtime_invariants.cpp: the first broken invariant of this shard, or empty.
   std::string check_on_wheel();
   // A periodic's next run, re-armed inline on this wheel thread (workers =
-  // 0: RuntimeCore::end_run, after its F2 set the filed bit, outside any
+  // 0: Runner::end_run, after its F2 set the filed bit, outside any
   // wheel iteration): files it now, as the REARM's A1 would. On the wheel
   // thread only (wt()).
   void refile_rearmed_inline(std::uint32_t index, TimerSlot& slot, std::uint32_t generation);
