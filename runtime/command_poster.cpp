@@ -5,10 +5,13 @@
 #include "command_poster.hpp"
 
 #include <array>
+#include <chrono>
+#include <new>
 #include <string>
 #include <utility>
 
 #include "chime/runtime.hpp"
+#include "runtime_core.hpp"
 
 namespace chime::detail {
 
@@ -145,6 +148,25 @@ void CommandPoster::refuse_if_over_bound(WheelThread& shard) const {
   throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index()) +
                       " holds " + std::to_string(depth) + " commands, max_queue_depth = " + std::to_string(q.bound()) +
                       " (the wheel thread is behind; nothing accepted is dropped)");
+}
+
+// Queues a request for a shard's wheel thread and wakes it. (P1): the
+// request's push comes before the wake, against the sleeper's look.
+void CommandPoster::post_request(WheelThread& shard, CommandKind kind, void* request) {
+  shard.seam.commands.push_retrying(Command::for_request(kind, request), nullptr);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
+  shard.seam.wake.wake();
+}
+
+void CommandPoster::post_request_or_throw(WheelThread& shard, CommandKind kind, void* request) {
+  const Command c = Command::for_request(kind, request);
+  const auto give_up = std::chrono::steady_clock::now() + kOutOfMemoryTimeout;
+  while (!shard.seam.commands.try_push(c, nullptr)) {
+    if (std::chrono::steady_clock::now() >= give_up) throw std::bad_alloc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
+  shard.seam.wake.wake();
 }
 
 }  // namespace chime::detail

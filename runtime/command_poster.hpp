@@ -36,6 +36,13 @@ class CommandPoster {
   // Throws CapacityError while the shard's queue is at its bound.
   void refuse_if_over_bound(WheelThread& shard) const;
 
+  // A request for the shard's wheel thread (flush, drain, stop, close_lane,
+  // check: `request` its object), queued and the thread woken.
+  static void post_request(WheelThread& shard, CommandKind kind, void* request);
+  // The same for flush and drain: out of memory for kOutOfMemoryTimeout,
+  // throws std::bad_alloc having queued nothing.
+  static void post_request_or_throw(WheelThread& shard, CommandKind kind, void* request);
+
  private:
   void look_and_credit(WheelThread& shard) const;
   static bool take_wake(WheelThread& shard) noexcept;

@@ -90,7 +90,7 @@ static_assert(sizeof(Command) == 24, "the flag fits in the padding after kind");
 struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
   SlotCache slots;
-  unsigned shard = 0;                  // the shard whose queue `token` is for (RuntimeCore::make_token)
+  unsigned shard = 0;  // the shard whose queue `token` is for (Shards::make_token)
 };
 
 // The queue's bound (design.md, "Overload"; RuntimeOptions::max_queue_depth)

@@ -22,43 +22,6 @@ TimerSlot* RuntimeCore::slot_of(TimerId id) const noexcept {
   return slab_.find(id.slot());
 }
 
-namespace {
-// A thread's number, from a process-wide count, taken the first time the
-// thread needs a shard: threads spread over the shards round-robin, in the
-// order they first schedule. Relaxed: any spread will do.
-std::atomic<unsigned> next_thread_number{0};
-unsigned this_thread_number() noexcept {
-  thread_local const unsigned number = next_thread_number.fetch_add(1, std::memory_order_relaxed);
-  return number;
-}
-}  // namespace
-
-WheelThread& RuntimeCore::thread_shard() const noexcept {
-  if (single_shard_ != nullptr) return *single_shard_;
-  return *shards_[this_thread_number() % shards_.size()];
-}
-
-WheelThread& RuntimeCore::shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept {
-  if (single_shard_ != nullptr) return *single_shard_;
-  if (lane != nullptr) return *shards_[lane->shard];
-  if (token != nullptr) return *shards_[token->shard];
-  return thread_shard();
-}
-
-ProducerQueueToken* RuntimeCore::token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept {
-  return single_shard_ != nullptr || (token != nullptr && token->shard == s.index()) ? token : nullptr;
-}
-
-std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token() {
-  return make_token_on(next_shard_.fetch_add(1, std::memory_order_relaxed) % shards_.size());
-}
-
-std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token_on(unsigned k) {
-  std::unique_ptr<ProducerQueueToken> token = shards_[k]->seam.commands.make_token();
-  token->shard = k;
-  return token;
-}
-
 void RuntimeCore::throw_if_in_callback(const char* what) const {
   if (runner_.in_callback()) {
     throw std::logic_error(std::string("chime::Runtime::") + what +
@@ -158,7 +121,7 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
   }
   finish_cancel(slot, w, index, token);
   // relaxed: ours (the scheduler's own store, before S1).
-  if (StateWord::filed(w)) shard(slot.shard.load(std::memory_order_relaxed)).seam.lazy_cancels.add();
+  if (StateWord::filed(w)) shards_[slot.shard.load(std::memory_order_relaxed)]->seam.lazy_cancels.add();
   if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -199,7 +162,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
   check_due_in_range("schedule", due);
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
-  WheelThread& shard = shard_for(token, lane);
+  WheelThread& shard = shards_.shard_for(token, lane);
   if (shard.seam.commands.bound().over_bound()) [[unlikely]]
     poster_.refuse_if_over_bound(shard);
   if (config_.options.max_pending != 0) {
@@ -241,7 +204,7 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
                                                                           bool must_post, std::uint8_t slack_code) {
   WheelThread& shard = *r.shard;
   ProducerQueueToken* const token = r.token;
-  ProducerQueueToken* const queue_token = token_for(shard, token);
+  ProducerQueueToken* const queue_token = shards_.token_for(shard, token);
   const std::uint32_t index = r.index;
   TimerSlot& slot = slab_[index];
   // We own the slot: it came from the free list (acquire) or is fresh.
@@ -370,7 +333,7 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
       // A filed one is a zombie the wheel thread reclaims; counted for the
       // sweep's estimate. (C2 on an unfiled timer: the rescheduler frees it.)
       if ((from == SlotState::pending || from == SlotState::writing) && StateWord::filed(w)) {
-        shard(shard_index).seam.lazy_cancels.add();
+        shards_[shard_index]->seam.lazy_cancels.add();
       }
       return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }
@@ -501,7 +464,7 @@ std::optional<TimePoint> RuntimeCore::pending_due(TimerId id) const noexcept {
 namespace {
 // Holds a lane's runs_active while a reschedule on the lane's thread takes a
 // run back from its ready queue (R4) and re-files it: the same Dekker pair
-// with shutdown's stopped_ as a batch of runs (lane.cpp, run_lane). Entered
+// with shutdown's stopped_ as a batch of runs (lanes.cpp, run_lane). Entered
 // (seq_cst increment, then seq_cst load of stopped_) only if shutdown has
 // not begun; then shutdown, which stores stopped_ (seq_cst) before it waits
 // for every lane's runs_active to be 0 (seq_cst), waits for us, and its
@@ -549,7 +512,7 @@ bool is_own_ready_run(const TimerSlot& slot, const LaneCore& lane) noexcept {
 
 // Takes the Handed word `w` to Writing with a new version (R4), so the record
 // in the ready queue no longer holds the claim and is skipped by whoever
-// dequeues it (runner.cpp, run; lane.cpp, close_lane). True iff it did;
+// dequeues it (runner.cpp, run; lanes.cpp, close_lane). True iff it did;
 // `w` is then our Writing word, and we own the slot's fields as after R1.
 bool take_back_ready_run(TimerSlot& slot, std::uint64_t& w) noexcept {
   const std::uint32_t generation = StateWord::generation(w);
@@ -623,8 +586,8 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     // needed. Earlier: the wheel must re-file it now; so must a later due
     // that is already due now by this call's clock read (read only where it
     // is not the steady clock: due_now_reading).
-    WheelThread& own = shard(own_shard);
-    ProducerQueueToken* const queue_token = token_for(own, token);
+    WheelThread& own = *shards_[own_shard];
+    ProducerQueueToken* const queue_token = shards_.token_for(own, token);
     if (taken_back) {
       poster_.post_and_wake(own, Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()),
                             queue_token, due_ns);

@@ -24,6 +24,7 @@
 #include "dispatch.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
+#include "shards.hpp"
 #include "timer_ends.hpp"
 #include "timer_slab.hpp"
 #include "wheel_thread.hpp"
@@ -44,8 +45,7 @@ class Runner {
 
   // `shards` is filled after this is made, before any run.
   Runner(const RuntimeConfig& config, TimerSlab& slab, RuntimeCounters& counters, LatenessHistogram& lateness,
-         LatenessHistogram& run_time, const TimerEnds& ends, const CommandPoster& poster,
-         const std::vector<std::unique_ptr<WheelThread>>& shards) noexcept
+         LatenessHistogram& run_time, const TimerEnds& ends, const CommandPoster& poster, const Shards& shards) noexcept
       : config_(config),
         slab_(slab),
         counters_(counters),
@@ -86,7 +86,7 @@ class Runner {
   LatenessHistogram& run_time_;
   const TimerEnds& ends_;
   const CommandPoster& poster_;
-  const std::vector<std::unique_ptr<WheelThread>>& shards_;
+  const Shards& shards_;
 };
 
 }  // namespace chime::detail

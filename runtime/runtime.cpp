@@ -180,8 +180,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
     simulation_thread_ = std::this_thread::get_id();
   }
   shards_.reserve(config_.options.shards);
-  for (unsigned k = 0; k < config_.options.shards; ++k) shards_.push_back(std::make_unique<WheelThread>(*this, k));
-  if (shards_.size() == 1) single_shard_ = shards_[0].get();
+  for (unsigned k = 0; k < config_.options.shards; ++k) shards_.add(std::make_unique<WheelThread>(*this, k));
   if (simulated_) return;
   pool_.threads.reserve(config_.options.workers);
   unsigned started = 0;  // wheel threads
@@ -214,7 +213,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options)
 void RuntimeCore::stop_started_threads(unsigned started) {
   for (unsigned k = 0; k < started; ++k) {
     StopRequest request;
-    post_request(*shards_[k], CommandKind::stop, &request);
+    CommandPoster::post_request(*shards_[k], CommandKind::stop, &request);
     shards_[k]->join();
   }
   stop_workers();
@@ -278,8 +277,8 @@ void RuntimeCore::flush() {
   throw_if_in_callback("flush");
   if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
   // On a lane's thread the flush waits for runs only this thread runs: it
-  // runs them while it waits (lane.cpp).
-  const ThreadLanes lanes = lanes_of_this_thread();
+  // runs them while it waits (lanes.cpp).
+  const ThreadLanes lanes = lanes_.lanes_of_this_thread();
   const std::int64_t target_ns = config_.clock->now().time_since_epoch().count();
   for (auto& shard : shards_) {
     // On the heap: a flush that gives up on a wheel thread out of memory
@@ -288,7 +287,7 @@ void RuntimeCore::flush() {
     const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
     if (!lanes.empty() && !simulated_) request->completion.notify_fd = lane_flush_notify_fd();
     request->target_ns = target_ns;
-    post_request_or_throw(*shard, CommandKind::flush, request.get());
+    CommandPoster::post_request_or_throw(*shard, CommandKind::flush, request.get());
     bool served = true;
     if (simulated_) [[unlikely]] {
       // Passes that give up (simulate_until throws) may leave the request
@@ -303,7 +302,7 @@ void RuntimeCore::flush() {
       served = request->completion.wait_or_abandon(shard->seam.exited,
                                                    [&] { return shard->out_of_memory_too_long(waiting_since); });
     } else {
-      served = run_flush_on_lanes(*request, lanes, *shard, waiting_since);
+      served = lanes_.run_flush_on_lanes(*request, lanes, *shard, waiting_since);
     }
     if (!served) [[unlikely]] {
       [[maybe_unused]] FlushRequest* const abandoned = request.release();  // the wheel thread deletes it
@@ -323,7 +322,7 @@ std::size_t RuntimeCore::drain() {
   for (auto& shard : shards_) {
     std::unique_ptr<DrainRequest> request = take_request(tls_drain_request);  // as flush's
     const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
-    post_request_or_throw(*shard, CommandKind::drain, request.get());
+    CommandPoster::post_request_or_throw(*shard, CommandKind::drain, request.get());
     if (simulated_) [[unlikely]] {
       try {  // as flush's
         simulate_until(request->completion, ThreadLanes{});
@@ -342,30 +341,11 @@ std::size_t RuntimeCore::drain() {
   return count;
 }
 
-// Queues a request for a shard's wheel thread and wakes it. (P1): the
-// request's push comes before the wake, against the sleeper's look.
-void RuntimeCore::post_request(WheelThread& shard, CommandKind kind, void* request) {
-  shard.seam.commands.push_retrying(Command::for_request(kind, request), nullptr);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  shard.seam.wake.wake();
-}
-
-void RuntimeCore::post_request_or_throw(WheelThread& shard, CommandKind kind, void* request) {
-  const Command c = Command::for_request(kind, request);
-  const auto give_up = std::chrono::steady_clock::now() + kOutOfMemoryTimeout;
-  while (!shard.seam.commands.try_push(c, nullptr)) {
-    if (std::chrono::steady_clock::now() >= give_up) throw std::bad_alloc();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  shard.seam.wake.wake();
-}
-
 // Posts a request the shard's wheel thread serves in a pass and waits until
 // it has (or until that thread has exited). Not on a lane's thread's
 // behalf: the wait runs no lane.
 void RuntimeCore::post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion) {
-  post_request(shard, kind, request);
+  CommandPoster::post_request(shard, kind, request);
   if (simulated_) [[unlikely]] {
     simulate_until(completion, ThreadLanes{});
   } else {
@@ -389,7 +369,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   std::vector<StopRequest> requests(shards_.size());
   for (std::size_t k = 0; k < shards_.size(); ++k) {
     requests[k].mode = mode;
-    post_request(*shards_[k], CommandKind::stop, &requests[k]);
+    CommandPoster::post_request(*shards_[k], CommandKind::stop, &requests[k]);
   }
   if (simulated_) [[unlikely]] {
     simulate_until_stopped();
@@ -399,15 +379,11 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   // The wheel threads have stopped dispatching; queue one stop per worker
   // behind every run, then join them.
   stop_workers();
-  // A lane's batch in progress finishes first (lane.cpp, the Dekker pair on
+  // A lane's batch in progress finishes first (lanes.cpp, the Dekker pair on
   // each lane's runs_active): its re-arms are then leftovers below, and no
   // lane starts a run while the sweep looks at Handed words.
   // Not under the lanes' mutex: a callback in progress may open or close a lane.
-  std::vector<LaneCore*> lanes;
-  {
-    std::lock_guard<std::mutex> lanes_lock(lanes_mutex_);
-    for (auto& lane : lanes_) lanes.push_back(lane.get());
-  }
+  const std::vector<LaneCore*> lanes = lanes_.all_lanes();
   for (LaneCore* lane : lanes) {
     while (lane->runs_active.load(std::memory_order_seq_cst) != 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -461,7 +437,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       }
     }
   }
-  // release: a lane thread waiting for it (lane.cpp) then sees the sweep done.
+  // release: a lane thread waiting for it (lanes.cpp) then sees the sweep done.
   shutdown_done_.store(true, std::memory_order_release);
   return not_fired;
 }
@@ -615,8 +591,8 @@ TimerState Runtime::state(TimerId id) const noexcept { return core_->state(id); 
 void Runtime::flush() { core_->flush(); }
 std::size_t Runtime::drain() { return core_->drain(); }
 std::size_t Runtime::shutdown(ShutdownMode mode) { return core_->shutdown(mode); }
-Producer Runtime::producer() { return Producer(core_.get(), core_->make_token()); }
-Lane Runtime::lane() { return Lane(core_.get(), core_->open_lane(), core_->alive()); }
+Producer Runtime::producer() { return Producer(core_.get(), core_->shards().make_token()); }
+Lane Runtime::lane() { return Lane(core_.get(), core_->lanes().open_lane(), core_->alive()); }
 Stats Runtime::stats() const { return core_->stats(); }
 std::shared_ptr<const detail::RuntimeAlive> Runtime::alive_token() const { return core_->alive(); }
 const Clock& Runtime::clock() const noexcept { return core_->clock(); }

@@ -47,9 +47,11 @@
 #include "command_queue.hpp"
 #include "dispatch.hpp"
 #include "lane_core.hpp"
+#include "lanes.hpp"
 #include "runner.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
+#include "shards.hpp"
 #include "slack.hpp"
 #include "timer_ends.hpp"
 #include "timer_slab.hpp"
@@ -73,7 +75,7 @@ extern thread_local RuntimeCore** tls_simulation_request;
 TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
                           ProducerQueueToken* token, LaneCore* lane = nullptr,
                           std::optional<Duration> slack = std::nullopt);
-// This thread's eventfd that a flush's completion writes (lane.cpp).
+// This thread's eventfd that a flush's completion writes (lanes.cpp).
 int lane_flush_notify_fd();
 
 // A blocking caller's wait for the wheel thread (flush, drain, shutdown).
@@ -306,14 +308,8 @@ class RuntimeCore {
   TimerState state(TimerId id) const noexcept;
   TimePoint now() const noexcept { return config_.clock->now(); }
 
-  // lane.cpp: lanes (chime::Lane). open_lane: a fresh or reused LaneCore
-  // (any thread); close_lane: cancels its pending and ready runs and gives
-  // it back (not concurrently with its run_ready); run_lane / wait_and_run:
-  // on the lane's thread.
-  LaneCore* open_lane();
-  void close_lane(LaneCore* lane);
-  std::size_t run_lane(LaneCore& lane, std::size_t max);
-  std::size_t wait_and_run(LaneCore& lane, TimePoint deadline);
+  // Lanes (chime::Lane; lanes.hpp).
+  Lanes& lanes() noexcept { return lanes_; }
 
   // runtime.cpp
   void stop_workers();
@@ -325,15 +321,9 @@ class RuntimeCore {
   // runtime_invariants.cpp: posts a check the wheel thread runs
   // (check_on_wheel) and throws std::logic_error with what it found.
   void check_invariants();
-  void post_request(WheelThread& shard, CommandKind kind, void* request);  // queues it and wakes the shard
-  // The same for flush and drain: out of memory for kOutOfMemoryTimeout,
-  // throws std::bad_alloc having queued nothing.
-  void post_request_or_throw(WheelThread& shard, CommandKind kind, void* request);
   void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
-  // A Producer's token: on the next shard, round-robin (design.md, "Shards").
-  std::unique_ptr<ProducerQueueToken> make_token();
-  // A token on shard k.
-  std::unique_ptr<ProducerQueueToken> make_token_on(unsigned k);
+  // The shards (shards.hpp): which one a post goes to; a Producer's token.
+  Shards& shards() noexcept { return shards_; }
   // A Producer goes away: its cached free slots go back to the free list.
   void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
   const Clock& clock() const noexcept { return *config_.clock; }
@@ -370,8 +360,6 @@ class RuntimeCore {
                ? config_.fixed_slack_code
                : default_slack_code(delay_ns, config_.precision.count());
   }
-  // lane.cpp: the slot's Lane was closed since it was scheduled.
-  bool lane_closed(const TimerSlot& slot) const noexcept;
   // Ending a timer: its counts (timer_ends.hpp).
   const TimerEnds& ends() const noexcept { return ends_; }
 
@@ -410,16 +398,6 @@ class RuntimeCore {
   void finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token);  // K1, R3
   void throw_if_in_callback(const char* what) const;
 
-  // Shards (wheel_thread.hpp; design.md, "Shards").
-  WheelThread& shard(unsigned k) const noexcept { return *shards_[k]; }
-  // The shard a post goes to: a lane's, else the token's (a Producer's), else
-  // the calling thread's (chosen once per thread, round-robin).
-  WheelThread& shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept;
-  WheelThread& thread_shard() const noexcept;
-  // The token to post through to `s`: a token bound to another shard's
-  // queue cannot be used (null: the calling thread's implicit sub-queue).
-  ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept;
-
   // simulation.cpp (a test seam: simulation.hpp). With simulated_, no
   // thread is started: flush, drain and shutdown run the passes they wait
   // for on the calling thread (simulate_until), and the calling thread
@@ -428,12 +406,6 @@ class RuntimeCore {
   bool simulate_passes();  // one pass of every shard, in shard order: true iff any did something
   void simulate_until(Completion& done, const ThreadLanes& lanes);
   void simulate_until_stopped();
-
-  // lane.cpp
-  // False iff it gave up on a wheel thread out of memory (abandoned the request).
-  bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard,
-                          std::int64_t waiting_since);
-  ThreadLanes lanes_of_this_thread();
 
   // Configuration (runtime_config.hpp): fixed by the constructor.
   RuntimeConfig config_;
@@ -473,7 +445,7 @@ class RuntimeCore {
   // - stopped_: shutdown stores it seq_cst, then fences before its sweep;
   //   a schedule fences (P1) after its ADD, then loads it: S1's Dekker pair
   //   (state-machine.md, "Shutdown vs producers still scheduling"); lanes
-  //   pair it with runs_active (lane.cpp); flush, drain, open_lane,
+  //   pair it with runs_active (lanes.cpp); flush, drain, open_lane,
   //   close_lane and check_schedulable read it (acquire) as an early out.
   // - cancel_requested_: shutdown(cancel_pending) stores it (seq_cst)
   //   before stopped_; the wheel thread loads it between command batches
@@ -498,7 +470,7 @@ class RuntimeCore {
   //   Timer, Lane and KeyedTimers load it (acquire) before they touch the
   //   runtime. A use after the destruction is ordered after it by the
   //   user's own synchronization; a use racing it is not detected.
-  // - pool_.handoff: see worker_pool.hpp. lanes_ is under lanes_mutex_;
+  // - pool_.handoff: see worker_pool.hpp. lanes_ keeps its LaneCores under its mutex (lanes.hpp);
   //   each LaneCore's atomics are argued in lane_core.hpp.
   //
   // config_ and the test seam's fields above are written by the
@@ -520,21 +492,11 @@ class RuntimeCore {
   LatenessHistogram run_time_;
   std::shared_ptr<RuntimeAlive> alive_ = std::make_shared<RuntimeAlive>();
 
-  // Lanes (lane.cpp). lanes_ owns every LaneCore ever opened, for the
-  // runtime's life (slots and commands may name one after its Lane is gone);
-  // a closed one is reused.
-  std::mutex lanes_mutex_;
-  std::vector<std::unique_ptr<LaneCore>> lanes_;
-
   // The workers and their hand-off queue (worker_pool.hpp).
   WorkerPool pool_;
   // The shards (wheel_thread.hpp), in index order: made after the pool
   // (each holds a token on its hand-off queue), destroyed before it.
-  std::vector<std::unique_ptr<WheelThread>> shards_;
-  // shards_[0] when there is one shard, else null: the hot paths' shortcut
-  // (shard_for, token_for), set before any thread starts.
-  WheelThread* single_shard_ = nullptr;
-  std::atomic<unsigned> next_shard_{0};  // round-robin for Producers and Lanes; relaxed: any spread will do
+  Shards shards_;
 
   // The roles' narrow views of the fields above (references only): ending
   // a timer (timer_ends.hpp), posting to a shard (command_poster.hpp),
@@ -542,6 +504,8 @@ class RuntimeCore {
   TimerEnds ends_{counters_, live_, config_.options.max_pending != 0};
   CommandPoster poster_{config_.wake_on_post_count};
   Runner runner_{config_, slab_, counters_, lateness_, run_time_, ends_, poster_, shards_};
+  // Lanes (lanes.hpp): every LaneCore ever opened, under its own mutex.
+  Lanes lanes_{config_, slab_, stopped_, shutdown_done_, shards_, runner_, ends_};
 };
 
 }  // namespace chime::detail

@@ -52,7 +52,7 @@ void RuntimeCore::simulate_until(Completion& done, const ThreadLanes& lanes) {
   int idle = 0;
   for (;;) {
     std::size_t ran = 0;
-    for (std::size_t i = 0; i < lanes.size(); ++i) ran += run_lane(*lanes[i], SIZE_MAX);
+    for (std::size_t i = 0; i < lanes.size(); ++i) ran += lanes_.run_lane(*lanes[i], SIZE_MAX);
     if (done.is_done()) return;
     bool running = false;
     for (auto& shard : shards_) running = running || shard->wt().running;

@@ -741,7 +741,7 @@ void WheelThread::apply(const Command& c) {
               continue;
             }
             slot.wheel.filed_generation.store(c.generation, std::memory_order_relaxed);
-            if (slot.lane.load(std::memory_order_relaxed) != nullptr && core_.lane_closed(slot)) [[unlikely]] {
+            if (slot.lane.load(std::memory_order_relaxed) != nullptr && Lanes::lane_closed(slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
             }
@@ -1468,6 +1468,116 @@ void WheelThread::sleep(bool busy) {
     wt().last_sleep_short = (config_.steady_clock.now() - steady_before).count() < kLingerNs;
   }
   seam.wake_if_due_before_ns.store(INT64_MIN, std::memory_order_relaxed);
+}
+
+// ---- Closing a lane (lanes.cpp, close_lane) ----
+
+// (L1, L2) Wheel thread: a timer of a closed lane, filed or being filed
+// (Pending, or a reschedule or cancel in flight) or just claimed by us
+// (Handed, L2): Cancelled, counted, task destroyed, slot freed. If a
+// producer's cancel won first, only the freeing is ours.
+void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
+  // A reschedule or cancel in flight settles first, and again after a failed CAS.
+  for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
+    const SlotState s = StateWord::state(w);
+    if (s == SlotState::cancelled) {
+      if (slot.task) {
+        slot.task.reset();  // C4 while we held the claim: the holder frees it
+        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
+        slot.wheel.alarm = {};
+        wt().retired->add(index);
+      } else {
+        reclaim(slot, index);  // a zombie (C1/K1 or C2/R3)
+      }
+      return;
+    }
+    CHIME_ASSERT(s == SlotState::pending || s == SlotState::handed, "a closed lane's timer the wheel holds");
+    // acq_rel: acquire for the task (destroyed here); release so a reader of
+    // Cancelled sees the timer settled.
+    if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+      core_.ends().end_cancelled_timer();
+      slot.task.reset();
+      slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
+      slot.wheel.alarm = {};
+      wt().retired->add(index);
+      return;
+    }
+  }
+}
+
+// Wheel thread, serving a close_lane command: cancels every timer of the
+// closed lane that is filed (in the wheel or on the overdue list).
+void WheelThread::close_lane_on_wheel(LaneCore* lane) {
+  wt().sweep_buffer.clear();
+  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
+    const std::uint32_t index = wt().wheel.value(a);
+    if (core_.slab()[index].lane.load(std::memory_order_relaxed) == lane && Lanes::lane_closed(core_.slab()[index])) {
+      // Out of memory, one not listed is cancelled when its alarm comes up (L2).
+      try {
+        wt().sweep_buffer.push_back(index);
+      } catch (const std::bad_alloc&) {
+      }
+    }
+  });
+  for (std::uint32_t index : wt().sweep_buffer) {
+    TimerSlot& slot = core_.slab()[index];
+    wt().wheel.remove(slot.wheel.alarm);
+    cancel_for_closed_lane(slot, index);
+  }
+  std::size_t kept = 0;
+  for (std::uint32_t index : wt().overdue) {
+    TimerSlot& slot = core_.slab()[index];
+    if (slot.lane.load(std::memory_order_relaxed) == lane && Lanes::lane_closed(slot)) {
+      cancel_for_closed_lane(slot, index);
+    } else {
+      wt().overdue[kept++] = index;
+    }
+  }
+  wt().overdue.resize(kept);
+  cancel_held_runs_of(lane);
+  wt().retired->flush();
+}
+
+// Runs of a closing lane that this wheel thread claimed but holds (out of
+// memory, never handed over: hand_over) are cancelled as its ready runs
+// are (L3), so none reaches the lane's core once another Lane reuses it. A
+// record whose claim no longer holds (R4 took the run back) is stale:
+// dropped.
+void WheelThread::cancel_held_runs_of(LaneCore* lane) {
+  WheelThreadState& s = wt();
+  const auto cancel_held = [&](const Dispatch& d) {
+    TimerSlot& slot = core_.slab()[d.slot];
+    std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    if (!StateWord::holds_claim(w, d.generation, d.version)) return;
+    while (StateWord::state(w) != SlotState::cancelled) {  // C4 (or shutdown's X2) won: we only free it
+      CHIME_ASSERT(StateWord::state(w) == SlotState::handed, "a held run is handed or cancelled");
+      // (L3) acq_rel, as C4.
+      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+        core_.ends().end_cancelled_timer();
+        break;
+      }
+    }
+    slot.task.reset();
+    s.retired->add(d.slot);
+  };
+  if (!lane->batch.empty()) [[unlikely]] {
+    for (const Dispatch& d : lane->batch) cancel_held(d);
+    lane->batch.clear();
+    s.touched_lanes.erase(std::remove(s.touched_lanes.begin(), s.touched_lanes.end(), lane), s.touched_lanes.end());
+  }
+  std::size_t kept = 0;
+  for (const Dispatch& d : s.lane_spill) {
+    const TimerSlot& slot = core_.slab()[d.slot];
+    if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
+    if (slot.lane.load(std::memory_order_relaxed) == lane) {
+      cancel_held(d);
+    } else {
+      s.lane_spill[kept++] = d;
+    }
+  }
+  s.lane_spill.resize(kept);
 }
 
 }  // namespace chime::detail

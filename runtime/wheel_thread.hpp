@@ -90,10 +90,10 @@ class WheelThread {
   PassEnd run_pass(bool& busy);
   // The deterministic simulation's pass (simulation.cpp): true iff it did something.
   bool simulate_pass();
-  // close_lane on this shard's wheel thread (lane.cpp): cancels the lane's filed timers.
+  // close_lane (lanes.cpp) on this shard's wheel thread: cancels the lane's filed timers.
   void close_lane_on_wheel(LaneCore* lane);
   void cancel_held_runs_of(LaneCore* lane);
-  // (L1, L2) lane.cpp: a timer of a closed lane that this shard holds.
+  // (L1, L2) a timer of a closed lane that this shard holds.
   void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
   // runtime_invariants.cpp: the first broken invariant of this shard, or empty.
   std::string check_on_wheel();
