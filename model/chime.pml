@@ -1485,7 +1485,7 @@ proctype Worker() {
 #endif
 
 /* ------------------------------------------------------------------------
- * shutdown (runtime.cpp, RuntimeCore::shutdown)
+ * shutdown (runtime_core.cpp, RuntimeCore::shutdown)
  * ---------------------------------------------------------------------- */
 /* the sweep's decision on the settled word w of slot i: a zombie (Cancelled,
  * filed_generation its own) is freed; Pending is X1; Handed (a lane's ready

@@ -51,7 +51,7 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
 
 // The wheel always accepts 2^num_bits - 1 intervals past its now's interval
 // (never fewer as it advances); producers get that much, up to the start of
-// the horizon interval (runtime.cpp): every due accepted is below it, so the
+// the horizon interval (runtime_config.cpp): every due accepted is below it, so the
 // wheel, which advances into the horizon interval and no further, fires it.
 std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
   const __int128 p = config_.precision.count();

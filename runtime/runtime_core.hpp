@@ -18,13 +18,13 @@
 // - workers: runner.hpp (a Runner, which lanes and a wheel thread with
 //   workers = 0 use too): run a claimed timer's task, then finish it (F1,
 //   F2, F3) and count it.
-// - lifecycle (any thread but a callback): runtime.cpp: flush, drain,
+// - lifecycle (any thread but a callback): runtime_core.cpp: flush, drain,
 //   shutdown, stats.
 //
 // Read in this order: timer_state.hpp, timer_slab.hpp, command_queue.hpp,
 // wake_signal.hpp, wheel_thread_state.hpp, worker_pool.hpp, this file,
 // wheel_thread.hpp, producer_ops.cpp, wheel_thread.cpp, runner.cpp,
-// runtime.cpp.
+// runtime_core.cpp.
 #pragma once
 
 #include <atomic>
@@ -311,14 +311,14 @@ class RuntimeCore {
   // Lanes (chime::Lane; lanes.hpp).
   Lanes& lanes() noexcept { return lanes_; }
 
-  // runtime.cpp
+  // runtime_core.cpp
   void stop_workers();
   void stop_started_threads(unsigned started);  // a failed construction
   void flush();
   std::size_t drain();
   std::size_t shutdown(ShutdownMode mode);
   Stats stats() const;
-  // runtime_invariants.cpp: posts a check the wheel thread runs
+  // runtime_core.cpp: posts a check the wheel thread runs
   // (check_on_wheel) and throws std::logic_error with what it found.
   void check_invariants();
   void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
@@ -398,14 +398,10 @@ class RuntimeCore {
   void finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token);  // K1, R3
   void throw_if_in_callback(const char* what) const;
 
-  // simulation.cpp (a test seam: simulation.hpp). With simulated_, no
-  // thread is started: flush, drain and shutdown run the passes they wait
-  // for on the calling thread (simulate_until), and the calling thread
-  // counts as the wheel thread (on_wheel_thread).
-  friend class Simulation;
-  bool simulate_passes();  // one pass of every shard, in shard order: true iff any did something
-  void simulate_until(Completion& done, const ThreadLanes& lanes);
-  void simulate_until_stopped();
+  // A test seam (simulation.hpp). With simulated_, no thread is started:
+  // flush, drain and shutdown run the passes they wait for on the calling
+  // thread (Simulation::simulate_until), and the calling thread counts as
+  // the wheel thread (on_wheel_thread).
 
   // Configuration (runtime_config.hpp): fixed by the constructor.
   RuntimeConfig config_;

@@ -376,7 +376,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
 
 // The pass's clock read: the runtime clock, never behind the wheel (a clock
 // must not go backwards; the wheel never moves back) and never past the
-// horizon (runtime.cpp, horizon_key).
+// horizon (runtime_config.cpp, horizon_key).
 std::int64_t WheelThread::pass_clock() {
   const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
   // A manual clock: the reading of the latest flush, not the clock's time now.
@@ -832,7 +832,7 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
     // fires, consider() sees the due is still ahead and files it again, as
     // for any due pushed later; it never runs early. bound - 1 >= now: the
     // wheel never advances past the horizon interval, where the bound is
-    // still the next interval's start (runtime.cpp, horizon_key).
+    // still the next interval's start (runtime_config.cpp, horizon_key).
     slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
   } else if (due > now) {
     // At its fire time (slack), within the wheel's range: the earlier of
@@ -1580,4 +1580,28 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
   s.lane_spill.resize(kept);
 }
 
+// ---- A simulated runtime's pass (simulation.hpp) ----
+
+// One pass of this shard on the calling thread. Returns true iff it did
+// something (see Simulation::run_one_pass). After the pass that stops the
+// shard, does what the wheel thread does as it exits.
+bool WheelThread::simulate_pass() {
+  if (!wt().running) return false;
+  const bool queued = seam.commands.size_approx() != 0;  // exact: nothing runs concurrently
+  const std::uint64_t dispatched = wt().dispatched;
+  bool busy = false;
+  const PassEnd end = run_pass(busy);
+  if (end == PassEnd::stopped) {
+    wt().retired->flush();
+    seam.exited.store(true, std::memory_order_release);
+    return true;
+  }
+  // The overdue list is work only for a pass that may fire: on a ManualClock
+  // between flushes it waits for the next flush.
+  return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched ||
+         (may_fire() && !wt().overdue.empty());
+}
+
+// One pass of every shard still running, in shard order (a fixed order: a
+// run replays exactly). True iff any did something.
 }  // namespace chime::detail

@@ -18,7 +18,7 @@
 // the pending flush / drain / stop requests, and the pass-to-pass flags of
 // the sleep policy. wheel_thread.cpp uses them (close_lane_on_wheel
 // too); runtime_invariants.cpp (check_on_wheel, on it too)
-// and runtime.cpp (shutdown, after the join) also do.
+// and runtime_core.cpp (shutdown, after the join) also do.
 #pragma once
 
 #include <chrono>
