@@ -86,7 +86,7 @@ static_assert(sizeof(Command) == 24, "the flag fits in the padding after kind");
 
 // What a chime::Producer keeps per thread: its token for the queue
 // (moodycamel's ProducerToken; empty for the Boost backend) and its cache of
-// free slots (timer_slab.hpp), which RuntimeCore::return_token gives back.
+// free slots (timer_slab.hpp), which ProducerOps::return_token gives back.
 struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
   SlotCache slots;

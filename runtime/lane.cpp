@@ -81,16 +81,16 @@ Lane::~Lane() {
 
 TimerId Lane::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
   check("schedule_at");
-  const std::uint8_t slack_code = core_->slack_code(slack, "schedule_at");
+  const std::uint8_t slack_code = core_->producer_ops().slack_code(slack, "schedule_at");
   const detail::LaneToken token(*lane_);
-  return core_->schedule(due, 0, Missed::skip, std::move(task), token.get(), lane_, 0, slack_code);
+  return core_->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token.get(), lane_, 0, slack_code);
 }
 TimerId Lane::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
   check("schedule_after");
-  const std::uint8_t slack_code = core_->slack_code_after(slack, delay, "schedule_after");
+  const std::uint8_t slack_code = core_->producer_ops().slack_code_after(slack, delay, "schedule_after");
   const detail::LaneToken token(*lane_);
-  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), token.get(),
-                         lane_, 0, slack_code);
+  return core_->producer_ops().schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task),
+                                        token.get(), lane_, 0, slack_code);
 }
 TimerId Lane::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
   check("schedule_every");
@@ -102,31 +102,31 @@ bool Lane::cancel(TimerId id) {
   // One CAS, no command; the token only takes back the slot of a timer
   // cancelled before the wheel thread filed it (on the lane's thread).
   const detail::LaneToken token(*lane_);
-  return core_->cancel(id, token.get());
+  return core_->producer_ops().cancel(id, token.get());
 }
 CancelResult Lane::try_cancel(TimerId id) {
   check("try_cancel");
-  return core_->try_cancel(id);
+  return core_->producer_ops().try_cancel(id);
 }
 CancelResult Lane::cancel_and_wait(TimerId id) {
   check("cancel_and_wait");
-  return core_->cancel_and_wait(id);
+  return core_->producer_ops().cancel_and_wait(id);
 }
 // On the lane's thread a run of this lane already in its ready queue is
 // taken back and re-filed (R4, producer_ops.cpp): the reschedule wins.
 bool Lane::reschedule_at(TimerId id, TimePoint due) {
   check("reschedule_at");
   const detail::LaneToken token(*lane_);
-  return core_->reschedule(id, due, token.get(), lane_);
+  return core_->producer_ops().reschedule(id, due, token.get(), lane_);
 }
 bool Lane::reschedule_after(TimerId id, Duration delay) {
   check("reschedule_after");
   const detail::LaneToken token(*lane_);
-  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), token.get(), lane_);
+  return core_->producer_ops().reschedule(id, detail::saturating_after(core_->now(), delay), token.get(), lane_);
 }
 TimerState Lane::state(TimerId id) const {
   check("state");
-  return core_->state(id);
+  return core_->producer_ops().state(id);
 }
 int Lane::ready_fd() const {
   check("ready_fd");
@@ -143,7 +143,8 @@ std::size_t Lane::wait_and_run(TimePoint deadline) {
 LaneSleep Lane::sleep_for(Duration delay, std::optional<Duration> slack) {
   check("sleep_for");
   // Without a slack of its own, the default for this delay, measured here.
-  return LaneSleep(*this, detail::saturating_after(core_->now(), delay), slack ? slack : core_->default_slack(delay));
+  return LaneSleep(*this, detail::saturating_after(core_->now(), delay),
+                   slack ? slack : core_->producer_ops().default_slack(delay));
 }
 const Clock& Lane::clock() const {
   check("clock");
@@ -227,9 +228,9 @@ LaneSleep::~LaneSleep() {
     // Lane by now, whose token is not ours to take.
     if (lane_->generation.load(std::memory_order_acquire) == lane_generation_) {
       const detail::LaneToken token(*lane_);
-      core_->cancel(id_, token.get());
+      core_->producer_ops().cancel(id_, token.get());
     } else {
-      core_->cancel(id_, nullptr);
+      core_->producer_ops().cancel(id_, nullptr);
     }
   }
 }
@@ -246,14 +247,14 @@ void LaneSleep::suspend(std::coroutine_handle<> h, bool owns_frame) {
         "chime::Lane::sleep_until (or sleep_for) awaited after its Lane was destroyed (a sleep is awaited while its "
         "Lane lives)");
   }
-  const std::uint8_t slack_code = core_->slack_code(slack_, "sleep_until (or sleep_for)");
+  const std::uint8_t slack_code = core_->producer_ops().slack_code(slack_, "sleep_until (or sleep_for)");
   handle_ = h;
   scheduler_ = std::this_thread::get_id();
   const detail::LaneToken token(*lane_);
   // With the generation the sleep was made with: a Lane destroyed meanwhile
   // has the wheel thread cancel it (L1), never hand it to the core's next Lane.
-  id_ = core_->schedule(due_, 0, Missed::skip, Task(LaneSleepResumer(this, owns_frame)), token.get(), lane_,
-                        lane_generation_, slack_code);
+  id_ = core_->producer_ops().schedule(due_, 0, Missed::skip, Task(LaneSleepResumer(this, owns_frame)), token.get(),
+                                       lane_, lane_generation_, slack_code);
   scheduled_.store(true, std::memory_order_release);
 }
 

@@ -10,26 +10,33 @@
 #include <thread>
 #include <utility>
 
-#include "runtime_core.hpp"
+#include "producer_ops.hpp"
 
 namespace chime::detail {
+
+ProducerOps::ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const std::atomic<bool>& stopped,
+                         std::atomic<std::uint64_t>& live, RuntimeCounters& counters, Shards& shards,
+                         const CommandPoster& poster, const TimerEnds& ends, const Runner& runner) noexcept
+    : config_(config),
+      slab_(slab),
+      stopped_(stopped),
+      live_(live),
+      counters_(counters),
+      shards_(shards),
+      poster_(poster),
+      ends_(ends),
+      runner_(runner),
+      due_limit_ns_(due_limit_for(config.start_ns)) {}
 
 // The slot an id names, or nullptr for the default id, an id from another
 // runtime, or a slot never handed out. The generation is the caller's to
 // check (it may change under it).
-TimerSlot* RuntimeCore::slot_of(TimerId id) const noexcept {
+TimerSlot* ProducerOps::slot_of(TimerId id) const noexcept {
   if (!id || id.runtime() != config_.tag) return nullptr;
   return slab_.find(id.slot());
 }
 
-void RuntimeCore::throw_if_in_callback(const char* what) const {
-  if (runner_.in_callback()) {
-    throw std::logic_error(std::string("chime::Runtime::") + what +
-                           " called from inside a timer callback: it would wait for itself");
-  }
-}
-
-void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
+void ProducerOps::check_due_in_range(const char* what, TimePoint due) const {
   const std::int64_t due_ns = due.time_since_epoch().count();
   // Relaxed: a stale limit is smaller (the wheel only advances), so the check
   // is conservative; the wheel accepts anything below the limit it publishes.
@@ -53,7 +60,7 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
 // (never fewer as it advances); producers get that much, up to the start of
 // the horizon interval (runtime_config.cpp): every due accepted is below it, so the
 // wheel, which advances into the horizon interval and no further, fires it.
-std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
+std::int64_t ProducerOps::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
   const __int128 p = config_.precision.count();
   const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - config_.start_ns) / p;
   const __int128 key = std::min<__int128>(now_key + config_.max_offset_intervals, config_.horizon_key);
@@ -61,7 +68,7 @@ std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcep
 }
 
 // Only ever grows: a CAS to the max. Relaxed: runtime_core.hpp, due_limit_ns_.
-void RuntimeCore::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
+void ProducerOps::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
   const std::int64_t limit = due_limit_for(wheel_now_ns);
   std::int64_t published = due_limit_ns_.load(std::memory_order_relaxed);
   while (published < limit && !due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
@@ -79,7 +86,7 @@ void RuntimeCore::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
 // slot is the caller's to free, now (timer_state.hpp, "Who frees the slot");
 // its ADD will find it Cancelled or reused. A filed one is a zombie the
 // wheel thread (or the shutdown sweep) reclaims.
-void RuntimeCore::finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token) {
+void ProducerOps::finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token) {
   slot.task.reset();
   slot.word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
   if (!StateWord::filed(w)) free_unfiled(index, token);
@@ -90,7 +97,7 @@ void RuntimeCore::finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t 
 // are given back (nothing else names the slot: no ADD is queued). False if another thread
 // decided the timer first (shutdown's sweep, or a cancel by a guessed id):
 // then it counts as accepted and is settled by whoever decided it.
-bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending) {
+bool ProducerOps::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending) {
   std::uint64_t expected = pending;
   if (!slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelled),
                                          std::memory_order_acq_rel)) {
@@ -110,7 +117,7 @@ bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
 // or the shutdown sweep frees); the timer is not counted as accepted. False
 // if another thread decided the timer first (shutdown's sweep, the wheel
 // thread's claim, a cancel by a guessed id): accepted and settled by them.
-bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending,
+bool ProducerOps::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending,
                                   ProducerQueueToken* token) {
   std::uint64_t w = pending;
   // The wheel thread may have filed it meanwhile (A1 sets the filed bit):
@@ -130,7 +137,7 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
 // (timer_state.hpp, "Who frees the slot"): into the caller's slot cache, so
 // its next schedule reuses it while its lines are warm on this core; without
 // a cache, to the shared free list.
-void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept {
+void ProducerOps::free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept {
   if (token != nullptr) {
     SlotCache& cache = token->slots;
     if (cache.count == SlotCache::kSize) slab_.return_cached(cache);  // a full cache goes back as one batch
@@ -156,7 +163,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 // is about 70 instructions fewer per schedule+cancel pair, callgrind);
 // reserve_schedule and commit_schedule are the out-of-line copies that
 // chime::Timer calls.
-[[gnu::always_inline]] inline RuntimeCore::ScheduleReservation RuntimeCore::reserve_schedule_inline(
+[[gnu::always_inline]] inline ProducerOps::ScheduleReservation ProducerOps::reserve_schedule_inline(
     TimePoint due, ProducerQueueToken* token, LaneCore* lane, std::size_t extra_pending) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
   check_due_in_range("schedule", due);
@@ -187,7 +194,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 }
 
 // A reservation not committed: its slot (never published) and its count go back.
-void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
+void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   free_unfiled(r.index, r.token);
   if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -197,11 +204,11 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
 // of memory the ADD is retried until it is queued (as a re-arm's); else the
 // timer is taken back and std::bad_alloc thrown. StoppedError if shutdown
 // began meanwhile (the timer is withdrawn), unless shutdown already took it.
-[[gnu::always_inline]] inline TimerId RuntimeCore::commit_schedule_inline(const ScheduleReservation& r, TimePoint due,
+[[gnu::always_inline]] inline TimerId ProducerOps::commit_schedule_inline(const ScheduleReservation& r, TimePoint due,
                                                                           std::int64_t period_ns, Missed on_missed,
                                                                           Task&& task, LaneCore* lane,
-                                                                          std::uint32_t lane_generation,
-                                                                          bool must_post, std::uint8_t slack_code) {
+                                                                          std::uint32_t lane_generation, bool must_post,
+                                                                          std::uint8_t slack_code) {
   WheelThread& shard = *r.shard;
   ProducerQueueToken* const token = r.token;
   ProducerQueueToken* const queue_token = shards_.token_for(shard, token);
@@ -257,7 +264,7 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
   return TimerId(index, g, config_.tag);
 }
 
-TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
+TimerId ProducerOps::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
                               ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation,
                               std::uint8_t slack_code) {
   const ScheduleReservation r = reserve_schedule_inline(due, token, lane, 0);
@@ -265,12 +272,12 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
                                 slack_code);
 }
 
-RuntimeCore::ScheduleReservation RuntimeCore::reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
+ProducerOps::ScheduleReservation ProducerOps::reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                                                std::size_t extra_pending) {
   return reserve_schedule_inline(due, token, lane, extra_pending);
 }
 
-TimerId RuntimeCore::commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns,
+TimerId ProducerOps::commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns,
                                      Missed on_missed, Task&& task, LaneCore* lane, std::uint32_t lane_generation,
                                      bool must_post, std::uint8_t slack_code) {
   return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, must_post,
@@ -283,7 +290,7 @@ TimerId RuntimeCore::commit_schedule(const ScheduleReservation& r, TimePoint due
 // zombie sweep); one cancelled while handed to a worker is freed by that
 // worker when its start (B1) fails. *slot_out is the timer's slot when the
 // outcome is running or stopped_later_runs (for cancel_and_wait).
-RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** slot_out, ProducerQueueToken* token) {
+ProducerOps::CancelOutcome ProducerOps::decide_cancel(TimerId id, TimerSlot** slot_out, ProducerQueueToken* token) {
   TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return CancelOutcome::unknown;
   *slot_out = slot;
@@ -340,13 +347,13 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
   }
 }
 
-bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* token) {
+bool ProducerOps::cancel(TimerId id, ProducerQueueToken* token) {
   TimerSlot* slot = nullptr;
   const CancelOutcome o = decide_cancel(id, &slot, token);
   return o == CancelOutcome::won || o == CancelOutcome::stopped_later_runs;
 }
 
-CancelResult RuntimeCore::result_of(CancelOutcome o) noexcept {
+CancelResult ProducerOps::result_of(CancelOutcome o) noexcept {
   switch (o) {
     case CancelOutcome::won:
       return CancelResult::cancelled;
@@ -361,7 +368,7 @@ CancelResult RuntimeCore::result_of(CancelOutcome o) noexcept {
   return CancelResult::unknown;
 }
 
-CancelResult RuntimeCore::try_cancel(TimerId id) {
+CancelResult ProducerOps::try_cancel(TimerId id) {
   TimerSlot* slot = nullptr;
   return result_of(decide_cancel(id, &slot, nullptr));
 }
@@ -372,7 +379,7 @@ std::uint64_t pack_id(TimerId id) noexcept { return (std::uint64_t{id.slot()} <<
 }  // namespace
 #endif
 
-CancelResult RuntimeCore::cancel_and_wait(TimerId id) {
+CancelResult ProducerOps::cancel_and_wait(TimerId id) {
   TimerSlot* slot = nullptr;
   const CancelOutcome o = decide_cancel(id, &slot, nullptr);
   const CancelResult r = result_of(o);
@@ -403,7 +410,7 @@ CancelResult RuntimeCore::cancel_and_wait(TimerId id) {
 // then futex-wait on the word's low half. The final acquire load pairs with
 // the release half of the worker's F1/F2/F3/F4, so the run's effects
 // happen-before we return.
-void RuntimeCore::wait_for_run_end(TimerSlot& slot, TimerId id) {
+void ProducerOps::wait_for_run_end(TimerSlot& slot, TimerId id) {
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   for (;;) {
     if (StateWord::generation(w) != id.generation() || !StateWord::run_in_progress(w)) return;
@@ -443,7 +450,7 @@ std::uint64_t past_writing(const TimerSlot& slot, std::uint64_t w, std::uint32_t
 // A seqlock read: the version in the word is bumped by every transition
 // that publishes a new due (R2, F2), so an unchanged word around the read of
 // `due` means the due belongs to that word.
-std::optional<TimePoint> RuntimeCore::pending_due(TimerId id) const noexcept {
+std::optional<TimePoint> ProducerOps::pending_due(TimerId id) const noexcept {
   const TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return std::nullopt;
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
@@ -532,7 +539,7 @@ bool take_back_ready_run(TimerSlot& slot, std::uint64_t& w) noexcept {
 }
 }  // namespace
 
-bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane) {
+bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane) {
   check_due_in_range("reschedule", due);
   TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return false;
@@ -614,7 +621,7 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   return false;
 }
 
-TimerState RuntimeCore::state(TimerId id) const noexcept {
+TimerState ProducerOps::state(TimerId id) const noexcept {
   const TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return TimerState::unknown;
   const std::uint64_t w = slot->word.load(std::memory_order_acquire);

@@ -71,6 +71,13 @@ bool report_to_running_callback(std::exception_ptr e) noexcept {
 bool Runner::in_callback() const noexcept { return tls_running_callback_of == this; }
 TimerId Runner::current_run() const noexcept { return in_callback() ? tls_running_id : TimerId{}; }
 
+void Runner::throw_if_in_callback(const char* what) const {
+  if (in_callback()) {
+    throw std::logic_error(std::string("chime::Runtime::") + what +
+                           " called from inside a timer callback: it would wait for itself");
+  }
+}
+
 namespace {
 // Records a worker takes per dequeue: enough to amortize the dequeue and the
 // per-batch bookkeeping, few enough that one worker does not take a whole

@@ -72,6 +72,9 @@ class Runner {
   bool in_callback() const noexcept;
   // The id of the run the calling thread is in (of this runtime), or {}.
   TimerId current_run() const noexcept;
+  // Throws std::logic_error if the calling thread runs a callback of this
+  // runtime: `what` (a blocking call) would wait for itself.
+  void throw_if_in_callback(const char* what) const;
 
  private:
   bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired, Place where);

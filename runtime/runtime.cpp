@@ -71,7 +71,7 @@ Producer& Producer::operator=(Producer&& other) noexcept {
   if (this != &other) {
     if (token_) {
       if ((*alive_)()) {
-        core_->return_token(*token_);
+        core_->producer_ops().return_token(*token_);
       } else {
         detail::leak_token(token_);
       }
@@ -85,7 +85,7 @@ Producer& Producer::operator=(Producer&& other) noexcept {
 Producer::~Producer() {
   if (!token_) return;
   if ((*alive_)()) {
-    core_->return_token(*token_);
+    core_->producer_ops().return_token(*token_);
   } else {
     detail::leak_token(token_);
   }
@@ -100,25 +100,27 @@ void Producer::fail(const char* what) const {
 
 TimerId Producer::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
   detail::RuntimeCore& c = core("schedule_at");
-  return c.schedule(due, 0, Missed::skip, std::move(task), token_.get(), nullptr, 0,
-                    c.slack_code(slack, "schedule_at"));
+  return c.producer_ops().schedule(due, 0, Missed::skip, std::move(task), token_.get(), nullptr, 0,
+                                   c.producer_ops().slack_code(slack, "schedule_at"));
 }
 TimerId Producer::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
   detail::RuntimeCore& c = core("schedule_after");
-  return c.schedule(detail::saturating_after(c.now(), delay), 0, Missed::skip, std::move(task), token_.get(), nullptr,
-                    0, c.slack_code_after(slack, delay, "schedule_after"));
+  return c.producer_ops().schedule(detail::saturating_after(c.now(), delay), 0, Missed::skip, std::move(task),
+                                   token_.get(), nullptr, 0,
+                                   c.producer_ops().slack_code_after(slack, delay, "schedule_after"));
 }
 
 namespace detail {
 TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
                           ProducerQueueToken* token, LaneCore* lane, std::optional<Duration> slack) {
-  const std::uint8_t slack_code = core.slack_code(slack, "schedule_every");
+  const std::uint8_t slack_code = core.producer_ops().slack_code(slack, "schedule_every");
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime: schedule_every needs a positive period, got " + std::to_string(period.count()) +
                                 " ns");
   }
   const TimePoint first = options.first_due ? *options.first_due : detail::saturating_after(core.now(), period);
-  return core.schedule(first, period.count(), options.on_missed, std::move(task), token, lane, 0, slack_code);
+  return core.producer_ops().schedule(first, period.count(), options.on_missed, std::move(task), token, lane, 0,
+                                      slack_code);
 }
 }  // namespace detail
 
@@ -127,15 +129,17 @@ using detail::schedule_periodic;
 TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
   return schedule_periodic(core("schedule_every"), period, std::move(task), options, token_.get(), nullptr, slack);
 }
-bool Producer::cancel(TimerId id) { return core("cancel").cancel(id, token_.get()); }
-CancelResult Producer::try_cancel(TimerId id) { return core("try_cancel").try_cancel(id); }
-CancelResult Producer::cancel_and_wait(TimerId id) { return core("cancel_and_wait").cancel_and_wait(id); }
+bool Producer::cancel(TimerId id) { return core("cancel").producer_ops().cancel(id, token_.get()); }
+CancelResult Producer::try_cancel(TimerId id) { return core("try_cancel").producer_ops().try_cancel(id); }
+CancelResult Producer::cancel_and_wait(TimerId id) {
+  return core("cancel_and_wait").producer_ops().cancel_and_wait(id);
+}
 bool Producer::reschedule_at(TimerId id, TimePoint due) {
-  return core("reschedule_at").reschedule(id, due, token_.get());
+  return core("reschedule_at").producer_ops().reschedule(id, due, token_.get());
 }
 bool Producer::reschedule_after(TimerId id, Duration delay) {
   detail::RuntimeCore& c = core("reschedule_after");
-  return c.reschedule(id, detail::saturating_after(c.now(), delay), token_.get());
+  return c.producer_ops().reschedule(id, detail::saturating_after(c.now(), delay), token_.get());
 }
 
 // ---- chime::Runtime ----
@@ -145,24 +149,25 @@ Runtime::Runtime(Options options) : core_(std::make_unique<detail::RuntimeCore>(
 Runtime::~Runtime() = default;
 
 TimerId Runtime::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
-  return core_->schedule(due, 0, Missed::skip, std::move(task), nullptr, nullptr, 0,
-                         core_->slack_code(slack, "schedule_at"));
+  return core_->producer_ops().schedule(due, 0, Missed::skip, std::move(task), nullptr, nullptr, 0,
+                                        core_->producer_ops().slack_code(slack, "schedule_at"));
 }
 TimerId Runtime::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
-  return core_->schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task), nullptr,
-                         nullptr, 0, core_->slack_code_after(slack, delay, "schedule_after"));
+  return core_->producer_ops().schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task),
+                                        nullptr, nullptr, 0,
+                                        core_->producer_ops().slack_code_after(slack, delay, "schedule_after"));
 }
 TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
   return schedule_periodic(*core_, period, std::move(task), options, nullptr, nullptr, slack);
 }
-bool Runtime::cancel(TimerId id) { return core_->cancel(id, nullptr); }
-CancelResult Runtime::try_cancel(TimerId id) { return core_->try_cancel(id); }
-CancelResult Runtime::cancel_and_wait(TimerId id) { return core_->cancel_and_wait(id); }
-bool Runtime::reschedule_at(TimerId id, TimePoint due) { return core_->reschedule(id, due, nullptr); }
+bool Runtime::cancel(TimerId id) { return core_->producer_ops().cancel(id, nullptr); }
+CancelResult Runtime::try_cancel(TimerId id) { return core_->producer_ops().try_cancel(id); }
+CancelResult Runtime::cancel_and_wait(TimerId id) { return core_->producer_ops().cancel_and_wait(id); }
+bool Runtime::reschedule_at(TimerId id, TimePoint due) { return core_->producer_ops().reschedule(id, due, nullptr); }
 bool Runtime::reschedule_after(TimerId id, Duration delay) {
-  return core_->reschedule(id, detail::saturating_after(core_->now(), delay), nullptr);
+  return core_->producer_ops().reschedule(id, detail::saturating_after(core_->now(), delay), nullptr);
 }
-TimerState Runtime::state(TimerId id) const noexcept { return core_->state(id); }
+TimerState Runtime::state(TimerId id) const noexcept { return core_->producer_ops().state(id); }
 void Runtime::flush() { core_->flush(); }
 std::size_t Runtime::drain() { return core_->drain(); }
 std::size_t Runtime::shutdown(ShutdownMode mode) { return core_->shutdown(mode); }

@@ -35,8 +35,7 @@
 
 namespace chime::detail {
 
-RuntimeCore::RuntimeCore(RuntimeOptions options)
-    : config_(validated(std::move(options))), due_limit_ns_(due_limit_for(config_.start_ns)) {
+RuntimeCore::RuntimeCore(RuntimeOptions options) : config_(validated(std::move(options))) {
   slab_.reserve(config_.options.reserve);
   if (tls_simulation_request != nullptr) [[unlikely]] {  // a test seam: no thread (simulation.hpp)
     if (config_.options.workers != 0) {
@@ -137,7 +136,7 @@ std::unique_ptr<Request> take_request(std::unique_ptr<Request>& cached) {
 }  // namespace
 
 void RuntimeCore::flush() {
-  throw_if_in_callback("flush");
+  runner_.throw_if_in_callback("flush");
   if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
   // On a lane's thread the flush waits for runs only this thread runs: it
   // runs them while it waits (lanes.cpp).
@@ -176,7 +175,7 @@ void RuntimeCore::flush() {
 }
 
 std::size_t RuntimeCore::drain() {
-  throw_if_in_callback("drain");
+  runner_.throw_if_in_callback("drain");
   if (stopped_.load(std::memory_order_acquire)) return 0;
   // A manual clock: what is due by the clock's reading runs first, on time
   // (design.md, "Clocks"); the drain then fires the rest early.
@@ -217,7 +216,7 @@ void RuntimeCore::post_request_and_wait(WheelThread& shard, CommandKind kind, vo
 }
 
 std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
-  throw_if_in_callback("shutdown");
+  runner_.throw_if_in_callback("shutdown");
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shutdown_done_.load(std::memory_order_relaxed)) return 0;
   // A manual clock: fire_pending begins with a flush, as drain() does.
@@ -335,7 +334,7 @@ Stats RuntimeCore::stats() const {
 }
 
 void RuntimeCore::check_invariants() {
-  throw_if_in_callback("check_invariants");
+  runner_.throw_if_in_callback("check_invariants");
   if (stopped_.load(std::memory_order_acquire)) return;  // the wheel thread is gone, or going
   for (auto& shard : shards_) {
     CheckRequest request;

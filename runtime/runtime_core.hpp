@@ -2,10 +2,11 @@
 // runtime/runtime_core.hpp: the runtime's shared state and the three roles
 // that act on it.
 //
-// What this is: everything behind chime::Runtime (a pimpl). Its members are
-// grouped by who may touch them:
-// - producer side (any thread): producer_ops.cpp: schedule, cancel,
-//   reschedule, state. They act on a slot's state word (timer_state.hpp) and
+// What this is: everything behind chime::Runtime (a pimpl): the state the
+// roles share, and one object per role, each holding references to the
+// pieces it needs:
+// - producer side (any thread): ProducerOps (producer_ops.hpp): schedule,
+//   cancel, reschedule, state. They act on a slot's state word (timer_state.hpp) and
 //   post commands (command_queue.hpp).
 // - the wheel threads, one per shard (wheel_thread.hpp, a WheelThread
 //   each: its wheel, command queue, wake signal and pass loop;
@@ -15,15 +16,16 @@
 //   the wheel-only fields of the slots it filed; drains its commands,
 //   advances its wheel, claims due timers (W1) and hands them to the
 //   workers.
-// - workers: runner.hpp (a Runner, which lanes and a wheel thread with
+// - workers: Runner (runner.hpp, which lanes and a wheel thread with
 //   workers = 0 use too): run a claimed timer's task, then finish it (F1,
 //   F2, F3) and count it.
+// - lanes' threads: Lanes (lanes.hpp): a lane's ready runs, its close.
 // - lifecycle (any thread but a callback): runtime_core.cpp: flush, drain,
 //   shutdown, stats.
 //
 // Read in this order: timer_state.hpp, timer_slab.hpp, command_queue.hpp,
 // wake_signal.hpp, wheel_thread_state.hpp, worker_pool.hpp, this file,
-// wheel_thread.hpp, producer_ops.cpp, wheel_thread.cpp, runner.cpp,
+// wheel_thread.hpp, producer_ops.hpp, producer_ops.cpp, wheel_thread.cpp, runner.cpp,
 // runtime_core.cpp.
 #pragma once
 
@@ -48,6 +50,7 @@
 #include "dispatch.hpp"
 #include "lane_core.hpp"
 #include "lanes.hpp"
+#include "producer_ops.hpp"
 #include "runner.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
@@ -231,85 +234,16 @@ class RuntimeCore {
   RuntimeCore(const RuntimeCore&) = delete;
   RuntimeCore& operator=(const RuntimeCore&) = delete;
 
-  // producer_ops.cpp. `token` may be null (the calling thread's implicit
-  // sub-queue). `lane_generation`: the generation of `lane` the caller
-  // expects (a Timer's, recorded when it was made); 0: the lane's current
-  // one (a Lane's own calls: it is alive).
-  // A caller's slack argument as a slot stores it (slack.hpp): throws
-  // std::invalid_argument, naming `what`, for a negative one.
-  std::uint8_t slack_code(std::optional<Duration> slack, const char* what) const {
-    return slack_code_of(slack, config_.precision, what);
-  }
-  // The same for a call that knows its delay (schedule_after, arm_after,
-  // sleep_for): without a slack, the runtime's default for that delay,
-  // measured in the call (slack.hpp).
-  std::uint8_t slack_code_after(std::optional<Duration> slack, Duration delay, const char* what) const {
-    return slack ? slack_code_of(slack, config_.precision, what) : runtime_slack_code(delay.count());
-  }
-  // The slack a timer `delay` ahead gets without one of its own, as a
-  // Duration (what slack_code_after files it by).
-  Duration default_slack(Duration delay) const noexcept {
-    if (config_.options.slack != Duration::zero()) return config_.options.slack;
-    return std::min(config_.precision, Duration(std::max(delay.count() >> kDefaultSlackShift, kDefaultSlackMinNs)));
-  }
-  // `slack_code`: the timer's slack (slack.hpp; slack_code_of checks a
-  // caller's argument).
-  TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
-                   LaneCore* lane = nullptr, std::uint32_t lane_generation = 0,
-                   std::uint8_t slack_code = SlackCode::runtime_default);
-  // schedule() in two steps, for a caller that must know the schedule will
-  // be accepted before it gives up something (chime::Timer's re-arm
-  // replaces its pending run only then). reserve_schedule throws what
-  // schedule throws before it takes a slot, and takes it; then exactly one
-  // of commit_schedule (throws only StoppedError, if shutdown began since)
-  // or release_reservation. `extra_pending`: timers the caller is about to
-  // end, by which max_pending may be exceeded until they have.
-  struct ScheduleReservation {
-    WheelThread* shard;
-    ProducerQueueToken* token;
-    std::uint32_t index;
-  };
-  ScheduleReservation reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
-                                       std::size_t extra_pending);
-  TimerId commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
-                          std::uint8_t slack_code);
-  void release_reservation(const ScheduleReservation& r) noexcept;
-
- private:
-  // producer_ops.cpp: their bodies, inlined into schedule().
-  ScheduleReservation reserve_schedule_inline(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
-                                              std::size_t extra_pending);
-  TimerId commit_schedule_inline(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
-                                 std::uint8_t slack_code);
-
- public:
-  bool cancel(TimerId id, ProducerQueueToken* token);
-  CancelResult try_cancel(TimerId id);
-  CancelResult cancel_and_wait(TimerId id);
-  // The due time of a pending timer (handed over but not started counts),
-  // or nullopt. Any thread. Lock-free (retries while a reschedule writes).
-  std::optional<TimePoint> pending_due(TimerId id) const noexcept;
   // Whether this runtime still exists (runtime.hpp): handles that may
   // outlive it keep a reference and check it before they touch the runtime.
   const std::shared_ptr<RuntimeAlive>& alive() const noexcept { return alive_; }
   std::uint32_t tag() const noexcept { return config_.tag; }
-  // What schedule() would throw before it takes a slot: StoppedError after
-  // shutdown, std::out_of_range for a due beyond the wheel's range. For an
-  // arm that is carried out later (chime::Timer, during a run).
-  void check_schedulable(const char* what, TimePoint due) const {
-    if (stopped_.load(std::memory_order_acquire)) throw StoppedError(std::string("chime::") + what + " after shutdown");
-    check_due_in_range(what, due);
-  }
-  // `lane`: called through that Lane, whose ready runs a call on the lane's
-  // thread may take back (R4).
-  bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane = nullptr);
-  TimerState state(TimerId id) const noexcept;
   TimePoint now() const noexcept { return config_.clock->now(); }
 
   // Lanes (chime::Lane; lanes.hpp).
   Lanes& lanes() noexcept { return lanes_; }
+  // schedule, cancel, reschedule, state (producer_ops.hpp).
+  ProducerOps& producer_ops() noexcept { return producer_ops_; }
 
   // runtime_core.cpp
   void stop_workers();
@@ -324,8 +258,6 @@ class RuntimeCore {
   void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
   // The shards (shards.hpp): which one a post goes to; a Producer's token.
   Shards& shards() noexcept { return shards_; }
-  // A Producer goes away: its cached free slots go back to the free list.
-  void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
   const Clock& clock() const noexcept { return *config_.clock; }
   Duration precision() const noexcept { return config_.precision; }
 
@@ -345,59 +277,15 @@ class RuntimeCore {
   // shutdown(cancel_pending) was called. Relaxed: the wheel thread fences
   // where the order matters (cancel_requested_, below).
   bool cancel_requested() const noexcept { return cancel_requested_.load(std::memory_order_relaxed); }
-  // After a shard's advance: raises due_limit_ns_ to the limit of a wheel
-  // at `wheel_now_ns`; never lowers it (producer_ops.cpp).
-  void raise_due_limit(std::int64_t wheel_now_ns) noexcept;
   // Runs claimed timers (runner.hpp): workers = 0, the wheel thread runs
   // its batch itself (Runner::Place::wheel_thread); a periodic's re-arm is
   // filed at once. Also says whether the calling thread runs a callback.
   Runner& runner() noexcept { return runner_; }
   const Runner& runner() const noexcept { return runner_; }
-  // The slack of a timer that gave none (RuntimeOptions::slack when set,
-  // else proportional to `delay_ns`: slack.hpp).
-  std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
-    return config_.fixed_slack_code != SlackCode::runtime_default
-               ? config_.fixed_slack_code
-               : default_slack_code(delay_ns, config_.precision.count());
-  }
   // Ending a timer: its counts (timer_ends.hpp).
   const TimerEnds& ends() const noexcept { return ends_; }
 
  private:
-  // The runtime clock's time read in a call that schedules or reschedules,
-  // by which the wheel thread judges "due now" (design.md): every clock but
-  // the steady one is read in the call, so on a ManualClock a timer's fate
-  // depends only on the order of the user's calls, never on when the wheel
-  // thread applies its command. On the steady clock the call does not read
-  // it (nullopt): the wheel thread's read at application is later, so its
-  // verdict is never earlier, and schedule_at keeps no clock read.
-  std::optional<std::int64_t> due_now_reading() const noexcept {
-    if (config_.clock_kind == ClockKind::steady) return std::nullopt;
-    return config_.clock->now().time_since_epoch().count();
-  }
-
-  // producer_ops.cpp
-  // What a cancel decided (one CAS, or none): cancel, try_cancel and
-  // cancel_and_wait read it their way.
-  enum class CancelOutcome {
-    won,                 // C1, C2 or C4: no run starts
-    stopped_later_runs,  // C3: a periodic run is in progress; no later run starts
-    running,             // a run is in progress; this call changed nothing
-    done,                // fired, finished or cancelled before
-    unknown,             // stale, foreign or default id
-  };
-  CancelOutcome decide_cancel(TimerId id, TimerSlot** slot, ProducerQueueToken* token);
-  static CancelResult result_of(CancelOutcome o) noexcept;
-  void wait_for_run_end(TimerSlot& slot, TimerId id);
-  TimerSlot* slot_of(TimerId id) const noexcept;
-  void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
-  std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
-  bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
-  bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
-  void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
-  void finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token);  // K1, R3
-  void throw_if_in_callback(const char* what) const;
-
   // A test seam (simulation.hpp). With simulated_, no thread is started:
   // flush, drain and shutdown run the passes they wait for on the calling
   // thread (Simulation::simulate_until), and the calling thread counts as
@@ -431,7 +319,7 @@ class RuntimeCore {
   //   before S1 and read, relaxed, by whoever posts for the timer (a
   //   reschedule, a re-arm) or counts its lazy cancel, as `lane` is
   //   (timer_slab.hpp).
-  // - due_limit_ns_: the constructor sets it, each shard's wheel thread
+  // - producer_ops_'s due_limit_ns_: its constructor sets it, each shard's wheel thread
   //   raises it (a CAS to the max) after each advance; schedule,
   //   reschedule and Timer's arm read it for the range check. Relaxed: it
   //   only grows, so a stale value is smaller and the check conservative.
@@ -473,7 +361,6 @@ class RuntimeCore {
   // constructor before any thread starts (std::thread's start orders it for
   // them) and never after.
   TimerSlab slab_;
-  std::atomic<std::int64_t> due_limit_ns_;  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};
   // shutdown(cancel_pending) was called: the wheel thread stops at once,
   // however many commands are queued (wheel_thread.cpp, run_pass).
@@ -502,6 +389,8 @@ class RuntimeCore {
   Runner runner_{config_, slab_, counters_, lateness_, run_time_, ends_, poster_, shards_};
   // Lanes (lanes.hpp): every LaneCore ever opened, under its own mutex.
   Lanes lanes_{config_, slab_, stopped_, shutdown_done_, shards_, runner_, ends_};
+  // The calls any thread makes on a timer (producer_ops.hpp).
+  ProducerOps producer_ops_{config_, slab_, stopped_, live_, counters_, shards_, poster_, ends_, runner_};
 };
 
 }  // namespace chime::detail

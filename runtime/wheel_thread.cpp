@@ -865,7 +865,7 @@ __int128 WheelThread::fire_time(const TimerSlot& slot, std::int64_t due, bool at
       }
       delay = static_cast<std::int64_t>(std::min<__int128>(static_cast<__int128>(due) - now, INT64_MAX));
     }
-    code = core_.runtime_slack_code(delay);
+    code = core_.producer_ops().runtime_slack_code(delay);
   }
   if (code == SlackCode::interval_rule) {
     // The last nanosecond of its interval: it runs when the interval ends.
@@ -962,7 +962,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     // Each shard raises it to its own wheel's limit, and one behind the
     // others files a due beyond its range at the last time it accepts
     // (file()).
-    core_.raise_due_limit(wt().wheel.now().time_since_epoch().count());
+    core_.producer_ops().raise_due_limit(wt().wheel.now().time_since_epoch().count());
   }
   if (!wt().advance_cut_short) fire_past_due();
   if (config_.manual()) merge_fired_into_overdue();
