@@ -408,7 +408,7 @@ inline wake_unconditional() {
   atomic { if :: wsleep -> wsleep = 0 :: else fi; cid = 0 }
 }
 
-/* wake_after_fence (producer_ops.cpp), after the (P1) fence: load the
+/* wake_after_fence (command_poster.cpp), after the (P1) fence: load the
  * bound (LOAD_BOUND, folded into the caller's step); if the due is before
  * it, CAS it to INT64_MIN and wake. MUT 6 loads it before the post: the
  * store-load reordering a missing P1 fence allows. b != 0 afterwards iff a

@@ -98,7 +98,7 @@ struct ProducerQueueToken {
 // owns the queue. The depth itself is the queue's own count (size_approx:
 // moodycamel reads each sub-queue's head and tail indices), looked at by
 // each posting thread at its first post to the shard and then every
-// kPostsPerLook of its posts, whatever it posts through (producer_ops.cpp,
+// kPostsPerLook of its posts, whatever it posts through (command_poster.cpp,
 // PostPacer), never on the wheel thread.
 //
 // Who writes what:

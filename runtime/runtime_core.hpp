@@ -267,7 +267,7 @@ class RuntimeCore {
   // The one slab every shard files from and claims in.
   TimerSlab& slab() noexcept { return slab_; }
   // The hand-off queue the wheel threads enqueue claimed runs to; no
-  // threads: workers = 0, the wheel thread runs them (run_on_wheel_thread).
+  // threads: workers = 0, the wheel thread runs them (Runner::Place::wheel_thread).
   WorkerPool& pool() noexcept { return pool_; }
   // A test seam's runtime (simulation.hpp): no wheel thread, no workers.
   bool simulated() const noexcept { return simulated_; }

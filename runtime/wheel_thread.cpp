@@ -75,7 +75,7 @@
 // B is the last interval boundary before W (W: the earliest alarm's
 // next_alarm_fires_at, or at most kLingerNs from now while commands keep
 // coming): a timer due before B needs the wheel earlier; one due at or after
-// it is filed at W soon enough, so it does not wake it (producer_ops.cpp).
+// it is filed at W soon enough, so it does not wake it (command_poster.cpp).
 //
 // Out of memory: the wheel thread never dies of a failed allocation, and
 // never waits for memory. Everything a step may add to a list or to the
