@@ -262,7 +262,7 @@
 #define REC_GEN(m) (((m) >> 7) & 7)
 #define REC_T(m) (((m) >> 4) & 7)
 #define REC_FL(m) ((m) & 15)
-/* Where a run happens (worker_pool.cpp, RunPlace) */
+/* Where a run happens (runner.hpp, Runner::Place) */
 #define AT_WORKER 0
 #define AT_WHEEL 1
 #define AT_LANE 2
@@ -295,17 +295,17 @@ local bool overdue[NSLOT];    /* on the overdue list */
 local short dfr[NSLOT];       /* deferred_adds: the ADD/REARM met Writing; 0: none */
 local byte now;               /* the wheel's time */
 
-chan q[NQ] = [3] of { short };   /* commands_, one sub-queue per poster */
-byte qlen;              /* commands_.size_approx() (exact here) */
+chan q[NQ] = [3] of { short };   /* seam.commands, one sub-queue per poster */
+byte qlen;              /* seam.commands.size_approx() (exact here) */
 chan handoff = [NSLOT + 1] of { short }; /* pool_.handoff (runs, and the stop record) */
 chan batch = [NSLOT] of { short };   /* wt().dispatch_batch, run inline with workers = 0 */
 
-byte bound = MINB;      /* wake_if_due_before_ns_ */
-bool wbumped;           /* wake_'s futex word changed since the sleeper's prepare() */
+byte bound = MINB;      /* seam.wake_if_due_before_ns */
+bool wbumped;           /* seam.wake's futex word changed since the sleeper's prepare() */
 bool wsleep;            /* the wheel thread is inside futex_wait */
 bool stopped;           /* stopped_ */
 bool cancel_requested;  /* cancel_requested_: shutdown(cancel_pending) was called */
-bool wheel_exited;      /* wheel_exited_ (and the thread joinable) */
+bool wheel_exited;      /* seam.exited (and the thread joinable) */
 byte workers_exited;
 bool shutdown_done;     /* shutdown_done_ */
 byte fw[NPROD];         /* threads in futex_wait_low_half: slot + 1; 0: not asleep */
@@ -396,19 +396,19 @@ inline alloc(s) {
  * The command queue and the wake-up (P1/P2, producer_ops.cpp and
  * wheel_thread.cpp sleep())
  * ---------------------------------------------------------------------- */
-/* commands_.try_push / push_retrying */
+/* seam.commands.try_push / push_retrying */
 #define POST(qi, kind, psl, pg, pdue) \
   np++; assert(np <= PPQ); cid = (qi) * PPQ + np; \
   cdue[cid] = pdue; cq[cid] = 1; cdone[cid] = 0; \
   q[qi]!CMD(kind, psl, pg, cid); qlen++
 
-/* wake_.wake(): the futex word's fetch_add, then FUTEX_WAKE */
+/* seam.wake.wake(): the futex word's fetch_add, then FUTEX_WAKE */
 inline wake_unconditional() {
   atomic { wbumped = 1; cdone[cid] = 1 };
   atomic { if :: wsleep -> wsleep = 0 :: else fi; cid = 0 }
 }
 
-/* wake_after_fence (producer_ops.cpp), after the (P1) fence: load the
+/* wake_after_fence (command_poster.cpp), after the (P1) fence: load the
  * bound (LOAD_BOUND, folded into the caller's step); if the due is before
  * it, CAS it to INT64_MIN and wake. MUT 6 loads it before the post: the
  * store-load reordering a missing P1 fence allows. b != 0 afterwards iff a
@@ -425,7 +425,7 @@ inline wake_after_fence() {
        fi
      };
      if
-     :: ok -> atomic { wbumped = 1; wakers--; cdone[cid] = 1; ok = 0 };   /* wake_.wake() */
+     :: ok -> atomic { wbumped = 1; wakers--; cdone[cid] = 1; ok = 0 };   /* seam.wake.wake() */
               atomic { if :: wsleep -> wsleep = 0 :: else fi; b = 0; cid = 0 }
      :: else
      fi
@@ -439,7 +439,7 @@ inline futex_wait(s, v, me) {
   (fw[me] == 0)
 }
 
-/* futex_wake_all_low_half, from wake_waiters_if_any (worker_pool.cpp) */
+/* futex_wake_all_low_half, from wake_waiters_if_any (runner.cpp) */
 #if NPROD == 1
 #define FUTEX_WAKE_ALL(s) if :: fw[0] == s + 1 -> fw[0] = 0 :: else fi
 #elif NPROD == 2
@@ -455,7 +455,7 @@ inline futex_wait(s, v, me) {
  * Producers (producer_ops.cpp)
  * ---------------------------------------------------------------------- */
 
-/* RuntimeCore::withdraw_posted: a schedule that saw stopped_ after posting
+/* ProducerOps::withdraw_posted: a schedule that saw stopped_ after posting
  * its ADD cancels its own timer (C1, then K1); the wheel may have filed it
  * (A1) meanwhile, which only sets the filed bit. */
 inline withdraw(t) {
@@ -485,7 +485,7 @@ inline withdraw(t) {
   fi
 }
 
-/* RuntimeCore::schedule; t gets the timer's number. The allocation and
+/* ProducerOps::schedule; t gets the timer's number. The allocation and
  * the fields' writes ride with S1: until S1 publishes the new generation
  * nobody acts on the slot (a stale id or ADD reads a terminal word of the
  * old one either way). The first stopped_ check is a step of its own:
@@ -513,7 +513,7 @@ inline schedule(me, dd, per, lanef, t) {
 #if MUT == 6
      b = bound;                                  /* MUT 6: the bound read before the post */
 #endif
-     atomic { POST(me, ADD, sl, gg, dd) };      /* commands_.try_push(ADD) */
+     atomic { POST(me, ADD, sl, gg, dd) };      /* seam.commands.try_push(ADD) */
      /* (P1) seq_cst fence */
 #if MUT == 12
      if :: false -> skip                         /* MUT 12: stopped_ not read again */
@@ -557,7 +557,7 @@ inline schedule(me, dd, per, lanef, t) {
 #define C_CAS_OK (word[sl] == w)
 #endif
 
-/* RuntimeCore::decide_cancel: one CAS decides it (C1 Pending, C2 Writing,
+/* ProducerOps::decide_cancel: one CAS decides it (C1 Pending, C2 Writing,
  * C3 a periodic's run, C4 Handed); after C1 the canceller destroys the task
  * and publishes Cancelled (K1), and frees the slot if it was not filed.
  * The outcome in r. cancel() and try_cancel() are this decision (they only
@@ -619,7 +619,7 @@ inline cancel(t) {
   r = 0; sl = 0; gg = 0
 }
 
-/* RuntimeCore::wait_for_run_end: the waiter bit set on the exact
+/* ProducerOps::wait_for_run_end: the waiter bit set on the exact
  * run-in-progress word (WB), then futex-wait on the low half; reload */
 inline wait_for_run_end(me) {
   w = word[sl];                                  /* load, acquire */
@@ -648,7 +648,7 @@ inline wait_for_run_end(me) {
   od
 }
 
-/* RuntimeCore::cancel_and_wait: the cancel's decision, then, on `running`,
+/* ProducerOps::cancel_and_wait: the cancel's decision, then, on `running`,
  * wait for the run to end. Returns only after the run has ended. */
 inline cancel_and_wait(t, me) {
   decide_cancel(t);
@@ -659,7 +659,7 @@ inline cancel_and_wait(t, me) {
   atomic { assert(!in_cb[t]); r = 0; w = 0; sl = 0; gg = 0 }   /* the run has returned */
 }
 
-/* RuntimeCore::reschedule: R1 owns `due`, R2 publishes it with a new
+/* ProducerOps::reschedule: R1 owns `due`, R2 publishes it with a new
  * version; a cancel that won meanwhile (C2) leaves R3 to us. An earlier due
  * posts a RESCHEDULE. The result in ok.
  * onlane: Lane::reschedule_* on the lane's thread (the model's one lane, L).
@@ -885,7 +885,7 @@ inline tm_trampoline(t) {
 #endif
 
 /* ------------------------------------------------------------------------
- * One run (worker_pool.cpp: RuntimeCore::run and end_run), on a worker,
+ * One run (runner.cpp: Runner::run and end_run), on a worker,
  * on the wheel thread (workers = 0), or on a lane's thread. The dispatch
  * record is (rs, rg, rt, rfl); me: the poster's sub-queue.
  *
@@ -939,7 +939,7 @@ inline callback() {
 #define F2_CAS_OK (word[rs] == rw)
 #endif
 
-/* RuntimeCore::run (after RUN_LOAD) and end_run: B1 starts the run; after
+/* Runner::run (after RUN_LOAD) and end_run: B1 starts the run; after
  * the callback, F1 (one-shot), F3 (a periodic's final run) or F2 (re-arm),
  * or F4 when a C3 won; each wakes the cancel_and_wait callers if the word it
  * replaced had the waiter bit. */
@@ -1313,7 +1313,7 @@ inline hand_over() {
  * until a producer wakes us or the earliest alarm is due */
 inline wheel_sleep() {
 #if MUT == 7
-  atomic {                                       /* seen = wake_.prepare(); the bound */
+  atomic {                                       /* seen = seam.wake.prepare(); the bound */
     k = INF;
     for (i : 0 .. NSLOT - 1) {
       if :: in_wheel[i] && alarm_at[i] < k -> k = alarm_at[i] :: else fi
@@ -1327,18 +1327,18 @@ inline wheel_sleep() {
      atomic { bound = k; sbound = k };
      atomic { if :: !wbumped -> wsleep = 1 :: else fi };
 #else
-  atomic {                                       /* seen = wake_.prepare(); the bound, stored */
+  atomic {                                       /* seen = seam.wake.prepare(); the bound, stored */
     k = INF;
     for (i : 0 .. NSLOT - 1) {
       if :: in_wheel[i] && alarm_at[i] < k -> k = alarm_at[i] :: else fi
     };
     i = 0;
     wbumped = 0;
-    bound = k; sbound = k                        /* wake_if_due_before_ns_.store(bound) */
+    bound = k; sbound = k                        /* seam.wake_if_due_before_ns.store(bound) */
   };
   /* (P2) seq_cst fence */
   if
-  :: qlen > 0 -> skip                            /* commands_.size_approx() != 0: don't sleep */
+  :: qlen > 0 -> skip                            /* seam.commands.size_approx() != 0: don't sleep */
   :: else ->
      atomic { if :: !wbumped -> wsleep = 1 :: else fi };   /* futex_wait(word == seen) */
 #endif
@@ -1347,7 +1347,7 @@ inline wheel_sleep() {
      :: atomic { wsleep && k <= MAXT -> wsleep = 0; if :: now < k -> now = k :: else fi }   /* timed out */
      fi
   fi;
-  atomic { bound = MINB; sbound = MINB; k = 0 }  /* wake_if_due_before_ns_.store(INT64_MIN) */
+  atomic { bound = MINB; sbound = MINB; k = 0 }  /* seam.wake_if_due_before_ns.store(INT64_MIN) */
 }
 
 /* the next command, from any non-empty sub-queue, decoded; an ADD/REARM
@@ -1459,7 +1459,7 @@ proctype Wheel() {
      exhausted = 0
   :: else -> break
   od;
-  wheel_exited = 1;                              /* ~ExitFlag: wheel_exited_; the join */
+  wheel_exited = 1;                              /* ~ExitFlag: seam.exited; the join */
   nfin++
 }
 
@@ -1485,7 +1485,7 @@ proctype Worker() {
 #endif
 
 /* ------------------------------------------------------------------------
- * shutdown (runtime.cpp, RuntimeCore::shutdown)
+ * shutdown (runtime_core.cpp, RuntimeCore::shutdown)
  * ---------------------------------------------------------------------- */
 /* the sweep's decision on the settled word w of slot i: a zombie (Cancelled,
  * filed_generation its own) is freed; Pending is X1; Handed (a lane's ready
@@ -1520,12 +1520,12 @@ proctype Shutdown() {
     stopped = 1;
     POST(QS, STOP, 0, 0, 0)
   };
-  wake_unconditional();                          /* seq_cst fence; wake_.wake() */
+  wake_unconditional();                          /* seq_cst fence; seam.wake.wake() */
 #if NWORK > 0
   atomic { wheel_exited -> handoff!REC(0, 0, 0, 0, F_STOP) };   /* join; stop_workers: a stop record behind every run */
   (workers_exited == NWORK);                     /* join */
 #else
-  (wheel_exited);                                /* wheel_thread_.join() */
+  (wheel_exited);                                /* shard->join() */
 #endif
 #ifdef HAS_LANE
   (runs_active == 0);                            /* every lane's batch in progress has finished */
@@ -1565,7 +1565,7 @@ proctype Shutdown() {
 #define LANE_SEES_STOPPED stopped
 #endif
 
-/* RuntimeCore::run_lane */
+/* Lanes::run_lane */
 inline run_lane() {
   runs_active++;                                 /* fetch_add, seq_cst */
   if
@@ -1587,7 +1587,7 @@ inline run_lane() {
   atomic { if :: !after_stop -> runs_active-- :: else fi; after_stop = 0 }
 }
 
-/* RuntimeCore::close_lane (the Lane's destructor, on its thread); its
+/* Lanes::close_lane (the Lane's destructor, on its thread); its
  * check of a record against the word (StateWord::holds_claim), once, at the
  * load: on the lane's thread nothing else takes a run back meanwhile */
 #if MUT == 21
@@ -1600,8 +1600,8 @@ inline close_lane() {
   if
   :: !stopped ->
      atomic { POST(QL, CLOSE, 0, 0, 0) };
-     wake_unconditional();                       /* (P1); wake_.wake() */
-     (close_served || wheel_exited)              /* completion.wait(wheel_exited_) */
+     wake_unconditional();                       /* (P1); seam.wake.wake() */
+     (close_served || wheel_exited)              /* completion.wait(seam.exited) */
   :: else
   fi;
   (!stopped || wheel_exited);                    /* shutdown begun: until the wheel thread exited */

@@ -105,7 +105,7 @@
 byte word[NSLOT];        /* TimerSlot::word */
 byte shard[NSLOT];       /* TimerSlot::shard: written before S1, published by it */
 byte filed_gen[NSLOT];   /* TimerSlot::wheel.filed_generation (atomic: other shards read it) */
-/* commands_ of each shard: one sub-queue per posting thread, shard k's
+/* seam.commands of each shard: one sub-queue per posting thread, shard k's
  * at k * NPOST + p; moodycamel keeps each sub-queue's order, not the order
  * between them */
 chan q[NSHARD * NPOST] = [2] of { byte };
@@ -171,7 +171,7 @@ inline alloc(s) {
  * Producers (runtime/producer_ops.cpp)
  * ---------------------------------------------------------------------- */
 
-/* RuntimeCore::schedule on shard `sh` (shard_for: the Producer's or the
+/* ProducerOps::schedule on shard `sh` (shard_for: the Producer's or the
  * thread's shard). The allocation, the fields and S1 are one step: until
  * S1 publishes the generation, nobody acts on the slot. */
 inline schedule(sh, t, per) {
@@ -188,7 +188,7 @@ inline schedule(sh, t, per) {
   atomic { t_pub[t] = 1; s = 0; g = 0 }          /* the id is returned */
 }
 
-/* RuntimeCore::cancel (decide_cancel, C1 and C3; finish_cancel, K1), on a
+/* ProducerOps::cancel (decide_cancel, C1 and C3; finish_cancel, K1), on a
  * settled word; a cancel never needs the shard (it counts a lazy cancel on
  * it, which is a statistic). It waits for a Handed word to start (C4 is
  * chime.pml's). */
@@ -231,7 +231,7 @@ inline cancel(t) {
   atomic { s = 0; g = 0; w = 0; ok = 0 }
 }
 
-/* RuntimeCore::reschedule to an earlier due: R1, the timer's shard, R2,
+/* ProducerOps::reschedule to an earlier due: R1, the timer's shard, R2,
  * then a RESCHEDULE to that shard. The shard is read between R1 and R2,
  * while the rescheduler owns the slot's fields. -DPROBE_SHARD_AFTER_R2
  * reads it after R2 instead, as the code did before this model: by then
@@ -422,7 +422,7 @@ proctype Wheel(byte me) {
 }
 
 #ifdef HAS_WORKER
-/* A worker (runtime/worker_pool.cpp, run): B1, the callback, then F1 for a
+/* A worker (runtime/runner.cpp, run): B1, the callback, then F1 for a
  * one-shot, or for a periodic timer F2 and the REARM to the shard that
  * claimed the run (Dispatch::shard, the timer's own), or F4 after C3. */
 #if MUT == 6

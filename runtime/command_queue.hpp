@@ -86,11 +86,11 @@ static_assert(sizeof(Command) == 24, "the flag fits in the padding after kind");
 
 // What a chime::Producer keeps per thread: its token for the queue
 // (moodycamel's ProducerToken; empty for the Boost backend) and its cache of
-// free slots (timer_slab.hpp), which RuntimeCore::return_token gives back.
+// free slots (timer_slab.hpp), which ProducerOps::return_token gives back.
 struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
   SlotCache slots;
-  unsigned shard = 0;                  // the shard whose queue `token` is for (RuntimeCore::make_token)
+  unsigned shard = 0;  // the shard whose queue `token` is for (Shards::make_token)
 };
 
 // The queue's bound (design.md, "Overload"; RuntimeOptions::max_queue_depth)
@@ -98,7 +98,7 @@ struct ProducerQueueToken {
 // owns the queue. The depth itself is the queue's own count (size_approx:
 // moodycamel reads each sub-queue's head and tail indices), looked at by
 // each posting thread at its first post to the shard and then every
-// kPostsPerLook of its posts, whatever it posts through (producer_ops.cpp,
+// kPostsPerLook of its posts, whatever it posts through (command_poster.cpp,
 // PostPacer), never on the wheel thread.
 //
 // Who writes what:

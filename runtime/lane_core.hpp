@@ -9,7 +9,7 @@
 // - the lane's thread (whoever calls run_ready / wait_and_run, one thread at
 //   a time): the consumer side of `ready`, the consumer side of the signal;
 // - any thread: `generation` (read), `owner` (read by flush).
-// A LaneCore lives as long as its runtime (RuntimeCore::lanes_): slots and
+// A LaneCore lives as long as its runtime (Lanes::lanes_): slots and
 // commands in flight may still name it after its Lane is gone. A destroyed
 // Lane's LaneCore is reused by the next Runtime::lane() with its generation
 // bumped, so a timer of the old lane is told apart (TimerSlot::lane_generation).
@@ -109,12 +109,12 @@ struct LaneCore {
   std::atomic<std::thread::id> owner{};
   // The thread inside run_ready / wait_and_run (a flush running the lane
   // counts), or none: a second thread entering throws std::logic_error
-  // (lane.cpp, LaneEntry). One CAS per call: acquire to enter, release to
+  // (lanes.cpp, LaneEntry). One CAS per call: acquire to enter, release to
   // leave, so whatever one thread did in the lane (its consumer token, the
   // batch) happens-before the next thread's use.
   std::atomic<std::thread::id> runner{};
   // 1 while the lane's thread is inside run_ready (the Dekker pair with
-  // shutdown's stopped_: lane.cpp). Per lane: lanes' threads share no line.
+  // shutdown's stopped_: lanes.cpp). Per lane: lanes' threads share no line.
   std::atomic<std::uint32_t> runs_active{0};
   // The lane's own command-queue token and slot cache (a Producer's), for
   // calls made on the lane's thread (LaneToken, lane.cpp): the loop thread
@@ -130,7 +130,7 @@ struct LaneCore {
   unsigned shard = 0;
   // That wheel thread only: this pass's runs for the lane, handed over at its end.
   std::vector<Dispatch> batch;
-  bool in_use = false;  // a Lane holds it (RuntimeCore::lanes_mutex_)
+  bool in_use = false;  // a Lane holds it (Lanes::mutex_)
 };
 
 }  // namespace chime::detail

@@ -10,85 +10,33 @@
 #include <thread>
 #include <utility>
 
-#include "runtime_core.hpp"
+#include "producer_ops.hpp"
 
 namespace chime::detail {
 
-namespace {
-// The callback this thread is running, if any (worker_pool.cpp sets it):
-// its runtime and its id.
-thread_local const RuntimeCore* tls_running_callback_of = nullptr;
-thread_local TimerId tls_running_id;
-}  // namespace
-
-void set_running_callback(const RuntimeCore* core, TimerId id) noexcept {
-  tls_running_callback_of = core;
-  tls_running_id = id;
-}
-
-bool report_to_running_callback(std::exception_ptr e) noexcept {
-  if (tls_running_callback_of == nullptr) return false;
-  // The runtime's counters and on_error are safe to use from its callback.
-  const_cast<RuntimeCore*>(tls_running_callback_of)->report_callback_exception(tls_running_id, std::move(e));
-  return true;
-}
-
-bool RuntimeCore::in_callback() const noexcept { return tls_running_callback_of == this; }
-TimerId RuntimeCore::current_run() const noexcept { return in_callback() ? tls_running_id : TimerId{}; }
+ProducerOps::ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const std::atomic<bool>& stopped,
+                         std::atomic<std::uint64_t>& live, RuntimeCounters& counters, Shards& shards,
+                         const CommandPoster& poster, const TimerEnds& ends, const Runner& runner) noexcept
+    : config_(config),
+      slab_(slab),
+      stopped_(stopped),
+      live_(live),
+      counters_(counters),
+      shards_(shards),
+      poster_(poster),
+      ends_(ends),
+      runner_(runner),
+      due_limit_ns_(due_limit_for(config.start_ns)) {}
 
 // The slot an id names, or nullptr for the default id, an id from another
 // runtime, or a slot never handed out. The generation is the caller's to
 // check (it may change under it).
-TimerSlot* RuntimeCore::slot_of(TimerId id) const noexcept {
+TimerSlot* ProducerOps::slot_of(TimerId id) const noexcept {
   if (!id || id.runtime() != config_.tag) return nullptr;
   return slab_.find(id.slot());
 }
 
-namespace {
-// A thread's number, from a process-wide count, taken the first time the
-// thread needs a shard: threads spread over the shards round-robin, in the
-// order they first schedule. Relaxed: any spread will do.
-std::atomic<unsigned> next_thread_number{0};
-unsigned this_thread_number() noexcept {
-  thread_local const unsigned number = next_thread_number.fetch_add(1, std::memory_order_relaxed);
-  return number;
-}
-}  // namespace
-
-WheelThread& RuntimeCore::thread_shard() const noexcept {
-  if (single_shard_ != nullptr) return *single_shard_;
-  return *shards_[this_thread_number() % shards_.size()];
-}
-
-WheelThread& RuntimeCore::shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept {
-  if (single_shard_ != nullptr) return *single_shard_;
-  if (lane != nullptr) return *shards_[lane->shard];
-  if (token != nullptr) return *shards_[token->shard];
-  return thread_shard();
-}
-
-ProducerQueueToken* RuntimeCore::token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept {
-  return single_shard_ != nullptr || (token != nullptr && token->shard == s.index()) ? token : nullptr;
-}
-
-std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token() {
-  return make_token_on(next_shard_.fetch_add(1, std::memory_order_relaxed) % shards_.size());
-}
-
-std::unique_ptr<ProducerQueueToken> RuntimeCore::make_token_on(unsigned k) {
-  std::unique_ptr<ProducerQueueToken> token = shards_[k]->seam.commands.make_token();
-  token->shard = k;
-  return token;
-}
-
-void RuntimeCore::throw_if_in_callback(const char* what) const {
-  if (tls_running_callback_of == this) {
-    throw std::logic_error(std::string("chime::Runtime::") + what +
-                           " called from inside a timer callback: it would wait for itself");
-  }
-}
-
-void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
+void ProducerOps::check_due_in_range(const char* what, TimePoint due) const {
   const std::int64_t due_ns = due.time_since_epoch().count();
   // Relaxed: a stale limit is smaller (the wheel only advances), so the check
   // is conservative; the wheel accepts anything below the limit it publishes.
@@ -110,9 +58,9 @@ void RuntimeCore::check_due_in_range(const char* what, TimePoint due) const {
 
 // The wheel always accepts 2^num_bits - 1 intervals past its now's interval
 // (never fewer as it advances); producers get that much, up to the start of
-// the horizon interval (runtime.cpp): every due accepted is below it, so the
+// the horizon interval (runtime_config.cpp): every due accepted is below it, so the
 // wheel, which advances into the horizon interval and no further, fires it.
-std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
+std::int64_t ProducerOps::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
   const __int128 p = config_.precision.count();
   const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - config_.start_ns) / p;
   const __int128 key = std::min<__int128>(now_key + config_.max_offset_intervals, config_.horizon_key);
@@ -120,165 +68,11 @@ std::int64_t RuntimeCore::due_limit_for(std::int64_t wheel_now_ns) const noexcep
 }
 
 // Only ever grows: a CAS to the max. Relaxed: runtime_core.hpp, due_limit_ns_.
-void RuntimeCore::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
+void ProducerOps::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
   const std::int64_t limit = due_limit_for(wheel_now_ns);
   std::int64_t published = due_limit_ns_.load(std::memory_order_relaxed);
   while (published < limit && !due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
   }
-}
-
-namespace {
-// After this many commands posted to a shard since the last count-wake (by
-// any threads, counted kPostsPerLook at a time as each thread looks), a
-// poster wakes the shard's wheel thread if it sleeps, whatever the due
-// times: this bounds the queue (commands that need no earlier wake-up, such
-// as ADDs due later than the wheel's next alarm, would otherwise wait for
-// that alarm).
-constexpr std::uint32_t kPostsPerWake = 1024;
-static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake falls on a look");
-
-// Each thread's count of its posts to each shard, whatever it posts through
-// (the Runtime's calls, any number of Producers, made and dropped, a Lane,
-// a Timer): the queue's bound and the count-wake are per posting thread, so
-// the count is too. Two ways per set, by the shard's serial (the most
-// recent first): a thread that alternates among more than two shards whose
-// serials fall in one set (the serials of one Runtime's shards are
-// consecutive, so it takes 65 shards or three Runtimes made 32 apart)
-// starts over on the one it switches to, which only makes it look sooner
-// (a fresh entry looks at its first post).
-struct PostPacer {
-  static constexpr std::size_t kSets = 32;
-  struct Entry {
-    std::uint32_t serial = 0;  // ShardSeam::serial; 0: unused
-    std::uint32_t posts = 0;   // this thread's posts to it
-  };
-  std::array<Entry, 2 * kSets> entries{};
-
-  std::uint32_t& posts_to(const WheelThread& shard) noexcept {
-    Entry* set = &entries[2 * (shard.seam.serial % kSets)];
-    if (set[0].serial == shard.seam.serial) [[likely]]
-      return set[0].posts;
-    if (set[1].serial == shard.seam.serial) {
-      std::swap(set[0], set[1]);
-    } else {
-      set[1] = set[0];
-      set[0] = Entry{shard.seam.serial, 0};
-    }
-    return set[0].posts;
-  }
-};
-thread_local PostPacer tls_post_pacer;
-}  // namespace
-
-// Takes the wake-up of a sleeping wheel thread: true for exactly one caller
-// per sleep (the CAS moves the published bound to INT64_MIN, "awake"), who
-// must then call seam.wake.wake(). Relaxed: the CAS only elects the waker; the
-// ordering of the command against the sleeper's look at the queue is the
-// (P1)/(P2) fence pair.
-bool RuntimeCore::take_wake(WheelThread& shard) {
-  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
-  while (bound != INT64_MIN) {
-    if (shard.seam.wake_if_due_before_ns.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed))
-      return true;
-  }
-  return false;
-}
-
-// (P1) Post, then read the sleeper's bound; the wheel thread publishes the
-// bound, then looks at the queue (wheel_thread.cpp, (P2)). The seq_cst
-// fences make it impossible for both to miss the other: either the wheel
-// sees the command before sleeping, or we see its bound. We wake it only if
-// the timer's interval ends before the wheel's next wake-up (due_ns below
-// the bound, the start of the interval of its earliest alarm), and only if
-// no other producer took this sleep's wake-up first: a failed take means the
-// wheel is awake, or has published a newer bound after our fence, in which
-// case its look at the queue (after its (P2)) sees our command.
-void RuntimeCore::wake_after_post(WheelThread& shard, std::int64_t due_ns) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  wake_after_fence(shard, due_ns);
-}
-
-// The rest of wake_after_post, for a caller that has just made the (P1)
-// fence itself (schedule, whose fence also serves S1's pair with shutdown).
-//
-// The same per-thread count (PostPacer) paces the thread's looks at the
-// queue's depth (Overload, command_queue.hpp, QueueBound): at its first post
-// to the shard and then every kPostsPerLook posts, so the hot path keeps
-// one increment and one test. At each look the thread credits the shard's
-// count-wake with the kPostsPerLook posts it makes from there (in advance:
-// a thread that stops posting early has counted them all); the poster whose
-// credit reaches kPostsPerWake wakes the wheel thread if it sleeps.
-void RuntimeCore::wake_after_fence(WheelThread& shard, std::int64_t due_ns) {
-  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
-  if (due_ns < bound &&
-      shard.seam.wake_if_due_before_ns.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
-    shard.seam.wake.wake();
-  }
-  if ((tls_post_pacer.posts_to(shard)++ & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]]
-    look_and_credit(shard);
-}
-
-// A thread's look (wake_after_fence): the depth, then the credit. Relaxed:
-// see seam.posts_toward_wake (shard_seam.hpp). The credit that crosses
-// kPostsPerWake takes the count back to zero (credits racing it may be lost:
-// at most kPostsPerLook per thread, within the bound's allowance).
-void RuntimeCore::look_and_credit(WheelThread& shard) {
-  shard.seam.commands.bound().look(shard.seam.commands.size_approx());
-  if (!config_.wake_on_post_count) return;
-  const std::uint32_t before =
-      shard.seam.posts_toward_wake.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
-  if (before + QueueBound::kPostsPerLook < kPostsPerWake) return;
-  shard.seam.posts_toward_wake.store(0, std::memory_order_relaxed);
-  if (take_wake(shard)) shard.seam.wake.wake();
-}
-
-// For commands that must arrive (a re-arm, a reschedule to an earlier due):
-// out of memory, it retries until the queue can take it.
-void RuntimeCore::post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns) {
-  shard.seam.commands.push_retrying(c, token);
-  wake_after_post(shard, due_ns);
-}
-
-// A schedule that found the queue's over_bound flag set: a fresh look
-// decides (the wheel thread may have caught up since the flag was set; then
-// the look clears it and the schedule goes on). Refused: counted, and a
-// sleeping wheel thread is woken, so that a queue filled by posts that did
-// not need it earlier (far dues, posted since the last count-wake) is
-// drained without waiting for its next alarm (not on a ManualClock, where
-// only a flush or a due-now timer wakes it: clock.hpp). Only schedules are
-// refused: a cancel and a touch post nothing; a reschedule to an earlier due
-// has published its due (R2) before it posts, so refusing its command would
-// leave the timer firing at its old, later due while reporting success; a
-// periodic re-arm (F2) would silently end a timer that was accepted.
-void RuntimeCore::refuse_if_over_bound(WheelThread& shard) {
-  QueueBound& q = shard.seam.commands.bound();
-  const std::size_t depth = shard.seam.commands.size_approx();
-  if (!q.look(depth)) return;
-  q.count_refusal();
-  if (config_.wake_on_post_count && take_wake(shard)) shard.seam.wake.wake();
-  throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index()) +
-                      " holds " + std::to_string(depth) + " commands, max_queue_depth = " + std::to_string(q.bound()) +
-                      " (the wheel thread is behind; nothing accepted is dropped)");
-}
-
-// The timer's outcome is decided (a cancel won, its last run finished, or
-// shutdown swept it): it stops counting as pending, for stats() and for
-// max_pending, at once, even if its slot is freed later (a cancelled timer's
-// slot is reclaimed later, lazily, by the wheel thread). Exactly one
-// party calls this per accepted timer: whoever made the deciding transition
-// (after it; the worker ending a one-shot calls it just before F1, the only
-// transition left to the run, so no one sees Fired while it still counts).
-void RuntimeCore::end_timer() {
-  counters_.add(Counter::ended);
-  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
-}
-
-// The deciding transition was a cancel (C1-C4, or a sweep's): the timer is
-// counted as cancelled and ends (end_timer): capacity is free now, not when
-// the slot is reclaimed. Called once, by whoever made that transition.
-void RuntimeCore::end_cancelled_timer() {
-  counters_.add(Counter::cancelled);
-  end_timer();
 }
 
 // (K1, R3) The end of a cancel that won against Pending (C1) or Writing
@@ -292,7 +86,7 @@ void RuntimeCore::end_cancelled_timer() {
 // slot is the caller's to free, now (timer_state.hpp, "Who frees the slot");
 // its ADD will find it Cancelled or reused. A filed one is a zombie the
 // wheel thread (or the shutdown sweep) reclaims.
-void RuntimeCore::finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token) {
+void ProducerOps::finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token) {
   slot.task.reset();
   slot.word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
   if (!StateWord::filed(w)) free_unfiled(index, token);
@@ -303,7 +97,7 @@ void RuntimeCore::finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t 
 // are given back (nothing else names the slot: no ADD is queued). False if another thread
 // decided the timer first (shutdown's sweep, or a cancel by a guessed id):
 // then it counts as accepted and is settled by whoever decided it.
-bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending) {
+bool ProducerOps::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending) {
   std::uint64_t expected = pending;
   if (!slot.word.compare_exchange_strong(expected, StateWord::with_state(pending, SlotState::cancelled),
                                          std::memory_order_acq_rel)) {
@@ -323,7 +117,7 @@ bool RuntimeCore::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
 // or the shutdown sweep frees); the timer is not counted as accepted. False
 // if another thread decided the timer first (shutdown's sweep, the wheel
 // thread's claim, a cancel by a guessed id): accepted and settled by them.
-bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending,
+bool ProducerOps::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending,
                                   ProducerQueueToken* token) {
   std::uint64_t w = pending;
   // The wheel thread may have filed it meanwhile (A1 sets the filed bit):
@@ -334,7 +128,7 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
   }
   finish_cancel(slot, w, index, token);
   // relaxed: ours (the scheduler's own store, before S1).
-  if (StateWord::filed(w)) shard(slot.shard.load(std::memory_order_relaxed)).seam.lazy_cancels.add();
+  if (StateWord::filed(w)) shards_[slot.shard.load(std::memory_order_relaxed)]->seam.lazy_cancels.add();
   if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -343,7 +137,7 @@ bool RuntimeCore::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
 // (timer_state.hpp, "Who frees the slot"): into the caller's slot cache, so
 // its next schedule reuses it while its lines are warm on this core; without
 // a cache, to the shared free list.
-void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept {
+void ProducerOps::free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept {
   if (token != nullptr) {
     SlotCache& cache = token->slots;
     if (cache.count == SlotCache::kSize) slab_.return_cached(cache);  // a full cache goes back as one batch
@@ -369,15 +163,15 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 // is about 70 instructions fewer per schedule+cancel pair, callgrind);
 // reserve_schedule and commit_schedule are the out-of-line copies that
 // chime::Timer calls.
-[[gnu::always_inline]] inline RuntimeCore::ScheduleReservation RuntimeCore::reserve_schedule_inline(
+[[gnu::always_inline]] inline ProducerOps::ScheduleReservation ProducerOps::reserve_schedule_inline(
     TimePoint due, ProducerQueueToken* token, LaneCore* lane, std::size_t extra_pending) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
   check_due_in_range("schedule", due);
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
-  WheelThread& shard = shard_for(token, lane);
+  WheelThread& shard = shards_.shard_for(token, lane);
   if (shard.seam.commands.bound().over_bound()) [[unlikely]]
-    refuse_if_over_bound(shard);
+    poster_.refuse_if_over_bound(shard);
   if (config_.options.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
     // anything else.
@@ -400,7 +194,7 @@ void RuntimeCore::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 }
 
 // A reservation not committed: its slot (never published) and its count go back.
-void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
+void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   free_unfiled(r.index, r.token);
   if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -410,14 +204,14 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
 // of memory the ADD is retried until it is queued (as a re-arm's); else the
 // timer is taken back and std::bad_alloc thrown. StoppedError if shutdown
 // began meanwhile (the timer is withdrawn), unless shutdown already took it.
-[[gnu::always_inline]] inline TimerId RuntimeCore::commit_schedule_inline(const ScheduleReservation& r, TimePoint due,
+[[gnu::always_inline]] inline TimerId ProducerOps::commit_schedule_inline(const ScheduleReservation& r, TimePoint due,
                                                                           std::int64_t period_ns, Missed on_missed,
                                                                           Task&& task, LaneCore* lane,
-                                                                          std::uint32_t lane_generation,
-                                                                          bool must_post, std::uint8_t slack_code) {
+                                                                          std::uint32_t lane_generation, bool must_post,
+                                                                          std::uint8_t slack_code) {
   WheelThread& shard = *r.shard;
   ProducerQueueToken* const token = r.token;
-  ProducerQueueToken* const queue_token = token_for(shard, token);
+  ProducerQueueToken* const queue_token = shards_.token_for(shard, token);
   const std::uint32_t index = r.index;
   TimerSlot& slot = slab_[index];
   // We own the slot: it came from the free list (acquire) or is fresh.
@@ -465,12 +259,12 @@ void RuntimeCore::release_reservation(const ScheduleReservation& r) noexcept {
     counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
     return TimerId(index, g, config_.tag);
   }
-  wake_after_fence(shard, due_ns);
+  poster_.wake_after_fence(shard, due_ns);
   counters_.add(Counter::scheduled);
   return TimerId(index, g, config_.tag);
 }
 
-TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
+TimerId ProducerOps::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
                               ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation,
                               std::uint8_t slack_code) {
   const ScheduleReservation r = reserve_schedule_inline(due, token, lane, 0);
@@ -478,12 +272,12 @@ TimerId RuntimeCore::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
                                 slack_code);
 }
 
-RuntimeCore::ScheduleReservation RuntimeCore::reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
+ProducerOps::ScheduleReservation ProducerOps::reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                                                std::size_t extra_pending) {
   return reserve_schedule_inline(due, token, lane, extra_pending);
 }
 
-TimerId RuntimeCore::commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns,
+TimerId ProducerOps::commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns,
                                      Missed on_missed, Task&& task, LaneCore* lane, std::uint32_t lane_generation,
                                      bool must_post, std::uint8_t slack_code) {
   return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, must_post,
@@ -496,7 +290,7 @@ TimerId RuntimeCore::commit_schedule(const ScheduleReservation& r, TimePoint due
 // zombie sweep); one cancelled while handed to a worker is freed by that
 // worker when its start (B1) fails. *slot_out is the timer's slot when the
 // outcome is running or stopped_later_runs (for cancel_and_wait).
-RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** slot_out, ProducerQueueToken* token) {
+ProducerOps::CancelOutcome ProducerOps::decide_cancel(TimerId id, TimerSlot** slot_out, ProducerQueueToken* token) {
   TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return CancelOutcome::unknown;
   *slot_out = slot;
@@ -540,26 +334,26 @@ RuntimeCore::CancelOutcome RuntimeCore::decide_cancel(TimerId id, TimerSlot** sl
     // this generation's, or the CAS fails (timer_slab.hpp, `shard`).
     const unsigned shard_index = slot->shard.load(std::memory_order_relaxed);
     if (slot->word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      end_cancelled_timer();
+      ends_.end_cancelled_timer();
       const SlotState from = StateWord::state(w);
       if (from == SlotState::pending) finish_cancel(*slot, w, id.slot(), token);  // (K1): we own the task now
       // A filed one is a zombie the wheel thread reclaims; counted for the
       // sweep's estimate. (C2 on an unfiled timer: the rescheduler frees it.)
       if ((from == SlotState::pending || from == SlotState::writing) && StateWord::filed(w)) {
-        shard(shard_index).seam.lazy_cancels.add();
+        shards_[shard_index]->seam.lazy_cancels.add();
       }
       return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }
   }
 }
 
-bool RuntimeCore::cancel(TimerId id, ProducerQueueToken* token) {
+bool ProducerOps::cancel(TimerId id, ProducerQueueToken* token) {
   TimerSlot* slot = nullptr;
   const CancelOutcome o = decide_cancel(id, &slot, token);
   return o == CancelOutcome::won || o == CancelOutcome::stopped_later_runs;
 }
 
-CancelResult RuntimeCore::result_of(CancelOutcome o) noexcept {
+CancelResult ProducerOps::result_of(CancelOutcome o) noexcept {
   switch (o) {
     case CancelOutcome::won:
       return CancelResult::cancelled;
@@ -574,7 +368,7 @@ CancelResult RuntimeCore::result_of(CancelOutcome o) noexcept {
   return CancelResult::unknown;
 }
 
-CancelResult RuntimeCore::try_cancel(TimerId id) {
+CancelResult ProducerOps::try_cancel(TimerId id) {
   TimerSlot* slot = nullptr;
   return result_of(decide_cancel(id, &slot, nullptr));
 }
@@ -585,12 +379,12 @@ std::uint64_t pack_id(TimerId id) noexcept { return (std::uint64_t{id.slot()} <<
 }  // namespace
 #endif
 
-CancelResult RuntimeCore::cancel_and_wait(TimerId id) {
+CancelResult ProducerOps::cancel_and_wait(TimerId id) {
   TimerSlot* slot = nullptr;
   const CancelOutcome o = decide_cancel(id, &slot, nullptr);
   const CancelResult r = result_of(o);
   if (r != CancelResult::running) return r;
-  const TimerId self = current_run();
+  const TimerId self = runner_.current_run();
   if (self == id) return r;  // from its own callback: waiting would wait for itself
 #ifndef NDEBUG
   // The simplest deadlock: callbacks of X and Y each cancel_and_wait the
@@ -616,7 +410,7 @@ CancelResult RuntimeCore::cancel_and_wait(TimerId id) {
 // then futex-wait on the word's low half. The final acquire load pairs with
 // the release half of the worker's F1/F2/F3/F4, so the run's effects
 // happen-before we return.
-void RuntimeCore::wait_for_run_end(TimerSlot& slot, TimerId id) {
+void ProducerOps::wait_for_run_end(TimerSlot& slot, TimerId id) {
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   for (;;) {
     if (StateWord::generation(w) != id.generation() || !StateWord::run_in_progress(w)) return;
@@ -656,7 +450,7 @@ std::uint64_t past_writing(const TimerSlot& slot, std::uint64_t w, std::uint32_t
 // A seqlock read: the version in the word is bumped by every transition
 // that publishes a new due (R2, F2), so an unchanged word around the read of
 // `due` means the due belongs to that word.
-std::optional<TimePoint> RuntimeCore::pending_due(TimerId id) const noexcept {
+std::optional<TimePoint> ProducerOps::pending_due(TimerId id) const noexcept {
   const TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return std::nullopt;
   std::uint64_t w = slot->word.load(std::memory_order_acquire);
@@ -677,7 +471,7 @@ std::optional<TimePoint> RuntimeCore::pending_due(TimerId id) const noexcept {
 namespace {
 // Holds a lane's runs_active while a reschedule on the lane's thread takes a
 // run back from its ready queue (R4) and re-files it: the same Dekker pair
-// with shutdown's stopped_ as a batch of runs (lane.cpp, run_lane). Entered
+// with shutdown's stopped_ as a batch of runs (lanes.cpp, run_lane). Entered
 // (seq_cst increment, then seq_cst load of stopped_) only if shutdown has
 // not begun; then shutdown, which stores stopped_ (seq_cst) before it waits
 // for every lane's runs_active to be 0 (seq_cst), waits for us, and its
@@ -725,7 +519,7 @@ bool is_own_ready_run(const TimerSlot& slot, const LaneCore& lane) noexcept {
 
 // Takes the Handed word `w` to Writing with a new version (R4), so the record
 // in the ready queue no longer holds the claim and is skipped by whoever
-// dequeues it (worker_pool.cpp, run; lane.cpp, close_lane). True iff it did;
+// dequeues it (runner.cpp, run; lanes.cpp, close_lane). True iff it did;
 // `w` is then our Writing word, and we own the slot's fields as after R1.
 bool take_back_ready_run(TimerSlot& slot, std::uint64_t& w) noexcept {
   const std::uint32_t generation = StateWord::generation(w);
@@ -745,7 +539,7 @@ bool take_back_ready_run(TimerSlot& slot, std::uint64_t& w) noexcept {
 }
 }  // namespace
 
-bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane) {
+bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane) {
   check_due_in_range("reschedule", due);
   TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return false;
@@ -799,18 +593,18 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     // needed. Earlier: the wheel must re-file it now; so must a later due
     // that is already due now by this call's clock read (read only where it
     // is not the steady clock: due_now_reading).
-    WheelThread& own = shard(own_shard);
-    ProducerQueueToken* const queue_token = token_for(own, token);
+    WheelThread& own = *shards_[own_shard];
+    ProducerQueueToken* const queue_token = shards_.token_for(own, token);
     if (taken_back) {
-      post_and_wake(own, Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()), queue_token,
-                    due_ns);
+      poster_.post_and_wake(own, Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()),
+                            queue_token, due_ns);
     } else if (due_ns < old_due) {
-      post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()),
-                    queue_token, due_ns);
+      poster_.post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), due_now_reading()),
+                            queue_token, due_ns);
     } else if (const std::optional<std::int64_t> called_at = due_now_reading()) {  // not the steady clock
       if (due_ns <= *called_at) {
-        post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), called_at), queue_token,
-                      due_ns);
+        poster_.post_and_wake(own, Command::timer(CommandKind::reschedule, id.slot(), id.generation(), called_at),
+                              queue_token, due_ns);
       }
     }
     return true;
@@ -827,7 +621,7 @@ bool RuntimeCore::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   return false;
 }
 
-TimerState RuntimeCore::state(TimerId id) const noexcept {
+TimerState ProducerOps::state(TimerId id) const noexcept {
   const TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return TimerState::unknown;
   const std::uint64_t w = slot->word.load(std::memory_order_acquire);

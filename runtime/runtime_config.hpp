@@ -5,7 +5,7 @@
 // from the clock's first reading (the clock and its kind, the precision,
 // the wheel's start, the range the wheels accept, the default slack, the
 // runtime's tag). RuntimeCore (runtime_core.hpp) holds one by value and
-// fills it in its constructor (runtime.cpp), before any thread starts
+// fills it in its constructor (runtime_core.cpp), before any thread starts
 // (std::thread's start orders it for them); nothing writes it after, so
 // every thread reads it without synchronization. Each WheelThread
 // (wheel_thread.hpp) refers to its runtime's by const reference.
@@ -19,10 +19,15 @@
 
 namespace chime::detail {
 
+// The options as a runtime takes them: std::invalid_argument for a bad one
+// (naming it), shards = 0 replaced by CHIME_SHARDS or 1 (runtime.hpp).
+// runtime_config.cpp.
+RuntimeOptions validated(RuntimeOptions o);
+
 struct RuntimeConfig {
   enum class ClockKind { steady, manual, other };
 
-  // `validated_options`: as RuntimeCore's constructor checked them. runtime.cpp.
+  // `validated_options`: as validated() returns them. runtime_config.cpp.
   explicit RuntimeConfig(RuntimeOptions validated_options);
   // `clock` may point at `steady_clock`: never copied or moved.
   RuntimeConfig(const RuntimeConfig&) = delete;
@@ -41,9 +46,9 @@ struct RuntimeConfig {
   std::uint8_t fixed_slack_code;
   std::int64_t start_ns;
   std::int64_t max_offset_intervals;  // 2^num_bits - 1: the range the wheel always accepts
-  std::int64_t horizon_key;           // the last interval the wheel advances into (runtime.cpp, horizon_key)
+  std::int64_t horizon_key;           // the last interval the wheel advances into (runtime_config.cpp, horizon_key)
   std::int64_t max_wheel_now_ns;      // its start: the wheel's time never passes it
-  std::uint32_t tag;                  // this runtime's identity in its TimerIds (runtime.cpp, next_runtime_tag)
+  std::uint32_t tag;                  // this runtime's identity in its TimerIds (runtime_config.cpp, next_runtime_tag)
   bool wake_on_post_count;            // wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
 };
 

@@ -2,10 +2,11 @@
 // runtime/runtime_core.hpp: the runtime's shared state and the three roles
 // that act on it.
 //
-// What this is: everything behind chime::Runtime (a pimpl). Its members are
-// grouped by who may touch them:
-// - producer side (any thread): producer_ops.cpp: schedule, cancel,
-//   reschedule, state. They act on a slot's state word (timer_state.hpp) and
+// What this is: everything behind chime::Runtime (a pimpl): the state the
+// roles share, and one object per role, each holding references to the
+// pieces it needs:
+// - producer side (any thread): ProducerOps (producer_ops.hpp): schedule,
+//   cancel, reschedule, state. They act on a slot's state word (timer_state.hpp) and
 //   post commands (command_queue.hpp).
 // - the wheel threads, one per shard (wheel_thread.hpp, a WheelThread
 //   each: its wheel, command queue, wake signal and pass loop;
@@ -15,15 +16,17 @@
 //   the wheel-only fields of the slots it filed; drains its commands,
 //   advances its wheel, claims due timers (W1) and hands them to the
 //   workers.
-// - workers: worker_pool.cpp: run a claimed timer's task, then finish it (F1,
+// - workers: Runner (runner.hpp, which lanes and a wheel thread with
+//   workers = 0 use too): run a claimed timer's task, then finish it (F1,
 //   F2, F3) and count it.
-// - lifecycle (any thread but a callback): runtime.cpp: flush, drain,
+// - lanes' threads: Lanes (lanes.hpp): a lane's ready runs, its close.
+// - lifecycle (any thread but a callback): runtime_core.cpp: flush, drain,
 //   shutdown, stats.
 //
 // Read in this order: timer_state.hpp, timer_slab.hpp, command_queue.hpp,
 // wake_signal.hpp, wheel_thread_state.hpp, worker_pool.hpp, this file,
-// wheel_thread.hpp, producer_ops.cpp, wheel_thread.cpp, worker_pool.cpp,
-// runtime.cpp.
+// wheel_thread.hpp, producer_ops.hpp, producer_ops.cpp, wheel_thread.cpp, runner.cpp,
+// runtime_core.cpp.
 #pragma once
 
 #include <atomic>
@@ -42,12 +45,18 @@
 #include "chime/detail/assert.hpp"
 #include "chime/runtime.hpp"
 #include "chime/timing_wheel.hpp"
+#include "command_poster.hpp"
 #include "command_queue.hpp"
 #include "dispatch.hpp"
 #include "lane_core.hpp"
+#include "lanes.hpp"
+#include "producer_ops.hpp"
+#include "runner.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
+#include "shards.hpp"
 #include "slack.hpp"
+#include "timer_ends.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
 #include "wheel_thread.hpp"
@@ -69,10 +78,7 @@ extern thread_local RuntimeCore** tls_simulation_request;
 TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
                           ProducerQueueToken* token, LaneCore* lane = nullptr,
                           std::optional<Duration> slack = std::nullopt);
-// The callback this thread runs, if any (worker_pool.cpp sets it around
-// each run): its exception is reported as that run's. False outside a run.
-bool report_to_running_callback(std::exception_ptr e) noexcept;  // producer_ops.cpp
-// This thread's eventfd that a flush's completion writes (lane.cpp).
+// This thread's eventfd that a flush's completion writes (lanes.cpp).
 int lane_flush_notify_fd();
 
 // A blocking caller's wait for the wheel thread (flush, drain, shutdown).
@@ -228,121 +234,30 @@ class RuntimeCore {
   RuntimeCore(const RuntimeCore&) = delete;
   RuntimeCore& operator=(const RuntimeCore&) = delete;
 
-  // producer_ops.cpp. `token` may be null (the calling thread's implicit
-  // sub-queue). `lane_generation`: the generation of `lane` the caller
-  // expects (a Timer's, recorded when it was made); 0: the lane's current
-  // one (a Lane's own calls: it is alive).
-  // A caller's slack argument as a slot stores it (slack.hpp): throws
-  // std::invalid_argument, naming `what`, for a negative one.
-  std::uint8_t slack_code(std::optional<Duration> slack, const char* what) const {
-    return slack_code_of(slack, config_.precision, what);
-  }
-  // The same for a call that knows its delay (schedule_after, arm_after,
-  // sleep_for): without a slack, the runtime's default for that delay,
-  // measured in the call (slack.hpp).
-  std::uint8_t slack_code_after(std::optional<Duration> slack, Duration delay, const char* what) const {
-    return slack ? slack_code_of(slack, config_.precision, what) : runtime_slack_code(delay.count());
-  }
-  // The slack a timer `delay` ahead gets without one of its own, as a
-  // Duration (what slack_code_after files it by).
-  Duration default_slack(Duration delay) const noexcept {
-    if (config_.options.slack != Duration::zero()) return config_.options.slack;
-    return std::min(config_.precision, Duration(std::max(delay.count() >> kDefaultSlackShift, kDefaultSlackMinNs)));
-  }
-  // `slack_code`: the timer's slack (slack.hpp; slack_code_of checks a
-  // caller's argument).
-  TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
-                   LaneCore* lane = nullptr, std::uint32_t lane_generation = 0,
-                   std::uint8_t slack_code = SlackCode::runtime_default);
-  // schedule() in two steps, for a caller that must know the schedule will
-  // be accepted before it gives up something (chime::Timer's re-arm
-  // replaces its pending run only then). reserve_schedule throws what
-  // schedule throws before it takes a slot, and takes it; then exactly one
-  // of commit_schedule (throws only StoppedError, if shutdown began since)
-  // or release_reservation. `extra_pending`: timers the caller is about to
-  // end, by which max_pending may be exceeded until they have.
-  struct ScheduleReservation {
-    WheelThread* shard;
-    ProducerQueueToken* token;
-    std::uint32_t index;
-  };
-  ScheduleReservation reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
-                                       std::size_t extra_pending);
-  TimerId commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
-                          std::uint8_t slack_code);
-  void release_reservation(const ScheduleReservation& r) noexcept;
-
- private:
-  // producer_ops.cpp: their bodies, inlined into schedule().
-  ScheduleReservation reserve_schedule_inline(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
-                                              std::size_t extra_pending);
-  TimerId commit_schedule_inline(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
-                                 std::uint8_t slack_code);
-
- public:
-  bool cancel(TimerId id, ProducerQueueToken* token);
-  CancelResult try_cancel(TimerId id);
-  CancelResult cancel_and_wait(TimerId id);
-  // The due time of a pending timer (handed over but not started counts),
-  // or nullopt. Any thread. Lock-free (retries while a reschedule writes).
-  std::optional<TimePoint> pending_due(TimerId id) const noexcept;
   // Whether this runtime still exists (runtime.hpp): handles that may
   // outlive it keep a reference and check it before they touch the runtime.
   const std::shared_ptr<RuntimeAlive>& alive() const noexcept { return alive_; }
-  // True iff the calling thread is running a callback of this runtime.
-  bool in_callback() const noexcept;
-  // The id of the run the calling thread is in (of this runtime), or {}.
-  TimerId current_run() const noexcept;
   std::uint32_t tag() const noexcept { return config_.tag; }
-  // What schedule() would throw before it takes a slot: StoppedError after
-  // shutdown, std::out_of_range for a due beyond the wheel's range. For an
-  // arm that is carried out later (chime::Timer, during a run).
-  void check_schedulable(const char* what, TimePoint due) const {
-    if (stopped_.load(std::memory_order_acquire)) throw StoppedError(std::string("chime::") + what + " after shutdown");
-    check_due_in_range(what, due);
-  }
-  // `lane`: called through that Lane, whose ready runs a call on the lane's
-  // thread may take back (R4).
-  bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane = nullptr);
-  TimerState state(TimerId id) const noexcept;
   TimePoint now() const noexcept { return config_.clock->now(); }
 
-  // lane.cpp: lanes (chime::Lane). open_lane: a fresh or reused LaneCore
-  // (any thread); close_lane: cancels its pending and ready runs and gives
-  // it back (not concurrently with its run_ready); run_lane / wait_and_run:
-  // on the lane's thread.
-  LaneCore* open_lane();
-  void close_lane(LaneCore* lane);
-  std::size_t run_lane(LaneCore& lane, std::size_t max);
-  std::size_t wait_and_run(LaneCore& lane, TimePoint deadline);
-  // A callback's exception caught somewhere other than around the task call
-  // (a chime::Detached coroutine's body): counted and passed to on_error as
-  // the run's. On the thread of the run.
-  void report_callback_exception(TimerId id, std::exception_ptr e) noexcept;
+  // Lanes (chime::Lane; lanes.hpp).
+  Lanes& lanes() noexcept { return lanes_; }
+  // schedule, cancel, reschedule, state (producer_ops.hpp).
+  ProducerOps& producer_ops() noexcept { return producer_ops_; }
 
-  // runtime.cpp
+  // runtime_core.cpp
   void stop_workers();
   void stop_started_threads(unsigned started);  // a failed construction
   void flush();
   std::size_t drain();
   std::size_t shutdown(ShutdownMode mode);
   Stats stats() const;
-  // runtime_invariants.cpp: posts a check the wheel thread runs
+  // runtime_core.cpp: posts a check the wheel thread runs
   // (check_on_wheel) and throws std::logic_error with what it found.
   void check_invariants();
-  void post_request(WheelThread& shard, CommandKind kind, void* request);  // queues it and wakes the shard
-  // The same for flush and drain: out of memory for kOutOfMemoryTimeout,
-  // throws std::bad_alloc having queued nothing.
-  void post_request_or_throw(WheelThread& shard, CommandKind kind, void* request);
   void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
-  // A Producer's token: on the next shard, round-robin (design.md, "Shards").
-  std::unique_ptr<ProducerQueueToken> make_token();
-  // A token on shard k.
-  std::unique_ptr<ProducerQueueToken> make_token_on(unsigned k);
-  // A Producer goes away: its cached free slots go back to the free list.
-  void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
+  // The shards (shards.hpp): which one a post goes to; a Producer's token.
+  Shards& shards() noexcept { return shards_; }
   const Clock& clock() const noexcept { return *config_.clock; }
   Duration precision() const noexcept { return config_.precision; }
 
@@ -352,7 +267,7 @@ class RuntimeCore {
   // The one slab every shard files from and claims in.
   TimerSlab& slab() noexcept { return slab_; }
   // The hand-off queue the wheel threads enqueue claimed runs to; no
-  // threads: workers = 0, the wheel thread runs them (run_on_wheel_thread).
+  // threads: workers = 0, the wheel thread runs them (Runner::Place::wheel_thread).
   WorkerPool& pool() noexcept { return pool_; }
   // A test seam's runtime (simulation.hpp): no wheel thread, no workers.
   bool simulated() const noexcept { return simulated_; }
@@ -362,106 +277,19 @@ class RuntimeCore {
   // shutdown(cancel_pending) was called. Relaxed: the wheel thread fences
   // where the order matters (cancel_requested_, below).
   bool cancel_requested() const noexcept { return cancel_requested_.load(std::memory_order_relaxed); }
-  // After a shard's advance: raises due_limit_ns_ to the limit of a wheel
-  // at `wheel_now_ns`; never lowers it (producer_ops.cpp).
-  void raise_due_limit(std::int64_t wheel_now_ns) noexcept;
-  // workers = 0: the wheel thread runs its batch of claimed runs itself
-  // (worker_pool.cpp); a periodic's re-arm is filed at once.
-  std::size_t run_on_wheel_thread(const Dispatch* d, std::size_t n, RetiredSlots& retired) {
-    return run_batch(d, n, retired, RunPlace::wheel_thread);
-  }
-  // The slack of a timer that gave none (RuntimeOptions::slack when set,
-  // else proportional to `delay_ns`: slack.hpp).
-  std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
-    return config_.fixed_slack_code != SlackCode::runtime_default
-               ? config_.fixed_slack_code
-               : default_slack_code(delay_ns, config_.precision.count());
-  }
-  // lane.cpp: the slot's Lane was closed since it was scheduled.
-  bool lane_closed(const TimerSlot& slot) const noexcept;
-  // producer_ops.cpp: a timer ends cancelled (Counter::cancelled, then end_timer).
-  void end_cancelled_timer();
+  // Runs claimed timers (runner.hpp): workers = 0, the wheel thread runs
+  // its batch itself (Runner::Place::wheel_thread); a periodic's re-arm is
+  // filed at once. Also says whether the calling thread runs a callback.
+  Runner& runner() noexcept { return runner_; }
+  const Runner& runner() const noexcept { return runner_; }
+  // Ending a timer: its counts (timer_ends.hpp).
+  const TimerEnds& ends() const noexcept { return ends_; }
 
  private:
-  // The runtime clock's time read in a call that schedules or reschedules,
-  // by which the wheel thread judges "due now" (design.md): every clock but
-  // the steady one is read in the call, so on a ManualClock a timer's fate
-  // depends only on the order of the user's calls, never on when the wheel
-  // thread applies its command. On the steady clock the call does not read
-  // it (nullopt): the wheel thread's read at application is later, so its
-  // verdict is never earlier, and schedule_at keeps no clock read.
-  std::optional<std::int64_t> due_now_reading() const noexcept {
-    if (config_.clock_kind == ClockKind::steady) return std::nullopt;
-    return config_.clock->now().time_since_epoch().count();
-  }
-
-  // producer_ops.cpp
-  // What a cancel decided (one CAS, or none): cancel, try_cancel and
-  // cancel_and_wait read it their way.
-  enum class CancelOutcome {
-    won,                 // C1, C2 or C4: no run starts
-    stopped_later_runs,  // C3: a periodic run is in progress; no later run starts
-    running,             // a run is in progress; this call changed nothing
-    done,                // fired, finished or cancelled before
-    unknown,             // stale, foreign or default id
-  };
-  CancelOutcome decide_cancel(TimerId id, TimerSlot** slot, ProducerQueueToken* token);
-  static CancelResult result_of(CancelOutcome o) noexcept;
-  void wait_for_run_end(TimerSlot& slot, TimerId id);
-  TimerSlot* slot_of(TimerId id) const noexcept;
-  void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
-  std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
-  void post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns);
-  void refuse_if_over_bound(WheelThread& shard);  // throws CapacityError while its queue is at its bound
-  void wake_after_post(WheelThread& shard, std::int64_t due_ns);
-  void wake_after_fence(WheelThread& shard, std::int64_t due_ns);
-  void look_and_credit(WheelThread& shard);
-  bool take_wake(WheelThread& shard);
-  void end_timer();
-  bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
-  bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
-  void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
-  void finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token);  // K1, R3
-  void throw_if_in_callback(const char* what) const;
-
-  // Shards (wheel_thread.hpp; design.md, "Shards").
-  WheelThread& shard(unsigned k) const noexcept { return *shards_[k]; }
-  // The shard a post goes to: a lane's, else the token's (a Producer's), else
-  // the calling thread's (chosen once per thread, round-robin).
-  WheelThread& shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept;
-  WheelThread& thread_shard() const noexcept;
-  // The token to post through to `s`: a token bound to another shard's
-  // queue cannot be used (null: the calling thread's implicit sub-queue).
-  ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept;
-
-  // worker_pool.cpp. Where a batch runs: a periodic re-arm is filed
-  // directly on the wheel thread, posted as a command elsewhere; a worker or
-  // a lane wakes the wheel thread when a flush waits for runs.
-  enum class RunPlace { worker, wheel_thread, lane };
-  void worker_main();
-  // Returns how many callbacks ran (the rest were cancelled before they started).
-  std::size_t run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, RunPlace where);
-  bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
-           RunPlace where);
-  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, RunPlace where);
-  void count_completed(unsigned shard, std::uint64_t n);
-  // Counts a batch's runs in their shards' seam.completed (runs of one shard come in a row).
-  void count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread);
-
-  // simulation.cpp (a test seam: simulation.hpp). With simulated_, no
-  // thread is started: flush, drain and shutdown run the passes they wait
-  // for on the calling thread (simulate_until), and the calling thread
-  // counts as the wheel thread (on_wheel_thread).
-  friend class Simulation;
-  bool simulate_passes();  // one pass of every shard, in shard order: true iff any did something
-  void simulate_until(Completion& done, const ThreadLanes& lanes);
-  void simulate_until_stopped();
-
-  // lane.cpp
-  // False iff it gave up on a wheel thread out of memory (abandoned the request).
-  bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard,
-                          std::int64_t waiting_since);
-  ThreadLanes lanes_of_this_thread();
+  // A test seam (simulation.hpp). With simulated_, no thread is started:
+  // flush, drain and shutdown run the passes they wait for on the calling
+  // thread (Simulation::simulate_until), and the calling thread counts as
+  // the wheel thread (on_wheel_thread).
 
   // Configuration (runtime_config.hpp): fixed by the constructor.
   RuntimeConfig config_;
@@ -491,7 +319,7 @@ class RuntimeCore {
   //   before S1 and read, relaxed, by whoever posts for the timer (a
   //   reschedule, a re-arm) or counts its lazy cancel, as `lane` is
   //   (timer_slab.hpp).
-  // - due_limit_ns_: the constructor sets it, each shard's wheel thread
+  // - producer_ops_'s due_limit_ns_: its constructor sets it, each shard's wheel thread
   //   raises it (a CAS to the max) after each advance; schedule,
   //   reschedule and Timer's arm read it for the range check. Relaxed: it
   //   only grows, so a stale value is smaller and the check conservative.
@@ -501,7 +329,7 @@ class RuntimeCore {
   // - stopped_: shutdown stores it seq_cst, then fences before its sweep;
   //   a schedule fences (P1) after its ADD, then loads it: S1's Dekker pair
   //   (state-machine.md, "Shutdown vs producers still scheduling"); lanes
-  //   pair it with runs_active (lane.cpp); flush, drain, open_lane,
+  //   pair it with runs_active (lanes.cpp); flush, drain, open_lane,
   //   close_lane and check_schedulable read it (acquire) as an early out.
   // - cancel_requested_: shutdown(cancel_pending) stores it (seq_cst)
   //   before stopped_; the wheel thread loads it between command batches
@@ -526,14 +354,13 @@ class RuntimeCore {
   //   Timer, Lane and KeyedTimers load it (acquire) before they touch the
   //   runtime. A use after the destruction is ordered after it by the
   //   user's own synchronization; a use racing it is not detected.
-  // - pool_.handoff: see worker_pool.hpp. lanes_ is under lanes_mutex_;
+  // - pool_.handoff: see worker_pool.hpp. lanes_ keeps its LaneCores under its mutex (lanes.hpp);
   //   each LaneCore's atomics are argued in lane_core.hpp.
   //
   // config_ and the test seam's fields above are written by the
   // constructor before any thread starts (std::thread's start orders it for
   // them) and never after.
   TimerSlab slab_;
-  std::atomic<std::int64_t> due_limit_ns_;  // producers accept due < this; raised after each advance
   std::atomic<bool> stopped_{false};
   // shutdown(cancel_pending) was called: the wheel thread stops at once,
   // however many commands are queued (wheel_thread.cpp, run_pass).
@@ -548,21 +375,22 @@ class RuntimeCore {
   LatenessHistogram run_time_;
   std::shared_ptr<RuntimeAlive> alive_ = std::make_shared<RuntimeAlive>();
 
-  // Lanes (lane.cpp). lanes_ owns every LaneCore ever opened, for the
-  // runtime's life (slots and commands may name one after its Lane is gone);
-  // a closed one is reused.
-  std::mutex lanes_mutex_;
-  std::vector<std::unique_ptr<LaneCore>> lanes_;
-
   // The workers and their hand-off queue (worker_pool.hpp).
   WorkerPool pool_;
   // The shards (wheel_thread.hpp), in index order: made after the pool
   // (each holds a token on its hand-off queue), destroyed before it.
-  std::vector<std::unique_ptr<WheelThread>> shards_;
-  // shards_[0] when there is one shard, else null: the hot paths' shortcut
-  // (shard_for, token_for), set before any thread starts.
-  WheelThread* single_shard_ = nullptr;
-  std::atomic<unsigned> next_shard_{0};  // round-robin for Producers and Lanes; relaxed: any spread will do
+  Shards shards_;
+
+  // The roles' narrow views of the fields above (references only): ending
+  // a timer (timer_ends.hpp), posting to a shard (command_poster.hpp),
+  // running claimed timers (runner.hpp).
+  TimerEnds ends_{counters_, live_, config_.options.max_pending != 0};
+  CommandPoster poster_{config_.wake_on_post_count};
+  Runner runner_{config_, slab_, counters_, lateness_, run_time_, ends_, poster_, shards_};
+  // Lanes (lanes.hpp): every LaneCore ever opened, under its own mutex.
+  Lanes lanes_{config_, slab_, stopped_, shutdown_done_, shards_, runner_, ends_};
+  // The calls any thread makes on a timer (producer_ops.hpp).
+  ProducerOps producer_ops_{config_, slab_, stopped_, live_, counters_, shards_, poster_, ends_, runner_};
 };
 
 }  // namespace chime::detail

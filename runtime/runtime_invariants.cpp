@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSL-1.0
-// runtime/runtime_invariants.cpp: Runtime::check_invariants, the runtime's
-// own structural check (for tests and fuzzing).
+// runtime/runtime_invariants.cpp: WheelThread::check_on_wheel, the wheel
+// thread's half of Runtime::check_invariants, the runtime's own structural
+// check (for tests and fuzzing).
 //
-// The caller posts a CHECK request to each shard in turn; its wheel thread
+// The caller (RuntimeCore::check_invariants, runtime_core.cpp) posts a
+// CHECK request to each shard in turn; its wheel thread
 // runs check_on_wheel between two commands of a batch (wheel_thread.cpp,
 // apply_commands), where its own structures are whole: no alarm is between
 // the wheel and a list.
@@ -26,23 +28,6 @@
 #include "runtime_core.hpp"
 
 namespace chime::detail {
-
-void RuntimeCore::check_invariants() {
-  throw_if_in_callback("check_invariants");
-  if (stopped_.load(std::memory_order_acquire)) return;  // the wheel thread is gone, or going
-  for (auto& shard : shards_) {
-    CheckRequest request;
-    post_request_and_wait(*shard, CommandKind::check, &request, request.completion);
-    // A check posted as shutdown stopped the wheel thread is never run; one
-    // that ran signalled under the completion's mutex, so `failure` is read
-    // after it was written.
-    if (!request.completion.is_done()) return;
-    if (!request.failure.empty()) {
-      throw std::logic_error("chime::Runtime invariant (shard " + std::to_string(shard->index()) +
-                             "): " + request.failure);
-    }
-  }
-}
 
 namespace {
 const char* state_name(SlotState s) {
@@ -124,6 +109,4 @@ std::string WheelThread::check_on_wheel() {
 
 }  // namespace chime::detail
 
-namespace chime {
-void Runtime::check_invariants() { core_->check_invariants(); }
-}  // namespace chime
+namespace chime {}  // namespace chime

@@ -33,15 +33,15 @@ struct ShardSeam {
   // alarm (its wake-up time minus one precision). A due time before it needs
   // the wheel earlier. INT64_MIN while awake (or once a producer has taken
   // the wake: only one producer wakes it per sleep); INT64_MAX: no alarm.
-  // Relaxed, with the (P1)/(P2) seq_cst fences (producer_ops.cpp,
+  // Relaxed, with the (P1)/(P2) seq_cst fences (command_poster.cpp,
   // wake_after_post).
   std::atomic<std::int64_t> wake_if_due_before_ns{INT64_MIN};
   // A number no other shard of any Runtime in the process had (from 1, as
   // the shards are made): the key under which each posting thread counts
-  // its posts to this shard (producer_ops.cpp, PostPacer).
+  // its posts to this shard (command_poster.cpp, PostPacer).
   const std::uint32_t serial;
   // Posts to this queue counted towards the next count-wake, kPostsPerLook
-  // at a time, at each look (producer_ops.cpp, wake_after_fence). Relaxed:
+  // at a time, at each look (command_poster.cpp, wake_after_fence). Relaxed:
   // it only paces wake-ups; the command's visibility to the wheel thread is
   // the (P1)/(P2) fence pair's, not this count's.
   std::atomic<std::uint32_t> posts_toward_wake{0};
@@ -51,7 +51,7 @@ struct ShardSeam {
   // (F-W) fences pair it with waits_for_workers.
   std::atomic<std::uint64_t> completed{0};
   // The wheel thread stores it before it sleeps; workers and lanes read it
-  // (RuntimeCore::count_completed). Relaxed, with the (F-W) fences.
+  // (Runner::count_completed). Relaxed, with the (F-W) fences.
   std::atomic<bool> waits_for_workers{false};
   // The wheel thread stores it (release) as it returns; a blocked flush /
   // drain / close acquires it and stops waiting (Completion::wait).

@@ -16,31 +16,9 @@ namespace chime::detail {
 
 thread_local RuntimeCore** tls_simulation_request = nullptr;
 
-// One pass of this shard on the calling thread. Returns true iff it did
-// something (see Simulation::run_one_pass). After the pass that stops the
-// shard, does what the wheel thread does as it exits.
-bool WheelThread::simulate_pass() {
-  if (!wt().running) return false;
-  const bool queued = seam.commands.size_approx() != 0;  // exact: nothing runs concurrently
-  const std::uint64_t dispatched = wt().dispatched;
-  bool busy = false;
-  const PassEnd end = run_pass(busy);
-  if (end == PassEnd::stopped) {
-    wt().retired->flush();
-    seam.exited.store(true, std::memory_order_release);
-    return true;
-  }
-  // The overdue list is work only for a pass that may fire: on a ManualClock
-  // between flushes it waits for the next flush.
-  return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched ||
-         (may_fire() && !wt().overdue.empty());
-}
-
-// One pass of every shard still running, in shard order (a fixed order: a
-// run replays exactly). True iff any did something.
-bool RuntimeCore::simulate_passes() {
+bool Simulation::simulate_passes(const Shards& shards) {
   bool any = false;
-  for (auto& shard : shards_) any = shard->simulate_pass() || any;
+  for (const auto& shard : shards) any = shard->simulate_pass() || any;
   return any;
 }
 
@@ -48,16 +26,16 @@ bool RuntimeCore::simulate_passes() {
 // thread's lanes between them) until `done` is signalled. Three rounds in a
 // row with nothing to do and no lane run means it never will be (a run
 // waits on a lane no one runs here): std::logic_error, not a hang.
-void RuntimeCore::simulate_until(Completion& done, const ThreadLanes& lanes) {
+void Simulation::simulate_until(Completion& done, const ThreadLanes& lanes, const Shards& shards, Lanes& all_lanes) {
   int idle = 0;
   for (;;) {
     std::size_t ran = 0;
-    for (std::size_t i = 0; i < lanes.size(); ++i) ran += run_lane(*lanes[i], SIZE_MAX);
+    for (std::size_t i = 0; i < lanes.size(); ++i) ran += all_lanes.run_lane(*lanes[i], SIZE_MAX);
     if (done.is_done()) return;
     bool running = false;
-    for (auto& shard : shards_) running = running || shard->wt().running;
+    for (const auto& shard : shards) running = running || shard->wt().running;
     if (!running) return;
-    if (simulate_passes() || ran != 0) {
+    if (simulate_passes(shards) || ran != 0) {
       idle = 0;
     } else if (++idle == 3) {
       throw std::logic_error(
@@ -69,8 +47,8 @@ void RuntimeCore::simulate_until(Completion& done, const ThreadLanes& lanes) {
 // shutdown() on a simulated runtime: passes until every shard's stop
 // request (queued by shutdown) is served, or at once after
 // shutdown(cancel_pending).
-void RuntimeCore::simulate_until_stopped() {
-  for (auto& shard : shards_) {
+void Simulation::simulate_until_stopped(const Shards& shards) {
+  for (const auto& shard : shards) {
     while (shard->wt().running) shard->simulate_pass();
   }
 }
@@ -89,10 +67,10 @@ Simulation::Simulation(RuntimeOptions options) {
 }
 
 bool Simulation::run_one_pass() {
-  if (core_->in_callback()) {
+  if (core_->runner().in_callback()) {
     throw std::logic_error("chime::detail::Simulation::run_one_pass called from inside a timer callback");
   }
-  return core_->simulate_passes();
+  return simulate_passes(core_->shards());
 }
 
 std::size_t Simulation::run_until_idle() {

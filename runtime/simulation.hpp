@@ -48,6 +48,10 @@
 namespace chime::detail {
 
 class RuntimeCore;
+class Shards;
+class Lanes;
+struct Completion;
+struct ThreadLanes;
 
 class Simulation {
  public:
@@ -69,6 +73,17 @@ class Simulation {
   bool run_one_pass();
   // Passes until one returns false; returns how many passes did something.
   std::size_t run_until_idle();
+
+  // What a simulated runtime (RuntimeCore::simulated) runs on the calling
+  // thread. One pass of every shard, in shard order: true iff any did
+  // something.
+  static bool simulate_passes(const Shards& shards);
+  // Passes, and runs of the calling thread's `lanes`, until `done` is
+  // signalled or every shard has stopped; throws std::logic_error if three
+  // rounds in a row do nothing (a flush waits for runs nobody makes).
+  static void simulate_until(Completion& done, const ThreadLanes& lanes, const Shards& shards, Lanes& all_lanes);
+  // Passes until every shard has stopped (shutdown).
+  static void simulate_until_stopped(const Shards& shards);
 
  private:
   std::optional<Runtime> runtime_;

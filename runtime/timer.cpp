@@ -121,7 +121,8 @@ struct TimerHandleState {
   void schedule_locked(const Arm& a) {
     stopped = true;
     check_lane("arm");
-    current = rt.schedule(a.due, a.period_ns, a.on_missed, trampoline(), nullptr, lane, lane_generation, a.slack_code);
+    current = rt.producer_ops().schedule(a.due, a.period_ns, a.on_missed, trampoline(), nullptr, lane, lane_generation,
+                                         a.slack_code);
     periodic = a.period_ns != 0;
     slack_code = a.slack_code;
     stopped = false;
@@ -144,24 +145,26 @@ struct TimerHandleState {
       return;
     }
     // A run to replace: pending (one-shot), or pending or running (periodic).
-    const TimerState now = current && !stopped ? rt.state(current) : TimerState::unknown;
+    const TimerState now = current && !stopped ? rt.producer_ops().state(current) : TimerState::unknown;
     const bool replaces = now == TimerState::pending || (periodic && now == TimerState::running);
     // The fast path: a pending one-shot moved to the new due in place (a
     // later due posts no command). Throws std::out_of_range for a due
     // beyond the range, leaving the timer as it was.
     // (Only with the same slack: a reschedule keeps the timer's.)
-    if (replaces && !periodic && a.period_ns == 0 && a.slack_code == slack_code && rt.reschedule(current, a.due, nullptr)) {
+    if (replaces && !periodic && a.period_ns == 0 && a.slack_code == slack_code &&
+        rt.producer_ops().reschedule(current, a.due, nullptr)) {
       return;
     }
     // The run it replaces ends below (or has already): max_pending may be
     // exceeded by it meanwhile.
-    const RuntimeCore::ScheduleReservation r = rt.reserve_schedule(a.due, nullptr, lane, replaces ? 1 : 0);
+    const ProducerOps::ScheduleReservation r =
+        rt.producer_ops().reserve_schedule(a.due, nullptr, lane, replaces ? 1 : 0);
     if (current) {
-      const CancelResult c = rt.try_cancel(current);
+      const CancelResult c = rt.producer_ops().try_cancel(current);
       if (c == CancelResult::running && last_run != current) {
         // Started (B1), but the trampoline has not entered yet: it will run
         // the deferred arm when it returns.
-        rt.release_reservation(r);
+        rt.producer_ops().release_reservation(r);
         defer_locked(a);
         return;
       }
@@ -169,17 +172,17 @@ struct TimerHandleState {
     stopped = true;
     // Only shutdown, begun since the reservation, can refuse it now: the
     // Timer is then disarmed, as shutdown would have left it.
-    current = rt.commit_schedule(r, a.due, a.period_ns, a.on_missed, trampoline(), lane, lane_generation, true,
-                                 a.slack_code);
+    current = rt.producer_ops().commit_schedule(r, a.due, a.period_ns, a.on_missed, trampoline(), lane, lane_generation,
+                                                true, a.slack_code);
     periodic = a.period_ns != 0;
     slack_code = a.slack_code;
     stopped = false;
   }
 
   void defer_locked(const Arm& a) {
-    rt.check_schedulable("Timer::arm", a.due);
+    rt.producer_ops().check_schedulable("Timer::arm", a.due);
     // A periodic timer whose run is in progress runs no more (C3).
-    if (current && periodic && !stopped) rt.cancel(current, nullptr);
+    if (current && periodic && !stopped) rt.producer_ops().cancel(current, nullptr);
     stopped = true;
     deferred = a;
   }
@@ -276,18 +279,18 @@ void Timer::check_armable(const char* what) const {
 
 void Timer::arm_at(TimePoint due, std::optional<Duration> slack) {
   check_armable("arm_at");
-  state_->arm({due, 0, Missed::skip, state_->rt.slack_code(slack, "Timer::arm_at")});
+  state_->arm({due, 0, Missed::skip, state_->rt.producer_ops().slack_code(slack, "Timer::arm_at")});
 }
 
 void Timer::arm_after(Duration delay, std::optional<Duration> slack) {
   check_armable("arm_after");
-  const std::uint8_t slack_code = state_->rt.slack_code_after(slack, delay, "Timer::arm_after");
+  const std::uint8_t slack_code = state_->rt.producer_ops().slack_code_after(slack, delay, "Timer::arm_after");
   state_->arm({detail::saturating_after(state_->rt.now(), delay), 0, Missed::skip, slack_code});
 }
 
 void Timer::arm_every(Duration period, PeriodicOptions options, std::optional<Duration> slack) {
   check_armable("arm_every");
-  const std::uint8_t slack_code = state_->rt.slack_code(slack, "Timer::arm_every");
+  const std::uint8_t slack_code = state_->rt.producer_ops().slack_code(slack, "Timer::arm_every");
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime::Timer::arm_every needs a positive period, got " +
                                 std::to_string(period.count()) + " ns");
@@ -302,7 +305,7 @@ bool Timer::disarm() {
   bool prevented = state_->deferred.has_value();
   state_->deferred.reset();
   if (state_->current && !state_->stopped) {
-    prevented = state_->rt.cancel(state_->current, nullptr) || prevented;
+    prevented = state_->rt.producer_ops().cancel(state_->current, nullptr) || prevented;
     state_->stopped = true;
   }
   return prevented;
@@ -322,8 +325,8 @@ CancelResult Timer::disarm_and_wait() {
   }
   // Outside the lock: the run we wait for takes it when it returns. From the
   // Timer's own callback, cancel_and_wait does not wait for that run.
-  const CancelResult r = current ? state_->rt.cancel_and_wait(current) : CancelResult::done;
-  if (last_run && last_run != current) state_->rt.cancel_and_wait(last_run);
+  const CancelResult r = current ? state_->rt.producer_ops().cancel_and_wait(current) : CancelResult::done;
+  if (last_run && last_run != current) state_->rt.producer_ops().cancel_and_wait(last_run);
   return had_deferred ? CancelResult::cancelled : r;
 }
 
@@ -332,7 +335,7 @@ bool Timer::armed() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->deferred) return true;
   if (!state_->current || state_->stopped) return false;
-  const TimerState s = state_->rt.state(state_->current);
+  const TimerState s = state_->rt.producer_ops().state(state_->current);
   return s == TimerState::pending || (s == TimerState::running && state_->periodic);
 }
 
@@ -341,7 +344,7 @@ std::optional<TimePoint> Timer::due() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->deferred) return state_->deferred->due;
   if (!state_->current || state_->stopped) return std::nullopt;
-  return state_->rt.pending_due(state_->current);
+  return state_->rt.producer_ops().pending_due(state_->current);
 }
 
 TimerId Timer::id() const {

@@ -7,7 +7,7 @@
 // holding a TimerId (producers: cancel, reschedule, state), the wheel thread
 // (claim for a run, re-file), the workers (finish a run). The transitions are
 // made only by the functions named in the table (producer_ops.cpp,
-// wheel_thread.cpp, worker_pool.cpp, and runtime.cpp for X1); every
+// wheel_thread.cpp, runner.cpp, and runtime_core.cpp for X1); every
 // precondition is checked with CHIME_ASSERT in debug and sanitizer builds.
 //
 // Word layout:   [ generation : 32 ][ version : 24 ][ periodic : 1 ][ waiter : 1 ][ filed : 1 ][ state : 5 ]

@@ -75,7 +75,7 @@
 // B is the last interval boundary before W (W: the earliest alarm's
 // next_alarm_fires_at, or at most kLingerNs from now while commands keep
 // coming): a timer due before B needs the wheel earlier; one due at or after
-// it is filed at W soon enough, so it does not wake it (producer_ops.cpp).
+// it is filed at W soon enough, so it does not wake it (command_poster.cpp).
 //
 // Out of memory: the wheel thread never dies of a failed allocation, and
 // never waits for memory. Everything a step may add to a list or to the
@@ -376,7 +376,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
 
 // The pass's clock read: the runtime clock, never behind the wheel (a clock
 // must not go backwards; the wheel never moves back) and never past the
-// horizon (runtime.cpp, horizon_key).
+// horizon (runtime_config.cpp, horizon_key).
 std::int64_t WheelThread::pass_clock() {
   const std::int64_t wheel_now = wt().wheel.now().time_since_epoch().count();
   // A manual clock: the reading of the latest flush, not the clock's time now.
@@ -741,7 +741,7 @@ void WheelThread::apply(const Command& c) {
               continue;
             }
             slot.wheel.filed_generation.store(c.generation, std::memory_order_relaxed);
-            if (slot.lane.load(std::memory_order_relaxed) != nullptr && core_.lane_closed(slot)) [[unlikely]] {
+            if (slot.lane.load(std::memory_order_relaxed) != nullptr && Lanes::lane_closed(slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
             }
@@ -799,7 +799,7 @@ void WheelThread::apply(const Command& c) {
   }
 }
 
-// The wheel-side half of an inline re-arm (RuntimeCore::end_run on the
+// The wheel-side half of an inline re-arm (Runner::end_run on the
 // wheel thread, workers = 0): the run's F2 already set the filed bit, so
 // this is what A1 (apply) does after its CAS. filed_generation is ours to
 // write (relaxed, as every access: it only tells a shard whether it filed
@@ -832,7 +832,7 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
     // fires, consider() sees the due is still ahead and files it again, as
     // for any due pushed later; it never runs early. bound - 1 >= now: the
     // wheel never advances past the horizon interval, where the bound is
-    // still the next interval's start (runtime.cpp, horizon_key).
+    // still the next interval's start (runtime_config.cpp, horizon_key).
     slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
   } else if (due > now) {
     // At its fire time (slack), within the wheel's range: the earlier of
@@ -865,7 +865,7 @@ __int128 WheelThread::fire_time(const TimerSlot& slot, std::int64_t due, bool at
       }
       delay = static_cast<std::int64_t>(std::min<__int128>(static_cast<__int128>(due) - now, INT64_MAX));
     }
-    code = core_.runtime_slack_code(delay);
+    code = core_.producer_ops().runtime_slack_code(delay);
   }
   if (code == SlackCode::interval_rule) {
     // The last nanosecond of its interval: it runs when the interval ends.
@@ -962,7 +962,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     // Each shard raises it to its own wheel's limit, and one behind the
     // others files a due beyond its range at the last time it accepts
     // (file()).
-    core_.raise_due_limit(wt().wheel.now().time_since_epoch().count());
+    core_.producer_ops().raise_due_limit(wt().wheel.now().time_since_epoch().count());
   }
   if (!wt().advance_cut_short) fire_past_due();
   if (config_.manual()) merge_fired_into_overdue();
@@ -1224,14 +1224,14 @@ void WheelThread::hand_over() {
   const std::size_t n = s.dispatch_batch.size();
   if (n == 0) return;
   if (core_.pool().threads.empty()) {
-    // A periodic run re-armed here is filed at once (RuntimeCore::end_run,
+    // A periodic run re-armed here is filed at once (Runner::end_run,
     // refile_rearmed_inline): room for it first.
     if (!make_wheel_room(n) || !make_room(s.overdue, n)) [[unlikely]] {
       s.pass_out_of_memory = true;
       return;
     }
     s.dispatched += n;
-    core_.run_on_wheel_thread(s.dispatch_batch.data(), n, *s.retired);
+    core_.runner().run_batch(s.dispatch_batch.data(), n, *s.retired, Runner::Place::wheel_thread);
   } else {
     const std::size_t done =
         enqueue_in_blocks(core_.pool().handoff, *s.handoff_token, s.handoff_tail, s.dispatch_batch.data(), n);
@@ -1470,4 +1470,138 @@ void WheelThread::sleep(bool busy) {
   seam.wake_if_due_before_ns.store(INT64_MIN, std::memory_order_relaxed);
 }
 
+// ---- Closing a lane (lanes.cpp, close_lane) ----
+
+// (L1, L2) Wheel thread: a timer of a closed lane, filed or being filed
+// (Pending, or a reschedule or cancel in flight) or just claimed by us
+// (Handed, L2): Cancelled, counted, task destroyed, slot freed. If a
+// producer's cancel won first, only the freeing is ours.
+void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
+  // A reschedule or cancel in flight settles first, and again after a failed CAS.
+  for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
+    const SlotState s = StateWord::state(w);
+    if (s == SlotState::cancelled) {
+      if (slot.task) {
+        slot.task.reset();  // C4 while we held the claim: the holder frees it
+        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
+        slot.wheel.alarm = {};
+        wt().retired->add(index);
+      } else {
+        reclaim(slot, index);  // a zombie (C1/K1 or C2/R3)
+      }
+      return;
+    }
+    CHIME_ASSERT(s == SlotState::pending || s == SlotState::handed, "a closed lane's timer the wheel holds");
+    // acq_rel: acquire for the task (destroyed here); release so a reader of
+    // Cancelled sees the timer settled.
+    if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+      core_.ends().end_cancelled_timer();
+      slot.task.reset();
+      slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
+      slot.wheel.alarm = {};
+      wt().retired->add(index);
+      return;
+    }
+  }
+}
+
+// Wheel thread, serving a close_lane command: cancels every timer of the
+// closed lane that is filed (in the wheel or on the overdue list).
+void WheelThread::close_lane_on_wheel(LaneCore* lane) {
+  wt().sweep_buffer.clear();
+  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
+    const std::uint32_t index = wt().wheel.value(a);
+    if (core_.slab()[index].lane.load(std::memory_order_relaxed) == lane && Lanes::lane_closed(core_.slab()[index])) {
+      // Out of memory, one not listed is cancelled when its alarm comes up (L2).
+      try {
+        wt().sweep_buffer.push_back(index);
+      } catch (const std::bad_alloc&) {
+      }
+    }
+  });
+  for (std::uint32_t index : wt().sweep_buffer) {
+    TimerSlot& slot = core_.slab()[index];
+    wt().wheel.remove(slot.wheel.alarm);
+    cancel_for_closed_lane(slot, index);
+  }
+  std::size_t kept = 0;
+  for (std::uint32_t index : wt().overdue) {
+    TimerSlot& slot = core_.slab()[index];
+    if (slot.lane.load(std::memory_order_relaxed) == lane && Lanes::lane_closed(slot)) {
+      cancel_for_closed_lane(slot, index);
+    } else {
+      wt().overdue[kept++] = index;
+    }
+  }
+  wt().overdue.resize(kept);
+  cancel_held_runs_of(lane);
+  wt().retired->flush();
+}
+
+// Runs of a closing lane that this wheel thread claimed but holds (out of
+// memory, never handed over: hand_over) are cancelled as its ready runs
+// are (L3), so none reaches the lane's core once another Lane reuses it. A
+// record whose claim no longer holds (R4 took the run back) is stale:
+// dropped.
+void WheelThread::cancel_held_runs_of(LaneCore* lane) {
+  WheelThreadState& s = wt();
+  const auto cancel_held = [&](const Dispatch& d) {
+    TimerSlot& slot = core_.slab()[d.slot];
+    std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    if (!StateWord::holds_claim(w, d.generation, d.version)) return;
+    while (StateWord::state(w) != SlotState::cancelled) {  // C4 (or shutdown's X2) won: we only free it
+      CHIME_ASSERT(StateWord::state(w) == SlotState::handed, "a held run is handed or cancelled");
+      // (L3) acq_rel, as C4.
+      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+        core_.ends().end_cancelled_timer();
+        break;
+      }
+    }
+    slot.task.reset();
+    s.retired->add(d.slot);
+  };
+  if (!lane->batch.empty()) [[unlikely]] {
+    for (const Dispatch& d : lane->batch) cancel_held(d);
+    lane->batch.clear();
+    s.touched_lanes.erase(std::remove(s.touched_lanes.begin(), s.touched_lanes.end(), lane), s.touched_lanes.end());
+  }
+  std::size_t kept = 0;
+  for (const Dispatch& d : s.lane_spill) {
+    const TimerSlot& slot = core_.slab()[d.slot];
+    if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
+    if (slot.lane.load(std::memory_order_relaxed) == lane) {
+      cancel_held(d);
+    } else {
+      s.lane_spill[kept++] = d;
+    }
+  }
+  s.lane_spill.resize(kept);
+}
+
+// ---- A simulated runtime's pass (simulation.hpp) ----
+
+// One pass of this shard on the calling thread. Returns true iff it did
+// something (see Simulation::run_one_pass). After the pass that stops the
+// shard, does what the wheel thread does as it exits.
+bool WheelThread::simulate_pass() {
+  if (!wt().running) return false;
+  const bool queued = seam.commands.size_approx() != 0;  // exact: nothing runs concurrently
+  const std::uint64_t dispatched = wt().dispatched;
+  bool busy = false;
+  const PassEnd end = run_pass(busy);
+  if (end == PassEnd::stopped) {
+    wt().retired->flush();
+    seam.exited.store(true, std::memory_order_release);
+    return true;
+  }
+  // The overdue list is work only for a pass that may fire: on a ManualClock
+  // between flushes it waits for the next flush.
+  return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched ||
+         (may_fire() && !wt().overdue.empty());
+}
+
+// One pass of every shard still running, in shard order (a fixed order: a
+// run replays exactly). True iff any did something.
 }  // namespace chime::detail

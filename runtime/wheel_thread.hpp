@@ -90,15 +90,15 @@ class WheelThread {
   PassEnd run_pass(bool& busy);
   // The deterministic simulation's pass (simulation.cpp): true iff it did something.
   bool simulate_pass();
-  // close_lane on this shard's wheel thread (lane.cpp): cancels the lane's filed timers.
+  // close_lane (lanes.cpp) on this shard's wheel thread: cancels the lane's filed timers.
   void close_lane_on_wheel(LaneCore* lane);
   void cancel_held_runs_of(LaneCore* lane);
-  // (L1, L2) lane.cpp: a timer of a closed lane that this shard holds.
+  // (L1, L2) a timer of a closed lane that this shard holds.
   void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
   // runtime_invariants.cpp: the first broken invariant of this shard, or empty.
   std::string check_on_wheel();
   // A periodic's next run, re-armed inline on this wheel thread (workers =
-  // 0: RuntimeCore::end_run, after its F2 set the filed bit, outside any
+  // 0: Runner::end_run, after its F2 set the filed bit, outside any
   // wheel iteration): files it now, as the REARM's A1 would. On the wheel
   // thread only (wt()).
   void refile_rearmed_inline(std::uint32_t index, TimerSlot& slot, std::uint32_t generation);

@@ -2,7 +2,7 @@
 // runtime/worker_pool.hpp: what the workers share with the wheel thread.
 //
 // What this is: the hand-off queue and the worker threads (runtime_core.hpp
-// holds one; worker_pool.cpp runs the workers). The queue is the seam
+// holds one; runner.cpp runs the workers). The queue is the seam
 // between the wheel thread and the workers: the wheel thread is its only
 // producer (bulk enqueues with its token, WheelThreadState::handoff_token),
 // workers its consumers. A Dispatch record carries everything a run needs

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
-// runtime/worker_pool.cpp: the workers, and what happens around one run.
+// runtime/runner.cpp: the workers' loop, and what happens around one run
+// (runner.hpp).
 //
 // Who runs what: the wheel thread claims timers (W1: Handed) and hands their
 // Dispatch records to the pool in one bulk enqueue per pass through a
@@ -44,11 +45,38 @@
 #include <chrono>
 #include <thread>
 
-#include "runtime_core.hpp"
+#include "runner.hpp"
 
 namespace chime::detail {
 
-void set_running_callback(const RuntimeCore* core, TimerId id) noexcept;  // producer_ops.cpp
+namespace {
+// The callback this thread is running, if any (run sets it): its runtime's
+// Runner and its id.
+thread_local const Runner* tls_running_callback_of = nullptr;
+thread_local TimerId tls_running_id;
+
+void set_running_callback(const Runner* runner, TimerId id) noexcept {
+  tls_running_callback_of = runner;
+  tls_running_id = id;
+}
+}  // namespace
+
+bool report_to_running_callback(std::exception_ptr e) noexcept {
+  if (tls_running_callback_of == nullptr) return false;
+  // The runtime's counters and on_error are safe to use from its callback.
+  tls_running_callback_of->report_callback_exception(tls_running_id, std::move(e));
+  return true;
+}
+
+bool Runner::in_callback() const noexcept { return tls_running_callback_of == this; }
+TimerId Runner::current_run() const noexcept { return in_callback() ? tls_running_id : TimerId{}; }
+
+void Runner::throw_if_in_callback(const char* what) const {
+  if (in_callback()) {
+    throw std::logic_error(std::string("chime::Runtime::") + what +
+                           " called from inside a timer callback: it would wait for itself");
+  }
+}
 
 namespace {
 // Records a worker takes per dequeue: enough to amortize the dequeue and the
@@ -57,35 +85,35 @@ namespace {
 constexpr std::size_t kWorkerBatch = 8;
 }  // namespace
 
-void RuntimeCore::worker_main() {
-  moodycamel::ConsumerToken token(pool_.handoff);
+void Runner::worker_main(WorkerPool& pool) {
+  moodycamel::ConsumerToken token(pool.handoff);
   RetiredSlots retired(slab_);
   Dispatch batch[kWorkerBatch];
   for (;;) {
-    const std::size_t n = pool_.handoff.wait_dequeue_bulk(token, batch, kWorkerBatch);
+    const std::size_t n = pool.handoff.wait_dequeue_bulk(token, batch, kWorkerBatch);
     // Stop records come after every run (same producer token: FIFO), so
     // they end their batch. One is ours; any others we took belong to the
     // other workers: put them back.
     std::size_t runs = n;
     while (runs != 0 && (batch[runs - 1].flags & Dispatch::stop) != 0) --runs;
-    run_batch(batch, runs, retired, RunPlace::worker);
+    run_batch(batch, runs, retired, Place::worker);
     if (runs != n) {
       for (std::size_t k = runs + 1; k < n; ++k) {
-        retry_until_memory([&] { return pool_.handoff.enqueue(batch[k]); });
+        retry_until_memory([&] { return pool.handoff.enqueue(batch[k]); });
       }
       return;
     }
   }
 }
 
-std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, RunPlace where) {
+std::size_t Runner::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, Place where) {
   if (n == 0) return 0;
   // Per batch: one read of the runtime clock (for the lateness samples)
   // unless it is the steady clock, whose reads the run times need anyway;
   // then one steady-clock read per run, at its end, which is also the next
   // run's start.
   std::int64_t steady = config_.steady_clock.now().time_since_epoch().count();
-  const bool steady_runtime_clock = config_.clock_kind == ClockKind::steady;
+  const bool steady_runtime_clock = config_.clock_kind == RuntimeConfig::ClockKind::steady;
   const std::int64_t clock_now = steady_runtime_clock ? 0 : config_.clock->now().time_since_epoch().count();
   std::uint64_t ran = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -94,17 +122,17 @@ std::size_t RuntimeCore::run_batch(const Dispatch* d, std::size_t n, RetiredSlot
   }
   if (ran != 0) counters_.add(Counter::fired, ran);
   retired.flush();
-  count_completed(d, n, where == RunPlace::wheel_thread);
+  count_completed(d, n, where == Place::wheel_thread);
   return ran;
 }
 
 // A batch's runs, counted in their shards: runs of one shard come in a row
 // (a worker's bulk dequeue takes them from one wheel thread's sub-queue; a
 // lane and an inline batch have one shard), so this is one count per batch.
-void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread) {
-  if (single_shard_ != nullptr) {
+void Runner::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread) {
+  if (shards_.size() == 1) {
     if (on_wheel_thread) {
-      single_shard_->seam.completed.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
+      shards_[0]->seam.completed.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
     } else {
       count_completed(0, n);
     }
@@ -116,7 +144,7 @@ void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_whee
     std::size_t j = i + 1;
     while (j < n && d[j].shard == k) ++j;
     if (on_wheel_thread) {
-      shard(k).seam.completed.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
+      shards_[k]->seam.completed.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
     } else {
       count_completed(k, j - i);
     }
@@ -129,8 +157,8 @@ void RuntimeCore::count_completed(const Dispatch* d, std::size_t n, bool on_whee
 // reads seam.completed): one of us sees the other. release: the runs' effects
 // (and on_error calls, counters) happen-before a flush that acquires this
 // count.
-void RuntimeCore::count_completed(unsigned k, std::uint64_t n) {
-  WheelThread& s = shard(k);
+void Runner::count_completed(unsigned k, std::uint64_t n) {
+  WheelThread& s = *shards_[k];
   s.seam.completed.fetch_add(n, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (s.seam.waits_for_workers.load(std::memory_order_relaxed)) s.seam.wake.wake();
@@ -139,8 +167,8 @@ void RuntimeCore::count_completed(unsigned k, std::uint64_t n) {
 // Runs one handed-over timer. Returns true iff its callback ran (false: a
 // cancel won before it started). `steady_ns` is the steady clock's time at
 // the start (the previous run's end); it is set to the time this run ended.
-bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
-                      RunPlace where) {
+bool Runner::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
+                 Place where) {
   TimerSlot& slot = slab_[d.slot];
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   for (;;) {
@@ -149,7 +177,7 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
       // record waited in the lane's ready queue: the timer is the
       // rescheduler's now (re-filed, or freed by whoever cancelled it). Skip
       // the record and touch nothing of the slot.
-      CHIME_ASSERT(where == RunPlace::lane, "only a lane's ready run is taken back (R4)");
+      CHIME_ASSERT(where == Place::lane, "only a lane's ready run is taken back (R4)");
       return false;
     }
     if (StateWord::state(w) == SlotState::cancelled) {
@@ -199,7 +227,7 @@ bool RuntimeCore::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t
   return true;
 }
 
-void RuntimeCore::report_callback_exception(TimerId id, std::exception_ptr e) noexcept {
+void Runner::report_callback_exception(TimerId id, std::exception_ptr e) const noexcept {
   counters_.add(Counter::callback_errors);
   if (config_.options.on_error) {
     try {
@@ -221,8 +249,8 @@ void wake_waiters_if_any(TimerSlot& slot, std::uint64_t old_word) noexcept {
 
 // After the callback returned: finish the timer (F1, F2, F3 or F4) and wake
 // whoever waits for the run to end.
-void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired,
-                          RunPlace where) {
+void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired,
+                     Place where) {
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   if (!StateWord::periodic(w)) {
     CHIME_ASSERT(StateWord::state(w) == SlotState::running, "only the worker leaves Running for a one-shot");
@@ -234,7 +262,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
     // publishes Fired: a thread that sees Fired and schedules at once must
     // find its place free (RuntimeCapacityRelease). Safe to do first: only
     // this worker ends a one-shot that is Running.
-    end_timer();
+    ends_.end_timer();
     // (F1) acq_rel exchange: release so the run's effects (and the count
     // above) happen-before whoever reads Fired; an RMW, so it reads a waiter
     // bit set by WB. Only this worker leaves Running for a one-shot, so the
@@ -258,7 +286,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
       }
     }
     if (f3) {
-      end_timer();
+      ends_.end_timer();
     } else {
       CHIME_ASSERT(StateWord::state(w) == SlotState::running_cancelled, "F3 lost to something other than C3");
       w = slot.word.exchange(StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel);  // (F4)
@@ -272,7 +300,8 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
   // restarts the fixed rate from the end of this run (on the runtime clock).
   std::int64_t base = d.due_ns;
   if (slot.on_missed == Missed::delay && !(d.flags & Dispatch::keep_due)) {
-    base = config_.clock_kind == ClockKind::steady ? steady_end_ns : config_.clock->now().time_since_epoch().count();
+    base = config_.clock_kind == RuntimeConfig::ClockKind::steady ? steady_end_ns
+                                                                  : config_.clock->now().time_since_epoch().count();
   }
   const std::int64_t next = (d.flags & Dispatch::keep_due)      ? d.due_ns
                             : base > INT64_MAX - slot.period_ns ? INT64_MAX
@@ -282,7 +311,7 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
   // On the wheel thread the re-arm is filed right here, so F2 also sets the
   // filed bit (A1 in the same CAS); elsewhere the wheel thread's A1 sets it
   // when the REARM arrives.
-  const std::uint64_t filed = where == RunPlace::wheel_thread ? StateWord::kFiledBit : 0;
+  const std::uint64_t filed = where == Place::wheel_thread ? StateWord::kFiledBit : 0;
   while (StateWord::state(w) == SlotState::running) {
     // (F2) acq_rel: release publishes the new due with the new version (and
     // the run's effects, for a waiter); the waiter bit is dropped.
@@ -294,15 +323,15 @@ void RuntimeCore::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t stead
   }
   if (rearmed) {
     wake_waiters_if_any(slot, w);
-    if (where == RunPlace::wheel_thread) {
+    if (where == Place::wheel_thread) {
       // Inline, on the wheel thread (d.shard's: the batch's own): file it
       // now, instead of a command that would keep the queue from ever
       // emptying under sustained periodic load. F2 above already set the
       // filed bit (the A1 a REARM would have done).
-      shard(d.shard).refile_rearmed_inline(d.slot, slot, d.generation);
+      shards_[d.shard]->refile_rearmed_inline(d.slot, slot, d.generation);
     } else {
       // To the shard that ran it, the timer's own (d.shard is its slot's shard).
-      post_and_wake(shard(d.shard), Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
+      poster_.post_and_wake(*shards_[d.shard], Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
     }
     return;
   }

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: BSL-1.0
+// runtime/lanes.hpp: a runtime's lanes (chime::Lane): the registry of its
+// LaneCores and what a lane's thread, a Lane's destruction and a flush on a
+// lane's thread do with them.
+//
+// What this is: every LaneCore ever opened, owned for the runtime's life
+// (slots and commands may name one after its Lane is gone; a closed one is
+// reused), under its mutex; and the lane-side operations (lanes.cpp, which
+// argues the races): open_lane (any thread); close_lane, which cancels a
+// lane's pending and ready runs and gives it back (not concurrently with
+// its run_ready); run_lane / wait_and_run on the lane's thread; a flush's
+// wait that runs the calling thread's lanes. It holds references to the
+// pieces of its runtime it needs (runtime_core.hpp owns them all).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "chime/clock.hpp"
+#include "lane_core.hpp"
+#include "runner.hpp"
+#include "runtime_config.hpp"
+#include "shards.hpp"
+#include "timer_ends.hpp"
+#include "timer_slab.hpp"
+#include "wheel_thread.hpp"
+
+namespace chime::detail {
+
+struct FlushRequest;  // runtime_core.hpp
+struct ThreadLanes;   // runtime_core.hpp
+
+class Lanes {
+ public:
+  // `stopped` and `shutdown_done`: RuntimeCore's (runtime_core.hpp).
+  Lanes(const RuntimeConfig& config, TimerSlab& slab, const std::atomic<bool>& stopped,
+        const std::atomic<bool>& shutdown_done, Shards& shards, Runner& runner, const TimerEnds& ends) noexcept
+      : config_(config),
+        slab_(slab),
+        stopped_(stopped),
+        shutdown_done_(shutdown_done),
+        shards_(shards),
+        runner_(runner),
+        ends_(ends) {}
+  Lanes(const Lanes&) = delete;
+  Lanes& operator=(const Lanes&) = delete;
+
+  // A fresh or reused LaneCore. Any thread.
+  LaneCore* open_lane();
+  // Cancels the lane's pending and ready runs and gives it back.
+  void close_lane(LaneCore* lane);
+  // On the lane's thread.
+  std::size_t run_lane(LaneCore& lane, std::size_t max);
+  std::size_t wait_and_run(LaneCore& lane, TimePoint deadline);
+  // The slot's Lane was closed since it was scheduled (the wheel thread's L1, L2).
+  static bool lane_closed(const TimerSlot& slot) noexcept;
+  // The lanes the calling thread runs (a flush runs them while it waits).
+  ThreadLanes lanes_of_this_thread();
+  // A flush on a lane's thread waits for `shard` to serve `request` and runs
+  // `lanes` meanwhile. False iff it gave up on a wheel thread out of memory
+  // (abandoned the request).
+  bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard,
+                          std::int64_t waiting_since);
+  // Every lane ever opened (shutdown waits for their batches in progress).
+  std::vector<LaneCore*> all_lanes();
+
+ private:
+  const RuntimeConfig& config_;
+  TimerSlab& slab_;
+  const std::atomic<bool>& stopped_;
+  const std::atomic<bool>& shutdown_done_;
+  Shards& shards_;
+  Runner& runner_;
+  const TimerEnds& ends_;
+  // Every LaneCore ever opened; in_use and owner are written under it.
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<LaneCore>> lanes_;
+};
+
+}  // namespace chime::detail

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: BSL-1.0
+// runtime/producer_ops.hpp: the calls any thread makes on a timer:
+// schedule, cancel, reschedule, state.
+//
+// What this is: the producer side of the runtime. Each call decides its
+// outcome with one transition of the slot's state word (timer_state.hpp:
+// S1, C1-C3, R1-R3) and never waits for the wheel thread; it posts the
+// command the timer's shard applies (command_poster.hpp). It holds the
+// range producers accept (due_limit_ns_, raised by the wheel threads) and
+// references to the pieces of its runtime it needs (runtime_core.hpp owns
+// them all and argues who touches what, and in what order).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "chime/runtime.hpp"
+#include "command_poster.hpp"
+#include "lane_core.hpp"
+#include "runner.hpp"
+#include "runtime_config.hpp"
+#include "runtime_stats.hpp"
+#include "shards.hpp"
+#include "slack.hpp"
+#include "timer_ends.hpp"
+#include "timer_slab.hpp"
+#include "wheel_thread.hpp"
+
+namespace chime::detail {
+
+class ProducerOps {
+ public:
+  // `stopped` and `live`: RuntimeCore's (runtime_core.hpp).
+  ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const std::atomic<bool>& stopped,
+              std::atomic<std::uint64_t>& live, RuntimeCounters& counters, Shards& shards, const CommandPoster& poster,
+              const TimerEnds& ends, const Runner& runner) noexcept;
+  ProducerOps(const ProducerOps&) = delete;
+  ProducerOps& operator=(const ProducerOps&) = delete;
+
+  // `token` may be null (the calling thread's implicit sub-queue).
+  // `lane_generation`: the generation of `lane` the caller
+  // expects (a Timer's, recorded when it was made); 0: the lane's current
+  // one (a Lane's own calls: it is alive).
+  // A caller's slack argument as a slot stores it (slack.hpp): throws
+  // std::invalid_argument, naming `what`, for a negative one.
+  std::uint8_t slack_code(std::optional<Duration> slack, const char* what) const {
+    return slack_code_of(slack, config_.precision, what);
+  }
+  // The same for a call that knows its delay (schedule_after, arm_after,
+  // sleep_for): without a slack, the runtime's default for that delay,
+  // measured in the call (slack.hpp).
+  std::uint8_t slack_code_after(std::optional<Duration> slack, Duration delay, const char* what) const {
+    return slack ? slack_code_of(slack, config_.precision, what) : runtime_slack_code(delay.count());
+  }
+  // The slack a timer `delay` ahead gets without one of its own, as a
+  // Duration (what slack_code_after files it by).
+  Duration default_slack(Duration delay) const noexcept {
+    if (config_.options.slack != Duration::zero()) return config_.options.slack;
+    return std::min(config_.precision, Duration(std::max(delay.count() >> kDefaultSlackShift, kDefaultSlackMinNs)));
+  }
+  // `slack_code`: the timer's slack (slack.hpp; slack_code_of checks a
+  // caller's argument).
+  TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
+                   LaneCore* lane = nullptr, std::uint32_t lane_generation = 0,
+                   std::uint8_t slack_code = SlackCode::runtime_default);
+  // schedule() in two steps, for a caller that must know the schedule will
+  // be accepted before it gives up something (chime::Timer's re-arm
+  // replaces its pending run only then). reserve_schedule throws what
+  // schedule throws before it takes a slot, and takes it; then exactly one
+  // of commit_schedule (throws only StoppedError, if shutdown began since)
+  // or release_reservation. `extra_pending`: timers the caller is about to
+  // end, by which max_pending may be exceeded until they have.
+  struct ScheduleReservation {
+    WheelThread* shard;
+    ProducerQueueToken* token;
+    std::uint32_t index;
+  };
+  ScheduleReservation reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
+                                       std::size_t extra_pending);
+  TimerId commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
+                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
+                          std::uint8_t slack_code);
+  void release_reservation(const ScheduleReservation& r) noexcept;
+
+ private:
+  // producer_ops.cpp: their bodies, inlined into schedule().
+  ScheduleReservation reserve_schedule_inline(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
+                                              std::size_t extra_pending);
+  TimerId commit_schedule_inline(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
+                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
+                                 std::uint8_t slack_code);
+
+ public:
+  bool cancel(TimerId id, ProducerQueueToken* token);
+  CancelResult try_cancel(TimerId id);
+  CancelResult cancel_and_wait(TimerId id);
+  // The due time of a pending timer (handed over but not started counts),
+  // or nullopt. Any thread. Lock-free (retries while a reschedule writes).
+  std::optional<TimePoint> pending_due(TimerId id) const noexcept;
+  // What schedule() would throw before it takes a slot: StoppedError after
+  // shutdown, std::out_of_range for a due beyond the wheel's range. For an
+  // arm that is carried out later (chime::Timer, during a run).
+  void check_schedulable(const char* what, TimePoint due) const {
+    if (stopped_.load(std::memory_order_acquire)) throw StoppedError(std::string("chime::") + what + " after shutdown");
+    check_due_in_range(what, due);
+  }
+  // `lane`: called through that Lane, whose ready runs a call on the lane's
+  // thread may take back (R4).
+  bool reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane = nullptr);
+  TimerState state(TimerId id) const noexcept;
+  // A Producer goes away: its cached free slots go back to the free list.
+  void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
+  // After a shard's advance: raises due_limit_ns_ (below) to the limit of a wheel
+  // at `wheel_now_ns`; never lowers it.
+  void raise_due_limit(std::int64_t wheel_now_ns) noexcept;
+  // The slack of a timer that gave none (RuntimeOptions::slack when set,
+  // else proportional to `delay_ns`: slack.hpp).
+  std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
+    return config_.fixed_slack_code != SlackCode::runtime_default
+               ? config_.fixed_slack_code
+               : default_slack_code(delay_ns, config_.precision.count());
+  }
+
+ private:
+  // The runtime clock's time read in a call that schedules or reschedules,
+  // by which the wheel thread judges "due now" (design.md): every clock but
+  // the steady one is read in the call, so on a ManualClock a timer's fate
+  // depends only on the order of the user's calls, never on when the wheel
+  // thread applies its command. On the steady clock the call does not read
+  // it (nullopt): the wheel thread's read at application is later, so its
+  // verdict is never earlier, and schedule_at keeps no clock read.
+  std::optional<std::int64_t> due_now_reading() const noexcept {
+    if (config_.clock_kind == RuntimeConfig::ClockKind::steady) return std::nullopt;
+    return config_.clock->now().time_since_epoch().count();
+  }
+
+  // What a cancel decided (one CAS, or none): cancel, try_cancel and
+  // cancel_and_wait read it their way.
+  enum class CancelOutcome {
+    won,                 // C1, C2 or C4: no run starts
+    stopped_later_runs,  // C3: a periodic run is in progress; no later run starts
+    running,             // a run is in progress; this call changed nothing
+    done,                // fired, finished or cancelled before
+    unknown,             // stale, foreign or default id
+  };
+  CancelOutcome decide_cancel(TimerId id, TimerSlot** slot, ProducerQueueToken* token);
+  static CancelResult result_of(CancelOutcome o) noexcept;
+  void wait_for_run_end(TimerSlot& slot, TimerId id);
+  TimerSlot* slot_of(TimerId id) const noexcept;
+  void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
+  std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
+  bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
+  bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
+  void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
+  void finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token);  // K1, R3
+
+  const RuntimeConfig& config_;
+  TimerSlab& slab_;
+  const std::atomic<bool>& stopped_;
+  std::atomic<std::uint64_t>& live_;
+  RuntimeCounters& counters_;
+  Shards& shards_;
+  const CommandPoster& poster_;
+  const TimerEnds& ends_;
+  const Runner& runner_;
+  // Producers accept due < this; each shard's wheel thread raises it after
+  // each advance (runtime_core.hpp, due_limit_ns_).
+  std::atomic<std::int64_t> due_limit_ns_;
+};
+
+}  // namespace chime::detail

@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: BSL-1.0
+// runtime/runtime_core.cpp: RuntimeCore (runtime_core.hpp): construction,
+// and the lifecycle calls any thread but a callback makes: flush, drain,
+// shutdown, check_invariants, stats.
+//
+// Race: shutdown vs producers still scheduling (docs/state-machine.md, "Shutdown vs producers still
+// scheduling").
+//   producer (schedule)                           shutdown
+//   slot.word = Pending (S1, release)             stopped_ = true (seq_cst)
+//   post the ADD; fence (seq_cst) (P1)            fence (seq_cst)
+//   if stopped_: withdraw_posted: C1, then K1     ... join threads ...
+//     won: not accepted, throw StoppedError       sweep: every Pending -> Cancelled (X1), counted
+//     lost: the sweep (or a claim) decided it; return its id
+// Either the producer sees stopped_, or the sweep sees its Pending word, and
+// exactly one CAS wins: every accepted timer is fired, cancelled, or counted
+// by shutdown as not fired. The commands still queued need nothing.
+//
+// Race: shutdown vs cancel: a timer cancelled after the wheel thread's last
+// pass stays filed (a zombie nobody reclaims); the sweep frees it (Cancelled
+// and still filed) itself. One cancelled before it was filed was freed by its
+// canceller (docs/state-machine.md, "Shutdown vs cancel").
+//
+// Race: shutdown vs a running callback: shutdown joins the workers after the
+// wheel thread has stopped dispatching; a run in progress finishes; a
+// periodic timer it re-arms is counted by the sweep.
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "runtime_core.hpp"
+#include "simulation.hpp"
+
+namespace chime::detail {
+
+RuntimeCore::RuntimeCore(RuntimeOptions options) : config_(validated(std::move(options))) {
+  slab_.reserve(config_.options.reserve);
+  if (tls_simulation_request != nullptr) [[unlikely]] {  // a test seam: no thread (simulation.hpp)
+    if (config_.options.workers != 0) {
+      throw std::invalid_argument("chime::detail::Simulation: workers must be 0 (callbacks run in the passes), got " +
+                                  std::to_string(config_.options.workers));
+    }
+    *tls_simulation_request = this;
+    tls_simulation_request = nullptr;
+    simulated_ = true;
+    simulation_thread_ = std::this_thread::get_id();
+  }
+  shards_.reserve(config_.options.shards);
+  for (unsigned k = 0; k < config_.options.shards; ++k) shards_.add(std::make_unique<WheelThread>(*this, k));
+  if (simulated_) return;
+  pool_.threads.reserve(config_.options.workers);
+  unsigned started = 0;  // wheel threads
+  try {
+    for (unsigned i = 0; i < config_.options.workers; ++i)
+      pool_.threads.emplace_back([this] { runner_.worker_main(pool_); });
+    for (auto& shard : shards_) {
+      shard->start();
+      ++started;
+    }
+  } catch (const std::system_error& e) {
+    // A thread could not start (out of threads, or of address space for its
+    // stack): stop the wheel threads and join the workers that started,
+    // then report it. Destroying a joinable std::thread would call
+    // std::terminate.
+    stop_started_threads(started);
+    throw std::system_error(e.code(), "chime::Runtime: could not start thread " +
+                                          std::to_string(pool_.threads.size() + started + 1) + " of " +
+                                          std::to_string(config_.options.workers + config_.options.shards) +
+                                          " (workers = " + std::to_string(config_.options.workers) + ", plus " +
+                                          std::to_string(config_.options.shards) + " wheel threads)");
+  } catch (...) {
+    stop_started_threads(started);  // out of memory for a thread's state
+    throw;
+  }
+}
+
+// A failed construction: stops the first `started` wheel threads (a stop
+// request each; nothing was scheduled), then the workers.
+void RuntimeCore::stop_started_threads(unsigned started) {
+  for (unsigned k = 0; k < started; ++k) {
+    StopRequest request;
+    CommandPoster::post_request(*shards_[k], CommandKind::stop, &request);
+    shards_[k]->join();
+  }
+  stop_workers();
+}
+
+// Queues one stop record per worker behind every run, then joins them.
+// After every wheel thread stopped dispatching (shutdown), or before any
+// started (a failed construction). With one shard, the records go through
+// its wheel thread's producer token, behind its runs (FIFO). With several,
+// the hand-off queue's sub-queues have no order between them, so a worker
+// could take its stop record before another shard's runs: the runs are
+// first all taken (the queue is empty: nothing enqueues any more), then the
+// records are queued.
+void RuntimeCore::stop_workers() {
+  if (shards_.size() > 1) {
+    while (pool_.handoff.size_approx() != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  for (std::size_t i = 0; i < pool_.threads.size(); ++i) {
+    Dispatch stop;
+    stop.flags = Dispatch::stop;
+    retry_until_memory([&] { return pool_.handoff.enqueue(*shards_[0]->wt().handoff_token, stop); });
+    ++shards_[0]->wt().handoff_tail;  // the wheel thread has exited: its token's count is ours now
+  }
+  for (auto& t : pool_.threads) t.join();
+}
+
+RuntimeCore::~RuntimeCore() {
+  shutdown(ShutdownMode::cancel_pending);
+  // release: a handle that then sees it cleared (acquire) sees the shutdown
+  // done. From now on every Producer, Timer, Lane or KeyedTimers of this
+  // runtime throws std::logic_error on use, and its destructor touches
+  // nothing of the runtime (runtime.hpp, Preconditions).
+  alive_->alive.store(false, std::memory_order_release);
+}
+
+// Every shard in turn, each with the same target: every timer due at or
+// before the call's clock reading has run, whatever its shard.
+namespace {
+// Each thread's flush and drain request, reused (no allocation per call):
+// taken while in use, given back when served. One given up on (out of
+// memory) belongs to the wheel thread, and the thread's next call makes a
+// new one.
+thread_local std::unique_ptr<FlushRequest> tls_flush_request;
+thread_local std::unique_ptr<DrainRequest> tls_drain_request;
+template <class Request>
+std::unique_ptr<Request> take_request(std::unique_ptr<Request>& cached) {
+  if (!cached) return std::make_unique<Request>();
+  std::unique_ptr<Request> r = std::move(cached);
+  r->reset();
+  return r;
+}
+}  // namespace
+
+void RuntimeCore::flush() {
+  runner_.throw_if_in_callback("flush");
+  if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
+  // On a lane's thread the flush waits for runs only this thread runs: it
+  // runs them while it waits (lanes.cpp).
+  const ThreadLanes lanes = lanes_.lanes_of_this_thread();
+  const std::int64_t target_ns = config_.clock->now().time_since_epoch().count();
+  for (auto& shard : shards_) {
+    // On the heap: a flush that gives up on a wheel thread out of memory
+    // leaves it to that thread (Completion). Reused: one per thread.
+    std::unique_ptr<FlushRequest> request = take_request(tls_flush_request);
+    const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
+    if (!lanes.empty() && !simulated_) request->completion.notify_fd = lane_flush_notify_fd();
+    request->target_ns = target_ns;
+    CommandPoster::post_request_or_throw(*shard, CommandKind::flush, request.get());
+    bool served = true;
+    if (simulated_) [[unlikely]] {
+      // Passes that give up (simulate_until throws) may leave the request
+      // in a shard's held commands: it is leaked, never freed under them.
+      try {
+        Simulation::simulate_until(request->completion, lanes, shards_, lanes_);
+      } catch (...) {
+        [[maybe_unused]] FlushRequest* const leaked = request.release();
+        throw;
+      }
+    } else if (lanes.empty()) {
+      served = request->completion.wait_or_abandon(shard->seam.exited,
+                                                   [&] { return shard->out_of_memory_too_long(waiting_since); });
+    } else {
+      served = lanes_.run_flush_on_lanes(*request, lanes, *shard, waiting_since);
+    }
+    if (!served) [[unlikely]] {
+      [[maybe_unused]] FlushRequest* const abandoned = request.release();  // the wheel thread deletes it
+      throw WheelOutOfMemory();
+    }
+    tls_flush_request = std::move(request);
+  }
+}
+
+std::size_t RuntimeCore::drain() {
+  runner_.throw_if_in_callback("drain");
+  if (stopped_.load(std::memory_order_acquire)) return 0;
+  // A manual clock: what is due by the clock's reading runs first, on time
+  // (design.md, "Clocks"); the drain then fires the rest early.
+  if (manual()) flush();
+  std::size_t count = 0;
+  for (auto& shard : shards_) {
+    std::unique_ptr<DrainRequest> request = take_request(tls_drain_request);  // as flush's
+    const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
+    CommandPoster::post_request_or_throw(*shard, CommandKind::drain, request.get());
+    if (simulated_) [[unlikely]] {
+      try {  // as flush's
+        Simulation::simulate_until(request->completion, ThreadLanes{}, shards_, lanes_);
+      } catch (...) {
+        [[maybe_unused]] DrainRequest* const leaked = request.release();
+        throw;
+      }
+    } else if (!request->completion.wait_or_abandon(
+                   shard->seam.exited, [&] { return shard->out_of_memory_too_long(waiting_since); })) [[unlikely]] {
+      [[maybe_unused]] DrainRequest* const abandoned = request.release();  // the wheel thread deletes it
+      throw WheelOutOfMemory();
+    }
+    count += request->count;
+    tls_drain_request = std::move(request);
+  }
+  return count;
+}
+
+// Posts a request the shard's wheel thread serves in a pass and waits until
+// it has (or until that thread has exited). Not on a lane's thread's
+// behalf: the wait runs no lane.
+void RuntimeCore::post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion) {
+  CommandPoster::post_request(shard, kind, request);
+  if (simulated_) [[unlikely]] {
+    Simulation::simulate_until(completion, ThreadLanes{}, shards_, lanes_);
+  } else {
+    completion.wait(shard.seam.exited);
+  }
+}
+
+std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
+  runner_.throw_if_in_callback("shutdown");
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (shutdown_done_.load(std::memory_order_relaxed)) return 0;
+  // A manual clock: fire_pending begins with a flush, as drain() does.
+  if (mode == ShutdownMode::fire_pending && manual()) flush();
+  // No timer due after this call runs, however long the queue: the wheel
+  // threads stop at their next look (WheelThread::run_pass) instead of waiting for the
+  // stop command behind the backlog; the sweep below cancels the rest.
+  if (mode == ShutdownMode::cancel_pending) cancel_requested_.store(true, std::memory_order_seq_cst);
+  stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
+  // One stop request per shard, all posted before any is waited for: the
+  // shards stop together (with fire_pending, each drains its own wheel).
+  std::vector<StopRequest> requests(shards_.size());
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    requests[k].mode = mode;
+    CommandPoster::post_request(*shards_[k], CommandKind::stop, &requests[k]);
+  }
+  if (simulated_) [[unlikely]] {
+    Simulation::simulate_until_stopped(shards_);
+  } else {
+    for (auto& shard : shards_) shard->join();
+  }
+  // The wheel threads have stopped dispatching; queue one stop per worker
+  // behind every run, then join them.
+  stop_workers();
+  // A lane's batch in progress finishes first (lanes.cpp, the Dekker pair on
+  // each lane's runs_active): its re-arms are then leftovers below, and no
+  // lane starts a run while the sweep looks at Handed words.
+  // Not under the lanes' mutex: a callback in progress may open or close a lane.
+  const std::vector<LaneCore*> lanes = lanes_.all_lanes();
+  for (LaneCore* lane : lanes) {
+    while (lane->runs_active.load(std::memory_order_seq_cst) != 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  // Commands still queued need nothing: a timer whose ADD was never
+  // applied is either still Pending (swept below) or was cancelled before
+  // it was filed, and then its canceller freed its slot (timer_state.hpp,
+  // "Who frees the slot").
+  // Sweep: every timer still pending is cancelled and counted (X1). The
+  // wheel thread has exited (joined), so its fields (filed_generation) are
+  // ours now.
+  std::size_t not_fired = 0;
+  const std::uint32_t extent = slab_.extent();
+  for (std::uint32_t i = 0; i < extent; ++i) {
+    TimerSlot& slot = slab_[i];
+    // A reschedule or cancel racing shutdown settles first, and again after a failed CAS.
+    for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
+      const SlotState s = StateWord::state(w);
+      if (s == SlotState::cancelled &&
+          slot.wheel.filed_generation.load(std::memory_order_relaxed) == StateWord::generation(w)) {
+        // Cancelled while filed after the wheel thread's last pass (a cancel
+        // racing shutdown): a zombie only the wheel thread would have
+        // reclaimed. Free it here, so its task does not outlive shutdown.
+        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
+        slot.task.reset();
+        slab_.release(i);
+        break;
+      }
+      if (s == SlotState::handed) {
+        // Only a lane's ready runs are still Handed (the workers are joined,
+        // and no lane starts a run until shutdown is done). (X2) acq_rel, as
+        // C4: cancel_pending cancels them; the lane frees them when it
+        // dequeues them (or is destroyed). fire_pending leaves them to run.
+        if (mode == ShutdownMode::fire_pending) break;
+        if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+          ++not_fired;
+          ends_.end_cancelled_timer();
+          break;
+        }
+        continue;
+      }
+      if (s != SlotState::pending) break;
+      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+        ++not_fired;
+        ends_.end_cancelled_timer();
+        slot.task.reset();  // release what the callback captured now, not at destruction
+        break;
+      }
+    }
+  }
+  // release: a lane thread waiting for it (lanes.cpp) then sees the sweep done.
+  shutdown_done_.store(true, std::memory_order_release);
+  return not_fired;
+}
+
+Stats RuntimeCore::stats() const {
+  Stats s;
+  s.scheduled = counters_.sum(Counter::scheduled);
+  s.fired = counters_.sum(Counter::fired);
+  s.cancelled = counters_.sum(Counter::cancelled);
+  s.rescheduled = counters_.sum(Counter::rescheduled);
+  const std::uint64_t ended = counters_.sum(Counter::ended);
+  s.pending = s.scheduled > ended ? s.scheduled - ended : 0;
+  s.callback_errors = counters_.sum(Counter::callback_errors);
+  s.shards.reserve(shards_.size());
+  for (const auto& shard : shards_) {
+    ShardStats k{shard->seam.commands.size_approx(),
+                 shard->seam.wakeups.load(std::memory_order_relaxed),
+                 shard->busy(),
+                 shard->seam.commands.bound().refused(),
+                 Duration(shard->seam.longest_pass_ns.load(std::memory_order_relaxed)),
+                 shard->seam.most_refiled_in_a_pass.load(std::memory_order_relaxed)};
+    s.queue_depth += k.queue_depth;
+    s.wakeups += k.wakeups;
+    s.refused_overload += k.refused_overload;
+    s.zombie_sweeps += shard->seam.zombie_sweeps.load(std::memory_order_relaxed);
+    s.shards.push_back(k);
+  }
+  s.slow_runs = counters_.sum(Counter::slow_runs);
+  s.lateness = lateness_.summary();
+  s.run_time = run_time_.summary();
+  return s;
+}
+
+void RuntimeCore::check_invariants() {
+  runner_.throw_if_in_callback("check_invariants");
+  if (stopped_.load(std::memory_order_acquire)) return;  // the wheel thread is gone, or going
+  for (auto& shard : shards_) {
+    CheckRequest request;
+    post_request_and_wait(*shard, CommandKind::check, &request, request.completion);
+    // A check posted as shutdown stopped the wheel thread is never run; one
+    // that ran signalled under the completion's mutex, so `failure` is read
+    // after it was written.
+    if (!request.completion.is_done()) return;
+    if (!request.failure.empty()) {
+      throw std::logic_error("chime::Runtime invariant (shard " + std::to_string(shard->index()) +
+                             "): " + request.failure);
+    }
+  }
+}
+
+}  // namespace chime::detail
