@@ -59,6 +59,7 @@
 #include <string>
 #include <utility>
 
+#include "chime/detail/timed_key_wheel.hpp"
 #include "chime/detail/wheel_clock.hpp"
 #include "chime/key_wheel.hpp"
 #include "chime/level_bits.hpp"
@@ -73,19 +74,36 @@ struct WheelConfig {
   std::size_t capacity = 0;                        // alarms to pre-allocate and pre-fault (reserve); grows past it
 };
 
+namespace detail {
 template <class T>
-class TimingWheel {
-  struct Entry {
-    TimePoint at;
-    T value;
-  };
-  // An alarm's key is the interval of its time, computed from `at` when
-  // needed rather than stored beside it.
-  struct IntervalOf {
-    detail::IntervalKey key;
-    std::uint64_t operator()(const Entry& e) const noexcept { return key(e.at.time_since_epoch().count()); }
-  };
-  using Queue = KeyWheel<Entry, IntervalOf>;
+struct TimedEntry {
+  TimePoint at;
+  T value;
+  static std::int64_t at_ns(const TimedEntry& e) noexcept { return e.at.time_since_epoch().count(); }
+};
+// An alarm's key is the interval of its time, computed from `at` when
+// needed rather than stored beside it.
+template <class T>
+struct EntryInterval {
+  IntervalKey key;
+  std::uint64_t operator()(const TimedEntry<T>& e) const noexcept { return key(TimedEntry<T>::at_ns(e)); }
+};
+}  // namespace detail
+
+// The clock and interval queries, the earliest and latest times,
+// cascade_ahead and moved_by_last_advance are detail::TimedKeyWheel's
+// (detail/timed_key_wheel.hpp), shared with IntrusiveTimingWheel.
+template <class T>
+class TimingWheel
+    : public detail::TimedKeyWheel<KeyWheel<detail::TimedEntry<T>, detail::EntryInterval<T>>, detail::TimedEntry<T>> {
+  using Entry = detail::TimedEntry<T>;
+  using Queue = KeyWheel<Entry, detail::EntryInterval<T>>;
+  using Base = detail::TimedKeyWheel<Queue, Entry>;
+  using Base::clock_;
+  using Base::from_ns;
+  using Base::key_of;
+  using Base::min_time_;
+  using Base::queue_;
   // An alarm is a 32-byte node (half a cache line) for any T of at most 8
   // bytes and alignment: links, generation and level (16 bytes), `at`, the value.
   static_assert(sizeof(T) > 8 || alignof(T) > 8 || Queue::element_bytes == 32);
@@ -111,26 +129,12 @@ class TimingWheel {
   // config.capacity > 2^32 - 2048. config.capacity alarms are reserve()d:
   // allocated and pre-faulted here. May allocate.
   TimingWheel(WheelConfig config, TimePoint start)
-      : clock_("chime::TimingWheel", config.alarm_precision, start),
-        queue_(config.level_bits, config.capacity, IntervalOf{clock_.interval_key()}) {
-    clock_.update_upper_bound(queue_.max_allowed_key());
-  }
+      : Base("chime::TimingWheel", config.alarm_precision, start, [&](detail::IntervalKey key) {
+          return Queue(config.level_bits, config.capacity, detail::EntryInterval<T>{key});
+        }) {}
 
-  TimingWheel(const TimingWheel&) = delete;
-  TimingWheel& operator=(const TimingWheel&) = delete;
-
-  // The wheel's clock: start() until advance_clock moves it. Never allocates.
-  TimePoint now() const noexcept { return from_ns(clock_.now_ns()); }
-  // The start given to the constructor (interval 0 begins there). Never allocates.
-  TimePoint start() const noexcept { return from_ns(clock_.start_ns()); }
-  // The interval length, WheelConfig::alarm_precision. Never allocates.
-  Duration alarm_precision() const noexcept { return Duration(clock_.precision_ns()); }
-  // WheelConfig::level_bits. Never allocates.
-  const LevelBits& level_bits() const noexcept { return queue_.level_bits(); }
-  // Number of alarms in the wheel. Never allocates.
-  std::size_t size() const noexcept { return queue_.size(); }
-  // size() == 0. Never allocates.
-  bool empty() const noexcept { return queue_.empty(); }
+  using Base::interval_num;
+  using Base::now;
 
   // Alarms the wheel holds before an add allocates (size() included); at
   // least WheelConfig::capacity and the largest reserve(n). Never allocates.
@@ -145,22 +149,6 @@ class TimingWheel {
   // n > 2^32 - 2048, or std::bad_alloc; either way the wheel is unchanged.
   // Allowed inside handle_fired. May allocate.
   void reserve(std::size_t n) { queue_.reserve(n); }
-
-  // Number of the interval containing t. Throws std::out_of_range if
-  // t < start() or the number exceeds KeyWheel's max_representable_key.
-  std::int64_t interval_num(TimePoint t) const { return static_cast<std::int64_t>(key_of("interval_num", t)); }
-
-  // Start of interval k: start() + k * alarm_precision(). Throws
-  // std::out_of_range if k < 0 or that time is not representable.
-  TimePoint interval_num_start(std::int64_t k) const { return clock_.interval_num_start(k); }
-
-  // The start of the interval containing t; throws as interval_num.
-  TimePoint interval_start(TimePoint t) const { return from_ns(clock_.start_plus(key_of("interval_start", t))); }
-  // interval_start(now()). Never allocates.
-  TimePoint now_interval_num_start() const noexcept { return from_ns(clock_.start_plus(queue_.min_allowed_key())); }
-
-  // Exclusive upper bound on what add accepts; grows with now(). Never throws.
-  TimePoint alarm_upper_bound() const noexcept { return from_ns(clock_.upper_bound_ns()); }
 
   // Adds an alarm at `at`. Throws std::out_of_range if at < now() or
   // at >= alarm_upper_bound(). O(1). May allocate (only when the pool is full).
@@ -232,39 +220,8 @@ class TimingWheel {
   // too far in the future to represent. Never allocates.
   template <class F>
   void advance_clock(TimePoint to, F&& handle_fired) {
-    const std::int64_t to_ns = to.time_since_epoch().count();
-    if (to_ns <= clock_.now_ns()) return;
-    const std::uint64_t key = key_of("advance_clock", to);
-    // What fires is exactly the alarms before interval_start(to): if the
-    // cached minimum is not among them, nothing fires and it stays.
-    min_time_.firing_before(clock_.start_plus(key));
-    try {
-      queue_.increase_min_allowed_key(key, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
-    } catch (...) {
-      clock_.reached(queue_.min_allowed_key());
-      clock_.update_upper_bound(queue_.max_allowed_key());
-      throw;
-    }
-    clock_.set_now(to_ns);
-    clock_.update_upper_bound(queue_.max_allowed_key());
+    this->advance_to(to, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
   }
-
-  // Moves up to `budget` alarms down the wheel ahead of the advance that
-  // needs them there: at every level, the alarms of the next span (the next
-  // block of 2^b_0 intervals at the lowest level, the next 2^(b_0+b_1) at the
-  // one above, ...) come down from the level above; returns true if some
-  // are left. An advance_clock into such a span then cascades only what is
-  // left, instead of every alarm of the span in one go: calling this between
-  // advances with a budget of about twice the alarms due per interval per
-  // level leaves nothing (KeyWheel::cascade_ahead has the details).
-  // Optional: it changes no result, only when the work is done. Throws
-  // std::logic_error inside handle_fired. O(levels + budget). Never
-  // allocates.
-  bool cascade_ahead(std::size_t budget) { return queue_.cascade_ahead(budget); }
-  // Alarms the last advance_clock into a new interval moved between levels
-  // of the wheel (its cascading work, KeyWheel::moved_by_last_increase).
-  // Never allocates.
-  std::size_t moved_by_last_advance() const noexcept { return queue_.moved_by_last_increase(); }
 
   // Fires, via handle_fired, the alarms with at <= now() (all of them are in
   // now()'s interval), in insertion order. Same rules for handle_fired as
@@ -276,44 +233,7 @@ class TimingWheel {
   // The same for the alarms with at <= min(until, now()).
   template <class F>
   void fire_alarms_until(TimePoint until, F&& handle_fired) {
-    const std::int64_t limit = std::min(until.time_since_epoch().count(), clock_.now_ns());
-    min_time_.firing_through(limit);
-    queue_.remove_min_allowed_key_if(
-        "fire_past_alarms", [&](const Entry& e) { return e.at.time_since_epoch().count() <= limit; },
-        [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
-  }
-
-  // The least time to which the clock can be advanced so that an alarm fires:
-  // interval_start(min) + alarm_precision() for the earliest alarm time min,
-  // so next - alarm_precision() <= min < next. Never allocates.
-  std::optional<TimePoint> next_alarm_fires_at() const {
-    const auto key = queue_.min_key();
-    if (!key) return std::nullopt;
-    return from_ns(clock_.start_plus(*key + 1));
-  }
-
-  // The interval of the earliest alarm, if any. Never allocates.
-  std::optional<std::int64_t> min_alarm_interval_num() const {
-    const auto key = queue_.min_key();
-    if (!key) return std::nullopt;
-    return static_cast<std::int64_t>(*key);
-  }
-
-  // Earliest alarm time. Cached: add and reschedule keep the cache exact in
-  // O(1); remove, reschedule and the fires forget it only when they move or
-  // take an alarm at the cached time; the first call after that scans the
-  // first non-empty slot. Never allocates.
-  std::optional<TimePoint> min_alarm_time() const {
-    return min_time_.get([this] { return earliest_time(); });
-  }
-  // Latest alarm time: scans the last non-empty slot.
-  std::optional<TimePoint> max_alarm_time() const {
-    TimePoint latest = TimePoint::min();
-    const bool any = queue_.for_each_in_last_slot([&](const Entry& e) {
-      if (e.at > latest) latest = e.at;
-    });
-    if (!any) return std::nullopt;
-    return latest;
+    this->fire_through(until, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
   }
 
   // Calls f(Alarm) for every alarm, in no particular order. f must not modify
@@ -325,50 +245,21 @@ class TimingWheel {
 
   // Removes every alarm without firing it; now() and capacity() are
   // unchanged. Throws std::logic_error inside handle_fired. Never allocates.
-  void clear() {
-    queue_.clear();
-    min_time_.cleared();
-  }
+  void clear() { this->clear_alarms(); }
 
   // Verifies every invariant of the wheel and of its KeyWheel; throws
   // std::logic_error naming the first one broken. For tests.
   void check_invariants() const {
-    auto fail = [](const std::string& what) { throw std::logic_error("chime::TimingWheel invariant: " + what); };
-    queue_.check_invariants();
-    clock_.check(fail, queue_.min_allowed_key(), queue_.max_allowed_key(), Queue::max_representable_key);
-    for_each([&](Alarm a) {
-      clock_.check_alarm(fail, entry("check_invariants", a).at.time_since_epoch().count(),
-                         queue_.key("check_invariants", a.elt_), queue_.min_allowed_key(),
-                         Queue::max_representable_key);
+    this->check_timed("chime::TimingWheel", [&](auto&& check_alarm) {
+      for_each([&](Alarm a) {
+        check_alarm(Entry::at_ns(entry("check_invariants", a)), queue_.key("check_invariants", a.elt_));
+      });
     });
-    if (!min_time_.agrees(earliest_time())) fail("cached min_alarm_time is stale");
   }
 
  private:
-  static TimePoint from_ns(std::int64_t ns) noexcept { return detail::WheelClock::from_ns(ns); }
-
-  // Interval number of t, or std::out_of_range.
-  std::uint64_t key_of(const char* what, TimePoint t) const {
-    return clock_.key_of(what, t, Queue::max_representable_key);
-  }
-
   const Entry& entry(const char* what, Alarm alarm) const { return queue_.value(what, alarm.elt_); }
   Entry& entry(const char* what, Alarm alarm) { return queue_.value(what, alarm.elt_); }
-
-  // Earliest `at`: every alarm of the earliest interval is in the first
-  // non-empty slot.
-  std::optional<TimePoint> earliest_time() const {
-    TimePoint earliest = TimePoint::max();
-    const bool any = queue_.for_each_in_first_slot([&](const Entry& e) {
-      if (e.at < earliest) earliest = e.at;
-    });
-    if (!any) return std::nullopt;
-    return earliest;
-  }
-
-  detail::WheelClock clock_;  // now, start, precision; time <-> interval number
-  Queue queue_;
-  detail::MinTimeCache min_time_;
 };
 
 }  // namespace chime
