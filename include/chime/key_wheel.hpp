@@ -641,8 +641,8 @@ class KeyWheel {
     }
     if (min_cache_ == detail::kNilIndex && size_ != 0) fail("min cache says empty but the wheel is not");
     if (min_cache_ != detail::kNilIndex && min_cache_ != kMinUnknown) {
-      if (true_min == detail::kNilIndex || (owns_nodes && min_cache_ >= pool_.used()) ||
-          pool_[min_cache_].level() >= kMaxLevels || key_at(min_cache_) != key_at(true_min)) {
+      if (true_min == detail::kNilIndex || min_cache_ >= used_nodes() || pool_[min_cache_].level() >= kMaxLevels ||
+          key_at(min_cache_) != key_at(true_min)) {
         fail("cached minimum element is not a minimum element of the wheel");
       }
       if (min_cache_key_ != key_at(min_cache_)) fail("cached minimum key is not the key of the cached element");
@@ -1023,6 +1023,14 @@ class KeyWheel {
       return n.value();
     } else {
       return n;
+    }
+  }
+  // One past the highest node index in use: the pool's, or any (the caller's).
+  std::size_t used_nodes() const noexcept {
+    if constexpr (owns_nodes) {
+      return pool_.used();
+    } else {
+      return std::numeric_limits<std::size_t>::max();
     }
   }
   Handle handle_of(std::uint32_t i) const noexcept {
