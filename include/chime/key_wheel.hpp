@@ -1316,16 +1316,7 @@ class KeyWheel {
       n.place = detail::kNodeDetached;
       --size_;
       if (min_cache_ == i) min_cache_ = kMinUnknown;
-      if constexpr (owns_nodes) {
-        struct Release {
-          ~Release() { pool.release(i); }
-          Storage& pool;
-          std::uint32_t i;
-        } release{pool_, i};
-        handle_removed(Elt(i, n.generation));
-      } else {
-        handle_removed(i);  // the caller's node: detached, it may be filed again
-      }
+      hand_over(i, n, handle_removed);
     }
   }
 
@@ -1336,13 +1327,21 @@ class KeyWheel {
     unlink(i);
     --size_;
     if (min_cache_ == i) min_cache_ = kMinUnknown;
+    hand_over(i, pool_[i], handle_removed);
+  }
+
+  // Passes detached element i (node n) to handle_removed; the pool then
+  // frees it, even if handle_removed throws. A caller's node stays detached:
+  // handle_removed may file it again.
+  template <class F>
+  void hand_over(std::uint32_t i, Node& n, F& handle_removed) {
     if constexpr (owns_nodes) {
       struct Release {
         ~Release() { pool.release(i); }
         Storage& pool;
         std::uint32_t i;
       } release{pool_, i};
-      handle_removed(Elt(i, pool_[i].generation));
+      handle_removed(Elt(i, n.generation));
     } else {
       handle_removed(i);
     }
