@@ -41,10 +41,11 @@
 // - `max_allowed_key() >= min(max_representable_key, min_allowed_key() +
 //   2^num_bits - 1)`, `max_allowed_key() <= max_representable_key`, and it
 //   never decreases.
-// - Handles (`Elt`) are {index, generation}: a default handle, and a handle to
-//   an element that was removed or fired (even if its storage was reused) is
-//   detected: `contains` is false and the accessors throw
-//   std::invalid_argument. Never undefined behaviour.
+// - Handles (`Elt`, with the default storage) are {index, generation}: a
+//   default handle, and a handle to an element that was removed or fired
+//   (even if its storage was reused) is detected: `contains` is false and
+//   the accessors throw std::invalid_argument. Never undefined behaviour.
+//   With caller-owned nodes (see Storage below) there are no handles.
 // - No allocation per element in steady state: elements live in a chunked
 //   slab (detail/element_pool.hpp) and freed nodes are reused.
 //
@@ -229,9 +230,8 @@ class KeyWheel {
   // for that many elements is allocated and pre-faulted here (the wheel grows
   // past it). `key_of` computes keys unless stores_keys. May allocate.
   explicit KeyWheel(LevelBits bits = LevelBits::default_bits(), std::size_t capacity = 0,
-                    key_of_type key_of = {}) requires owns_nodes : bits_(bits),
-                                                                   pool_(capacity),
-                                                                   key_of_(std::move(key_of)) {
+                    key_of_type key_of = {}) requires(owns_nodes)
+      : bits_(bits), pool_(capacity), key_of_(std::move(key_of)) {
     init();
   }
   // With caller-owned nodes: `storage` maps an index to its node. Throws as
