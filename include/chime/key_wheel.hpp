@@ -41,10 +41,11 @@
 // - `max_allowed_key() >= min(max_representable_key, min_allowed_key() +
 //   2^num_bits - 1)`, `max_allowed_key() <= max_representable_key`, and it
 //   never decreases.
-// - Handles (`Elt`) are {index, generation}: a default handle, and a handle to
-//   an element that was removed or fired (even if its storage was reused) is
-//   detected: `contains` is false and the accessors throw
-//   std::invalid_argument. Never undefined behaviour.
+// - Handles (`Elt`, with the default storage) are {index, generation}: a
+//   default handle, and a handle to an element that was removed or fired
+//   (even if its storage was reused) is detected: `contains` is false and
+//   the accessors throw std::invalid_argument. Never undefined behaviour.
+//   With caller-owned nodes (see Storage below) there are no handles.
 // - No allocation per element in steady state: elements live in a chunked
 //   slab (detail/element_pool.hpp) and freed nodes are reused.
 //
@@ -180,7 +181,15 @@ struct NoKeyOf {};  // KeyWheel's key_of_type when it stores the keys
 // that moves the value out must leave what key_of reads), and only
 // change_key_in_range's update may change it. The node then holds no key:
 // 8 bytes less per element (TimingWheel's alarms: 32 bytes, not 40).
-template <class T, class KeyOf = void>
+//
+// Storage: where the nodes live. The default, detail::ElementPool, owns them:
+// add allocates one, handles (Elt) carry its generation. A storage whose
+// owns_nodes is false (detail::CallerNodes, under IntrusiveTimingWheel) maps
+// an index to a node the caller owns: T is then the node itself, nothing is
+// allocated or freed, there are no generations, and the caller files and
+// removes nodes by index through the "caller-owned nodes" functions; the Elt
+// functions are not available, and handle_removed gets the node's index.
+template <class T, class KeyOf = void, class Storage = detail::ElementPool<T, std::is_void_v<KeyOf>>>
 class KeyWheel {
  public:
   using Key = std::uint64_t;
@@ -190,7 +199,9 @@ class KeyWheel {
   using key_of_type = std::conditional_t<stores_keys, detail::NoKeyOf, KeyOf>;
   // Bytes of storage per element (the slab's node: links, generation, level,
   // the value and, if stores_keys, the key).
-  static constexpr std::size_t element_bytes = sizeof(detail::WheelNode<T, stores_keys>);
+  static constexpr std::size_t element_bytes = sizeof(typename Storage::Node);
+  // True iff the wheel allocates its nodes (the default storage).
+  static constexpr bool owns_nodes = Storage::owns_nodes;
 
   // Keys are at most 2^61 - 1 (Jane Street's max_representable_key).
   static constexpr Key max_representable_key = (Key{1} << LevelBits::max_num_bits) - 1;
@@ -210,13 +221,31 @@ class KeyWheel {
     std::uint32_t index_ = 0;
     std::uint32_t generation_ = 0;
   };
+  // What handle_removed and for_each's f get: an Elt, or with caller-owned
+  // nodes the node's index.
+  using Handle = std::conditional_t<owns_nodes, Elt, std::uint32_t>;
 
   // Throws std::invalid_argument if a level has more than max_level_bits bits,
   // std::length_error as reserve. `capacity` is passed to reserve(): storage
   // for that many elements is allocated and pre-faulted here (the wheel grows
   // past it). `key_of` computes keys unless stores_keys. May allocate.
-  explicit KeyWheel(LevelBits bits = LevelBits::default_bits(), std::size_t capacity = 0, key_of_type key_of = {})
+  explicit KeyWheel(LevelBits bits = LevelBits::default_bits(), std::size_t capacity = 0,
+                    key_of_type key_of = {}) requires(owns_nodes)
       : bits_(bits), pool_(capacity), key_of_(std::move(key_of)) {
+    init();
+  }
+  // With caller-owned nodes: `storage` maps an index to its node. Throws as
+  // the constructor above. May allocate (the slot heads).
+  KeyWheel(LevelBits bits, Storage storage, key_of_type key_of) requires(!owns_nodes)
+      : bits_(bits), pool_(std::move(storage)), key_of_(std::move(key_of)) {
+    init();
+  }
+
+  KeyWheel(const KeyWheel&) = delete;
+  KeyWheel& operator=(const KeyWheel&) = delete;
+
+ private:
+  void init() {
     const auto b = bits_.bits();
     num_levels_ = static_cast<int>(b.size());
     levels_.resize(b.size());
@@ -254,9 +283,7 @@ class KeyWheel {
     compute_level_ends();
   }
 
-  KeyWheel(const KeyWheel&) = delete;
-  KeyWheel& operator=(const KeyWheel&) = delete;
-
+ public:
   // Number of elements. Never allocates.
   std::size_t size() const noexcept { return size_; }
   // size() == 0. Never allocates.
@@ -450,7 +477,7 @@ class KeyWheel {
         std::uint32_t i = head;
         do {
           const std::uint32_t next = pool_[i].next;
-          f(Elt(i, pool_[i].generation));
+          f(handle_of(i));
           i = next;
         } while (i != head);
       }
@@ -470,7 +497,7 @@ class KeyWheel {
         std::uint32_t i = head;
         do {
           const std::uint32_t next = pool_[i].next;
-          pool_.release(i);
+          release_node(i);
           i = next;
         } while (i != head);
         head = detail::kNilIndex;
@@ -488,7 +515,7 @@ class KeyWheel {
   // first one broken. O(slots / 64 * 64 cheap loads + elements). For tests.
   void check_invariants() const {
     auto fail = [](const std::string& what) { throw std::logic_error("chime::KeyWheel invariant: " + what); };
-    pool_.check();
+    if constexpr (owns_nodes) pool_.check();
     if (now_ > max_representable_key) fail("min_allowed_key exceeds max_representable_key");
     const Key max_key = max_allowed_key();
     if (max_key < now_) fail("max_allowed_key < min_allowed_key");
@@ -581,7 +608,7 @@ class KeyWheel {
             if (pool_[n.next].prev != i || pool_[n.prev].next != i) fail("broken slot list links");
             if (true_min == detail::kNilIndex || nk < key_at(true_min)) true_min = i;
             ++in_level;
-            if (++guard > pool_.capacity()) fail("slot list has a cycle");
+            if (++guard > size_) fail("slot list has a cycle");
             i = n.next;
           } while (i != head);
           const std::uint32_t m = slot_min_[l.slot_base + j];
@@ -608,11 +635,13 @@ class KeyWheel {
       total += in_level;
     }
     if (total != size_) fail("size() is " + std::to_string(size_) + " but the slots hold " + std::to_string(total));
-    if (pool_.live() != size_)
-      fail("pool holds " + std::to_string(pool_.live()) + " values for size " + std::to_string(size_));
+    if constexpr (owns_nodes) {
+      if (pool_.live() != size_)
+        fail("pool holds " + std::to_string(pool_.live()) + " values for size " + std::to_string(size_));
+    }
     if (min_cache_ == detail::kNilIndex && size_ != 0) fail("min cache says empty but the wheel is not");
     if (min_cache_ != detail::kNilIndex && min_cache_ != kMinUnknown) {
-      if (true_min == detail::kNilIndex || min_cache_ >= pool_.used() || pool_[min_cache_].level() >= kMaxLevels ||
+      if (true_min == detail::kNilIndex || min_cache_ >= used_nodes() || pool_[min_cache_].level() >= kMaxLevels ||
           key_at(min_cache_) != key_at(true_min)) {
         fail("cached minimum element is not a minimum element of the wheel");
       }
@@ -734,14 +763,63 @@ class KeyWheel {
     for (;;) {
       const bool last = i == stop;
       const std::uint32_t next = pool_[i].next;
-      if (pred(std::as_const(pool_[i].value()))) remove_detached(i, handle_removed);
+      if (pred(std::as_const(value_of(pool_[i])))) remove_detached(i, handle_removed);
       if (last) break;
       i = next;
     }
   }
 
+  // ---------------------------------------------------------------------------
+  // Caller-owned nodes (owns_nodes is false): node i is the caller's, reached
+  // through the storage. The caller makes the checks these leave to it
+  // (IntrusiveTimingWheel does), as for the layering interface above. Unlike
+  // the pooled mode, handle_removed may file nodes (file_node) while a
+  // removal pass runs: a node filed with a key the pass has not reached yet
+  // is removed by the same pass. Everything else still throws
+  // std::logic_error there (check_not_removing).
+
+  // True iff node i is filed in a wheel (its place names a level). The
+  // caller must know that a filed node is in this wheel. Never allocates.
+  bool holds_node(std::uint32_t i) const noexcept requires(!owns_nodes) { return pool_[i].level() < kMaxLevels; }
+  // Files node i, in no wheel, under key = key_of(node). Precondition:
+  // min_allowed_key() <= key <= max_allowed_key() and !holds_node(i)
+  // (CHIME_ASSERTed). O(1). Never allocates.
+  void file_node(std::uint32_t i, Key key) noexcept requires(!owns_nodes) {
+    CHIME_ASSERT(key >= now_ && key <= max_allowed_key() && !holds_node(i),
+                 "KeyWheel::file_node: filed or out of range");
+    Node& n = pool_[i];
+    CHIME_ASSERT(key_of_(std::as_const(n)) == key, "KeyWheel::file_node: key != key_of(node)");
+    link(i, n, key);
+    ++size_;
+    note_new_key(i, key);
+  }
+  // Moves filed node i to key; update(Node&) runs while it is out of its
+  // slot and must make key_of(node) == key. Precondition: check_not_removing
+  // passed, holds_node(i), key in range (CHIME_ASSERTed). O(1). Never
+  // allocates.
+  template <class F>
+  void refile_node(std::uint32_t i, Key key, F&& update) noexcept requires(!owns_nodes) {
+    CHIME_ASSERT(!removing_ && holds_node(i) && key >= now_ && key <= max_allowed_key(),
+                 "KeyWheel::refile_node: not filed or key out of range");
+    change_key_checked(i, key, update);
+  }
+  // Takes filed node i out of the wheel. Precondition: check_not_removing
+  // passed and holds_node(i) (CHIME_ASSERTed). O(1). Never allocates.
+  void unfile_node(std::uint32_t i) noexcept requires(!owns_nodes) {
+    CHIME_ASSERT(!removing_ && holds_node(i), "KeyWheel::unfile_node: not filed");
+    unlink(i);
+    --size_;
+    if (min_cache_ == i) min_cache_ = kMinUnknown;
+  }
+  // The key node i is filed under (or, inside handle_removed, was). Never
+  // allocates.
+  Key node_key(std::uint32_t i) const noexcept { return key_at(i); }
+  // True while a removal pass runs (inside handle_removed). Never allocates.
+  bool removing() const noexcept { return removing_; }
+
  private:
-  using Node = detail::WheelNode<T, stores_keys>;
+  using Node = typename Storage::Node;
+  static_assert(owns_nodes || std::is_same_v<T, Node>, "with caller-owned nodes, T is the node type");
   static constexpr std::uint8_t kMaxLevels = LevelBits::max_num_bits;
   // min_cache_ values: an element index, kNilIndex ("the wheel is empty"), or:
   static constexpr std::uint32_t kMinUnknown = detail::kNilIndex - 1;
@@ -879,11 +957,11 @@ class KeyWheel {
   void change_key_checked(std::uint32_t i, Key key, F&& update) noexcept {
     unlink(i);
     Node& n = pool_[i];
-    update(n.value());
+    update(value_of(n));
     if constexpr (stores_keys) {
       n.key = key;
     } else {
-      CHIME_ASSERT(key_of_(std::as_const(n.value())) == key, "KeyWheel::change_key_in_range: key != key_of(value)");
+      CHIME_ASSERT(key_of_(std::as_const(value_of(n))) == key, "KeyWheel::change_key_in_range: key != key_of(value)");
     }
     link(i, n, key);
     if (min_cache_ == i) min_cache_ = kMinUnknown;
@@ -932,12 +1010,52 @@ class KeyWheel {
     min_cache_key_ = key;
   }
 
+  // The value of node n: the pool's stored value, or the caller's node itself.
+  static T& value_of(Node& n) noexcept {
+    if constexpr (owns_nodes) {
+      return n.value();
+    } else {
+      return n;
+    }
+  }
+  static const T& value_of(const Node& n) noexcept {
+    if constexpr (owns_nodes) {
+      return n.value();
+    } else {
+      return n;
+    }
+  }
+  // One past the highest node index in use: the pool's, or any (the caller's).
+  std::size_t used_nodes() const noexcept {
+    if constexpr (owns_nodes) {
+      return pool_.used();
+    } else {
+      return std::numeric_limits<std::size_t>::max();
+    }
+  }
+  Handle handle_of(std::uint32_t i) const noexcept {
+    if constexpr (owns_nodes) {
+      return Elt(i, pool_[i].generation);
+    } else {
+      return i;
+    }
+  }
+  // Forgets node i, which clear() took out of its slot: the pool frees it;
+  // a caller's node is marked as in no wheel.
+  void release_node(std::uint32_t i) noexcept {
+    if constexpr (owns_nodes) {
+      pool_.release(i);
+    } else {
+      pool_[i].place = detail::kNodeDetached;
+    }
+  }
+
   // The key of element i (stored, or computed from its value).
   [[gnu::always_inline]] Key key_at(std::uint32_t i) const noexcept {
     if constexpr (stores_keys) {
       return pool_[i].key;
     } else {
-      return key_of_(pool_[i].value());
+      return key_of_(value_of(pool_[i]));
     }
   }
 
@@ -1198,12 +1316,7 @@ class KeyWheel {
       n.place = detail::kNodeDetached;
       --size_;
       if (min_cache_ == i) min_cache_ = kMinUnknown;
-      struct Release {
-        ~Release() { pool.release(i); }
-        detail::ElementPool<T, stores_keys>& pool;
-        std::uint32_t i;
-      } release{pool_, i};
-      handle_removed(Elt(i, n.generation));
+      hand_over(i, n, handle_removed);
     }
   }
 
@@ -1214,12 +1327,24 @@ class KeyWheel {
     unlink(i);
     --size_;
     if (min_cache_ == i) min_cache_ = kMinUnknown;
-    struct Release {
-      ~Release() { pool.release(i); }
-      detail::ElementPool<T, stores_keys>& pool;
-      std::uint32_t i;
-    } release{pool_, i};
-    handle_removed(Elt(i, pool_[i].generation));
+    hand_over(i, pool_[i], handle_removed);
+  }
+
+  // Passes detached element i (node n) to handle_removed; the pool then
+  // frees it, even if handle_removed throws. A caller's node stays detached:
+  // handle_removed may file it again.
+  template <class F>
+  void hand_over(std::uint32_t i, Node& n, F& handle_removed) {
+    if constexpr (owns_nodes) {
+      struct Release {
+        ~Release() { pool.release(i); }
+        Storage& pool;
+        std::uint32_t i;
+      } release{pool_, i};
+      handle_removed(Elt(i, n.generation));
+    } else {
+      handle_removed(i);
+    }
   }
 
   // Re-files every element of slot s (level > 0) against the current now_;
@@ -1239,7 +1364,7 @@ class KeyWheel {
       if constexpr (stores_keys) {
         return n.key;
       } else {
-        return key_of(n.value());
+        return key_of(value_of(n));
       }
     };
     std::size_t moved = 0;
@@ -1305,14 +1430,14 @@ class KeyWheel {
     std::uint32_t i = head;
     do {
       const Node& n = pool_[i];
-      f(n.value());
+      f(value_of(n));
       i = n.next;
     } while (i != head);
     return true;
   }
 
   LevelBits bits_;
-  detail::ElementPool<T, stores_keys> pool_;
+  Storage pool_;  // the nodes (an ElementPool, or the caller's: detail::CallerNodes)
   [[no_unique_address]] key_of_type key_of_;
   std::vector<Level> levels_;
   std::vector<std::uint32_t> heads_;  // slot list heads, all levels

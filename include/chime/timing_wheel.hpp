@@ -59,7 +59,8 @@
 #include <string>
 #include <utility>
 
-#include "chime/detail/interval_divider.hpp"
+#include "chime/detail/timed_key_wheel.hpp"
+#include "chime/detail/wheel_clock.hpp"
 #include "chime/key_wheel.hpp"
 #include "chime/level_bits.hpp"
 #include "chime/time.hpp"
@@ -73,22 +74,36 @@ struct WheelConfig {
   std::size_t capacity = 0;                        // alarms to pre-allocate and pre-fault (reserve); grows past it
 };
 
+namespace detail {
 template <class T>
-class TimingWheel {
-  struct Entry {
-    TimePoint at;
-    T value;
-  };
-  // An alarm's key is the interval of its time, computed from `at` when
-  // needed rather than stored beside it.
-  struct IntervalOf {
-    std::uint64_t start_ns;
-    detail::IntervalDivider divider;
-    std::uint64_t operator()(const Entry& e) const noexcept {
-      return divider.divide(static_cast<std::uint64_t>(e.at.time_since_epoch().count()) - start_ns);
-    }
-  };
-  using Queue = KeyWheel<Entry, IntervalOf>;
+struct TimedEntry {
+  TimePoint at;
+  T value;
+  static std::int64_t at_ns(const TimedEntry& e) noexcept { return e.at.time_since_epoch().count(); }
+};
+// An alarm's key is the interval of its time, computed from `at` when
+// needed rather than stored beside it.
+template <class T>
+struct EntryInterval {
+  IntervalKey key;
+  std::uint64_t operator()(const TimedEntry<T>& e) const noexcept { return key(TimedEntry<T>::at_ns(e)); }
+};
+}  // namespace detail
+
+// The clock and interval queries, the earliest and latest times,
+// cascade_ahead and moved_by_last_advance are detail::TimedKeyWheel's
+// (detail/timed_key_wheel.hpp), shared with IntrusiveTimingWheel.
+template <class T>
+class TimingWheel
+    : public detail::TimedKeyWheel<KeyWheel<detail::TimedEntry<T>, detail::EntryInterval<T>>, detail::TimedEntry<T>> {
+  using Entry = detail::TimedEntry<T>;
+  using Queue = KeyWheel<Entry, detail::EntryInterval<T>>;
+  using Base = detail::TimedKeyWheel<Queue, Entry>;
+  using Base::clock_;
+  using Base::from_ns;
+  using Base::key_of;
+  using Base::min_time_;
+  using Base::queue_;
   // An alarm is a 32-byte node (half a cache line) for any T of at most 8
   // bytes and alignment: links, generation and level (16 bytes), `at`, the value.
   static_assert(sizeof(T) > 8 || alignof(T) > 8 || Queue::element_bytes == 32);
@@ -114,31 +129,12 @@ class TimingWheel {
   // config.capacity > 2^32 - 2048. config.capacity alarms are reserve()d:
   // allocated and pre-faulted here. May allocate.
   TimingWheel(WheelConfig config, TimePoint start)
-      : queue_(config.level_bits, config.capacity, interval_of(validated(config), start)),
-        start_ns_(start.time_since_epoch().count()),
-        precision_ns_(config.alarm_precision.count()),
-        divider_(static_cast<std::uint64_t>(config.alarm_precision.count())),
-        now_ns_(start_ns_),
-        max_interval_num_((static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) -
-                           static_cast<std::uint64_t>(start_ns_)) /
-                          static_cast<std::uint64_t>(precision_ns_)),
-        upper_bound_ns_(upper_bound_formula()) {}
+      : Base("chime::TimingWheel", config.alarm_precision, start, [&](detail::IntervalKey key) {
+          return Queue(config.level_bits, config.capacity, detail::EntryInterval<T>{key});
+        }) {}
 
-  TimingWheel(const TimingWheel&) = delete;
-  TimingWheel& operator=(const TimingWheel&) = delete;
-
-  // The wheel's clock: start() until advance_clock moves it. Never allocates.
-  TimePoint now() const noexcept { return from_ns(now_ns_); }
-  // The start given to the constructor (interval 0 begins there). Never allocates.
-  TimePoint start() const noexcept { return from_ns(start_ns_); }
-  // The interval length, WheelConfig::alarm_precision. Never allocates.
-  Duration alarm_precision() const noexcept { return Duration(precision_ns_); }
-  // WheelConfig::level_bits. Never allocates.
-  const LevelBits& level_bits() const noexcept { return queue_.level_bits(); }
-  // Number of alarms in the wheel. Never allocates.
-  std::size_t size() const noexcept { return queue_.size(); }
-  // size() == 0. Never allocates.
-  bool empty() const noexcept { return queue_.empty(); }
+  using Base::interval_num;
+  using Base::now;
 
   // Alarms the wheel holds before an add allocates (size() included); at
   // least WheelConfig::capacity and the largest reserve(n). Never allocates.
@@ -154,41 +150,18 @@ class TimingWheel {
   // Allowed inside handle_fired. May allocate.
   void reserve(std::size_t n) { queue_.reserve(n); }
 
-  // Number of the interval containing t. Throws std::out_of_range if
-  // t < start() or the number exceeds KeyWheel's max_representable_key.
-  std::int64_t interval_num(TimePoint t) const { return static_cast<std::int64_t>(key_of("interval_num", t)); }
-
-  // Start of interval k: start() + k * alarm_precision(). Throws
-  // std::out_of_range if k < 0 or that time is not representable.
-  TimePoint interval_num_start(std::int64_t k) const {
-    if (k < 0 || static_cast<std::uint64_t>(k) > max_interval_num_) {
-      throw std::out_of_range("chime::TimingWheel::interval_num_start: interval " + std::to_string(k) +
-                              " is outside [0, " + std::to_string(max_interval_num_) +
-                              "] (its start must be a representable TimePoint)");
-    }
-    return from_ns(start_plus(static_cast<std::uint64_t>(k)));
-  }
-
-  // The start of the interval containing t; throws as interval_num.
-  TimePoint interval_start(TimePoint t) const { return from_ns(start_plus(key_of("interval_start", t))); }
-  // interval_start(now()). Never allocates.
-  TimePoint now_interval_num_start() const noexcept { return from_ns(start_plus(queue_.min_allowed_key())); }
-
-  // Exclusive upper bound on what add accepts; grows with now(). Never throws.
-  TimePoint alarm_upper_bound() const noexcept { return from_ns(upper_bound_ns_); }
-
   // Adds an alarm at `at`. Throws std::out_of_range if at < now() or
   // at >= alarm_upper_bound(). O(1). May allocate (only when the pool is full).
   Alarm add(TimePoint at, T value) {
-    const std::uint64_t key = checked_alarm_key("add", at);
+    const std::uint64_t key = clock_.checked_alarm_key("add", at);
     queue_.check_not_removing("add");
     const Alarm alarm(queue_.add_in_range(key, Entry{at, std::move(value)}));
-    if (min_time_known_ && (!min_time_ || at < *min_time_)) min_time_ = at;
+    min_time_.added(at);
     return alarm;
   }
   // add(interval_num_start(k), value), with the same checks.
   Alarm add_at_interval_num(std::int64_t k, T value) {
-    return add(checked_interval_start("add_at_interval_num", k), std::move(value));
+    return add(clock_.checked_interval_start("add_at_interval_num", k), std::move(value));
   }
 
   // Moves an alarm to `at`. Throws std::invalid_argument if !contains(alarm),
@@ -196,26 +169,19 @@ class TimingWheel {
   void reschedule(Alarm alarm, TimePoint at) {
     queue_.check_not_removing("reschedule");
     queue_.check_contains("reschedule", alarm.elt_);
-    const std::uint64_t key = checked_alarm_key("reschedule", at);
+    const std::uint64_t key = clock_.checked_alarm_key("reschedule", at);
     TimePoint old;
     queue_.change_key_in_range(alarm.elt_, key, [&](Entry& e) noexcept {
       old = e.at;
       e.at = at;
     });
-    if (min_time_known_) {
-      // Known and the wheel is not empty: min_time_ holds a time.
-      if (at <= *min_time_) {
-        min_time_ = at;
-      } else if (old == *min_time_) {
-        min_time_known_ = false;  // another alarm may share the old minimum, or none
-      }
-    }
+    min_time_.moved(old, at);
   }
   // reschedule(alarm, interval_num_start(k)), with the same checks; throws
   // std::invalid_argument first if !contains(alarm). Never allocates.
   void reschedule_at_interval_num(Alarm alarm, std::int64_t k) {
     queue_.check_contains("reschedule_at_interval_num", alarm.elt_);
-    reschedule(alarm, checked_interval_start("reschedule_at_interval_num", k));
+    reschedule(alarm, clock_.checked_interval_start("reschedule_at_interval_num", k));
   }
 
   // Removes an alarm without firing it. Throws std::invalid_argument if
@@ -225,7 +191,7 @@ class TimingWheel {
     queue_.check_contains("remove", alarm.elt_);
     const TimePoint at = queue_.value_contained(alarm.elt_).at;
     queue_.remove_contained(alarm.elt_);
-    if (min_time_known_ && at == *min_time_) min_time_known_ = false;
+    min_time_.removed(at);
   }
 
   // True iff the alarm is in the wheel (false once fired or removed, and
@@ -254,42 +220,8 @@ class TimingWheel {
   // too far in the future to represent. Never allocates.
   template <class F>
   void advance_clock(TimePoint to, F&& handle_fired) {
-    const std::int64_t to_ns = to.time_since_epoch().count();
-    if (to_ns <= now_ns_) return;
-    const std::uint64_t key = key_of("advance_clock", to);
-    // What fires is exactly the alarms before interval_start(to): if the
-    // cached minimum is not among them, nothing fires and it stays.
-    if (min_time_known_ && min_time_ && min_time_->time_since_epoch().count() < start_plus(key)) {
-      min_time_known_ = false;
-    }
-    try {
-      queue_.increase_min_allowed_key(key, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
-    } catch (...) {
-      const std::int64_t reached = start_plus(queue_.min_allowed_key());
-      if (reached > now_ns_) now_ns_ = reached;
-      upper_bound_ns_ = upper_bound_formula();
-      throw;
-    }
-    now_ns_ = to_ns;
-    upper_bound_ns_ = upper_bound_formula();
+    this->advance_to(to, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
   }
-
-  // Moves up to `budget` alarms down the wheel ahead of the advance that
-  // needs them there: at every level, the alarms of the next span (the next
-  // block of 2^b_0 intervals at the lowest level, the next 2^(b_0+b_1) at the
-  // one above, ...) come down from the level above; returns true if some
-  // are left. An advance_clock into such a span then cascades only what is
-  // left, instead of every alarm of the span in one go: calling this between
-  // advances with a budget of about twice the alarms due per interval per
-  // level leaves nothing (KeyWheel::cascade_ahead has the details).
-  // Optional: it changes no result, only when the work is done. Throws
-  // std::logic_error inside handle_fired. O(levels + budget). Never
-  // allocates.
-  bool cascade_ahead(std::size_t budget) { return queue_.cascade_ahead(budget); }
-  // Alarms the last advance_clock into a new interval moved between levels
-  // of the wheel (its cascading work, KeyWheel::moved_by_last_increase).
-  // Never allocates.
-  std::size_t moved_by_last_advance() const noexcept { return queue_.moved_by_last_increase(); }
 
   // Fires, via handle_fired, the alarms with at <= now() (all of them are in
   // now()'s interval), in insertion order. Same rules for handle_fired as
@@ -301,48 +233,7 @@ class TimingWheel {
   // The same for the alarms with at <= min(until, now()).
   template <class F>
   void fire_alarms_until(TimePoint until, F&& handle_fired) {
-    const std::int64_t limit = std::min(until.time_since_epoch().count(), now_ns_);
-    if (min_time_known_ && min_time_ && min_time_->time_since_epoch().count() <= limit) min_time_known_ = false;
-    queue_.remove_min_allowed_key_if(
-        "fire_past_alarms", [&](const Entry& e) { return e.at.time_since_epoch().count() <= limit; },
-        [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
-  }
-
-  // The least time to which the clock can be advanced so that an alarm fires:
-  // interval_start(min) + alarm_precision() for the earliest alarm time min,
-  // so next - alarm_precision() <= min < next. Never allocates.
-  std::optional<TimePoint> next_alarm_fires_at() const {
-    const auto key = queue_.min_key();
-    if (!key) return std::nullopt;
-    return from_ns(start_plus(*key + 1));
-  }
-
-  // The interval of the earliest alarm, if any. Never allocates.
-  std::optional<std::int64_t> min_alarm_interval_num() const {
-    const auto key = queue_.min_key();
-    if (!key) return std::nullopt;
-    return static_cast<std::int64_t>(*key);
-  }
-
-  // Earliest alarm time. Cached: add and reschedule keep the cache exact in
-  // O(1); remove, reschedule and the fires forget it only when they move or
-  // take an alarm at the cached time; the first call after that scans the
-  // first non-empty slot. Never allocates.
-  std::optional<TimePoint> min_alarm_time() const {
-    if (!min_time_known_) {
-      min_time_ = earliest_time();
-      min_time_known_ = true;
-    }
-    return min_time_;
-  }
-  // Latest alarm time: scans the last non-empty slot.
-  std::optional<TimePoint> max_alarm_time() const {
-    TimePoint latest = TimePoint::min();
-    const bool any = queue_.for_each_in_last_slot([&](const Entry& e) {
-      if (e.at > latest) latest = e.at;
-    });
-    if (!any) return std::nullopt;
-    return latest;
+    this->fire_through(until, [&](typename Queue::Elt e) { handle_fired(Alarm(e)); });
   }
 
   // Calls f(Alarm) for every alarm, in no particular order. f must not modify
@@ -354,138 +245,21 @@ class TimingWheel {
 
   // Removes every alarm without firing it; now() and capacity() are
   // unchanged. Throws std::logic_error inside handle_fired. Never allocates.
-  void clear() {
-    queue_.clear();
-    min_time_.reset();
-    min_time_known_ = true;
-  }
+  void clear() { this->clear_alarms(); }
 
   // Verifies every invariant of the wheel and of its KeyWheel; throws
   // std::logic_error naming the first one broken. For tests.
   void check_invariants() const {
-    auto fail = [](const std::string& what) { throw std::logic_error("chime::TimingWheel invariant: " + what); };
-    queue_.check_invariants();
-    if (now_ns_ < start_ns_) fail("now < start");
-    if (key_of("check_invariants", now()) != queue_.min_allowed_key()) fail("interval_num(now) != min_allowed_key");
-    if (upper_bound_ns_ != upper_bound_formula()) fail("cached alarm_upper_bound is stale");
-    const std::int64_t now_start = start_plus(queue_.min_allowed_key());
-    for_each([&](Alarm a) {
-      const Entry& e = entry("check_invariants", a);
-      const std::int64_t at = e.at.time_since_epoch().count();
-      const std::uint64_t filed = queue_.key("check_invariants", a.elt_);
-      if (static_cast<std::int64_t>(filed) != interval_num(e.at)) {
-        fail("alarm at " + std::to_string(at) + " ns is filed under interval " + std::to_string(filed) + ", not " +
-             std::to_string(interval_num(e.at)));
-      }
-      if (at < now_start) fail("alarm at " + std::to_string(at) + " ns is before now's interval");
-      // at > now - precision, in 128 bits: now - precision can be below INT64_MIN.
-      if (!(static_cast<__int128>(at) > static_cast<__int128>(now_ns_) - precision_ns_)) {
-        fail("alarm at " + std::to_string(at) + " ns <= now - precision");
-      }
-      if (at >= upper_bound_ns_) fail("alarm at " + std::to_string(at) + " ns is not below alarm_upper_bound");
+    this->check_timed("chime::TimingWheel", [&](auto&& check_alarm) {
+      for_each([&](Alarm a) {
+        check_alarm(Entry::at_ns(entry("check_invariants", a)), queue_.key("check_invariants", a.elt_));
+      });
     });
-    if (min_time_known_ && min_time_ != earliest_time()) {
-      fail("cached min_alarm_time is stale");
-    }
   }
 
  private:
-  static const WheelConfig& validated(const WheelConfig& config) {
-    if (config.alarm_precision <= Duration::zero()) {
-      throw std::invalid_argument("chime::TimingWheel: alarm_precision must be positive, got " +
-                                  std::to_string(config.alarm_precision.count()) + " ns");
-    }
-    return config;
-  }
-
-  static IntervalOf interval_of(const WheelConfig& config, TimePoint start) noexcept {
-    return {static_cast<std::uint64_t>(start.time_since_epoch().count()),
-            detail::IntervalDivider(static_cast<std::uint64_t>(config.alarm_precision.count()))};
-  }
-
-  static TimePoint from_ns(std::int64_t ns) noexcept { return TimePoint(Duration(ns)); }
-
-  // Interval number of t, or std::out_of_range.
-  std::uint64_t key_of(const char* what, TimePoint t) const {
-    const std::int64_t t_ns = t.time_since_epoch().count();
-    if (t_ns < start_ns_) [[unlikely]] throw_before_start(what, t_ns);
-    const std::uint64_t key = divider_.divide(static_cast<std::uint64_t>(t_ns) - static_cast<std::uint64_t>(start_ns_));
-    if (key > Queue::max_representable_key) [[unlikely]] throw_too_far(what, t_ns, key);
-    return key;
-  }
-
-  // Key for an alarm at `at`, or std::out_of_range naming at and the bounds.
-  std::uint64_t checked_alarm_key(const char* what, TimePoint at) const {
-    const std::int64_t at_ns = at.time_since_epoch().count();
-    if (at_ns < now_ns_ || at_ns >= upper_bound_ns_) [[unlikely]] throw_alarm_out_of_range(what, at_ns);
-    return divider_.divide(static_cast<std::uint64_t>(at_ns) - static_cast<std::uint64_t>(start_ns_));
-  }
-
-  [[noreturn, gnu::cold, gnu::noinline]] void throw_before_start(const char* what, std::int64_t t_ns) const {
-    throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": time " + std::to_string(t_ns) +
-                            " ns is before start " + std::to_string(start_ns_) + " ns");
-  }
-  [[noreturn, gnu::cold, gnu::noinline]] static void throw_too_far(const char* what, std::int64_t t_ns,
-                                                                   std::uint64_t key) {
-    throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": time " + std::to_string(t_ns) +
-                            " ns is too far in the future to represent: its interval " + std::to_string(key) +
-                            " exceeds " + std::to_string(Queue::max_representable_key));
-  }
-  [[noreturn, gnu::cold, gnu::noinline]] void throw_alarm_out_of_range(const char* what, std::int64_t at_ns) const {
-    if (at_ns < now_ns_) {
-      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": at " + std::to_string(at_ns) +
-                              " ns is before now " + std::to_string(now_ns_) + " ns");
-    }
-    throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": at " + std::to_string(at_ns) +
-                            " ns is not below alarm_upper_bound " + std::to_string(upper_bound_ns_) + " ns");
-  }
-
-  TimePoint checked_interval_start(const char* what, std::int64_t k) const {
-    if (k < 0 || static_cast<std::uint64_t>(k) > max_interval_num_) {
-      throw std::out_of_range(std::string("chime::TimingWheel::") + what + ": interval " + std::to_string(k) +
-                              " is outside [0, " + std::to_string(max_interval_num_) + "]");
-    }
-    return from_ns(start_plus(static_cast<std::uint64_t>(k)));
-  }
-
   const Entry& entry(const char* what, Alarm alarm) const { return queue_.value(what, alarm.elt_); }
   Entry& entry(const char* what, Alarm alarm) { return queue_.value(what, alarm.elt_); }
-
-  // start + k * precision in nanoseconds, for k <= max_interval_num_ (so the
-  // result is representable). Computed modulo 2^64, which is exact here and
-  // avoids signed overflow in the intermediate product when start < 0.
-  std::int64_t start_plus(std::uint64_t k) const noexcept {
-    return static_cast<std::int64_t>(static_cast<std::uint64_t>(start_ns_) +
-                                     k * static_cast<std::uint64_t>(precision_ns_));
-  }
-
-  // interval_num_start(min(max_allowed_key + 1, K_max)).
-  std::int64_t upper_bound_formula() const noexcept {
-    std::uint64_t k = queue_.max_allowed_key() + 1;
-    if (k > max_interval_num_) k = max_interval_num_;
-    return start_plus(k);
-  }
-
-  // Earliest `at`: every alarm of the earliest interval is in the first
-  // non-empty slot.
-  std::optional<TimePoint> earliest_time() const {
-    TimePoint earliest = TimePoint::max();
-    const bool any = queue_.for_each_in_first_slot([&](const Entry& e) {
-      if (e.at < earliest) earliest = e.at;
-    });
-    if (!any) return std::nullopt;
-    return earliest;
-  }
-
-  Queue queue_;
-  std::int64_t start_ns_;
-  std::int64_t precision_ns_;
-  detail::IntervalDivider divider_;
-  std::int64_t now_ns_;
-  std::uint64_t max_interval_num_;  // K_max: last interval whose start is representable
-  std::int64_t upper_bound_ns_;
-  mutable std::optional<TimePoint> min_time_;
-  mutable bool min_time_known_ = true;  // a new wheel is empty: min_time_ is nullopt
 };
 
 }  // namespace chime

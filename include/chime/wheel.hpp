@@ -7,6 +7,8 @@
 // - chime/level_bits.hpp: LevelBits, the wheel's geometry (bits per level).
 // - chime/key_wheel.hpp: KeyWheel<T>, the radix priority queue on integer keys.
 // - chime/timing_wheel.hpp: TimingWheel<T> and WheelConfig, alarms at times.
+// - chime/intrusive_timing_wheel.hpp: IntrusiveTimingWheel<NodeAt> and
+//   IntrusiveAlarm, the same wheel over nodes the caller owns.
 // - chime/clock.hpp: Clock, SteadyClock and ManualClock (header-only; a
 //   ManualClock is a convenient way to drive a wheel in tests).
 // Each header opens with its contract. Nothing here starts a thread or is
@@ -15,6 +17,7 @@
 #pragma once
 
 #include "chime/clock.hpp"
+#include "chime/intrusive_timing_wheel.hpp"
 #include "chime/key_wheel.hpp"
 #include "chime/level_bits.hpp"
 #include "chime/time.hpp"

@@ -117,6 +117,7 @@ template <class T, bool kStoresKey = true>
 class ElementPool {
  public:
   using Node = WheelNode<T, kStoresKey>;
+  static constexpr bool owns_nodes = true;  // KeyWheel's Storage: allocates its nodes
   static constexpr unsigned chunk_shift = 11;
   static constexpr std::size_t chunk_size = std::size_t{1} << chunk_shift;
   // Most chunks one growth step allocates (reserve is not limited by it).
