@@ -220,7 +220,7 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   const std::int64_t due_ns = due.time_since_epoch().count();
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.period_ns = period_ns;
-  slot.on_missed = on_missed;
+  slot.on_missed = static_cast<std::uint8_t>(on_missed);
   slot.slack_code = slack_code;
   slot.shard.store(static_cast<std::uint8_t>(shard.index()), std::memory_order_relaxed);  // published by S1
   slot.lane.store(lane, std::memory_order_relaxed);  // published by S1's release, as the fields above

@@ -299,7 +299,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
   // there: beyond the horizon, it is parked and never runs. Missed::delay
   // restarts the fixed rate from the end of this run (on the runtime clock).
   std::int64_t base = d.due_ns;
-  if (slot.on_missed == Missed::delay && !(d.flags & Dispatch::keep_due)) {
+  if (slot.missed_rule() == Missed::delay && !(d.flags & Dispatch::keep_due)) {
     base = config_.clock_kind == RuntimeConfig::ClockKind::steady ? steady_end_ns
                                                                   : config_.clock->now().time_since_epoch().count();
   }

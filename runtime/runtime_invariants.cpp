@@ -78,17 +78,16 @@ std::string WheelThread::check_on_wheel() {
                s != SlotState::cancelled) {
       failure = holds() + " in state " + state_name(s);
     } else if (!alarm_matches) {
-      failure = holds() + " but the slot's alarm handle is " + (where == 1 ? "another" : "set");
+      failure = holds() + " but the slot's alarm is " + (where == 1 ? "not filed" : "filed");
     }
   };
-  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
+  wt().wheel.for_each([&](std::uint32_t index) {
     if (!failure.empty()) return;
-    const std::uint32_t index = wt().wheel.value(a);
-    check_held(index, 1, index < extent && core_.slab()[index].wheel.alarm == a);
+    check_held(index, 1, index < extent && core_.slab()[index].wheel.alarm.filed());
   });
   for (const std::uint32_t index : wt().overdue) {
     if (!failure.empty()) break;
-    check_held(index, 2, index < extent && core_.slab()[index].wheel.alarm == TimingWheel<std::uint32_t>::Alarm{});
+    check_held(index, 2, index < extent && !core_.slab()[index].wheel.alarm.filed());
   }
   if (!failure.empty()) return failure;
   // None lost: a slot the wheel thread filed and that is not cancelled

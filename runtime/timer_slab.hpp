@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "backoff.hpp"
+#include "chime/intrusive_timing_wheel.hpp"
 #include "chime/runtime.hpp"
-#include "chime/timing_wheel.hpp"
 #include "free_slot_stack.hpp"
 #include "slack.hpp"
 #include "timer_state.hpp"
@@ -49,39 +49,21 @@ namespace chime::detail {
 
 struct LaneCore;  // lane_core.hpp
 
-// One timer. 128 bytes, two cache lines: the first holds everything a
-// producer's cancel and touch (reschedule later) read and write (the state
-// word and `due`) together with the wheel thread's fields, which it touches
-// with the same line when it files or claims the timer; the second holds the
-// task, which only the scheduling producer (once) and the worker running it
-// touch. A touch therefore costs one line.
+// One timer. 128 bytes, two cache lines, everything counted: the wheel's
+// node is in the slot (IntrusiveAlarm), so a pending timer costs its slot
+// and nothing else. The first line holds everything a producer's cancel and
+// touch (reschedule later) read and write (the state word and `due`)
+// together with the wheel thread's fields, which it touches with the same
+// line when it files, fires or claims the timer; the second holds the task,
+// which only the scheduling producer (once) and the worker running it
+// touch. A touch therefore costs one line, and the wheel thread's work on a
+// timer (filing it, walking its slot's list, firing it) touches one line
+// per timer. Debug builds (NDEBUG not defined) add a third line (waits_for).
 struct alignas(64) TimerSlot {
   // Line 0: the state word and the fields read with it.
   std::atomic<std::uint64_t> word{StateWord::make(CHIME_INITIAL_GENERATION, 0, SlotState::free)};  // timer_state.hpp
   std::atomic<std::int64_t> due_ns{0};  // ownership: timer_state.hpp
   std::int64_t period_ns = 0;           // 0: one-shot
-  Missed on_missed = Missed::skip;
-  // The wheel thread's part: only the wheel thread of the timer's shard
-  // writes it (and shutdown's sweep, after the join; a periodic's inline
-  // re-arm, on that wheel thread with workers = 0: refile_rearmed_inline,
-  // wheel_thread.hpp). Another shard's wheel
-  // thread may read filed_generation: a command for an older generation of
-  // the slot (a reschedule, or an ADD cancelled before it was filed) can
-  // reach its old shard after the slot was freed and reused by a timer of
-  // another shard; it reads a generation that is not its own and drops the
-  // command. Hence atomic, every access relaxed: the value only tells a
-  // shard whether it filed this generation (only it writes that value), and
-  // the slot's other fields are ordered by the state word. The alarm is
-  // read only by the shard that filed it.
-  struct WheelPart {
-    std::atomic<std::uint32_t> filed_generation{0};  // generation whose ADD/REARM the wheel has applied; 0: none
-    TimingWheel<std::uint32_t>::Alarm alarm;         // its alarm in the wheel; {} when not in the wheel
-  } wheel;
-  // Debug builds (CHIME_ASSERT on): while this timer's callback blocks in
-  // cancel_and_wait, the timer it waits for (pack_id); 0 otherwise. Used to
-  // catch two callbacks waiting for each other (producer_ops.cpp). Written
-  // only then, so it costs release builds nothing.
-  std::atomic<std::uint64_t> waits_for{0};
   // The lane its runs go to (chime::Lane), or null for the workers, and that
   // lane's generation when it was scheduled (lane_core.hpp). Written by the
   // scheduling producer before S1, like `task`; read by the wheel thread.
@@ -92,7 +74,30 @@ struct alignas(64) TimerSlot {
   // later generation only reaches a reschedule whose CAS from the word it
   // loaded then fails.
   std::atomic<LaneCore*> lane{nullptr};
+  // The wheel thread's part: only the wheel thread of the timer's shard
+  // writes it (and shutdown's sweep, after the join; a periodic's inline
+  // re-arm, on that wheel thread with workers = 0: refile_rearmed_inline,
+  // wheel_thread.hpp). Another shard's wheel
+  // thread may read filed_generation: a command for an older generation of
+  // the slot (a reschedule, or an ADD cancelled before it was filed) can
+  // reach its old shard after the slot was freed and reused by a timer of
+  // another shard; it reads a generation that is not its own and drops the
+  // command. Hence atomic, every access relaxed: the value only tells a
+  // shard whether it filed this generation (only it writes that value), and
+  // the slot's other fields are ordered by the state word. The alarm (the
+  // wheel's node: links, place, filed time) is read and written only by the
+  // shard that filed it, and only after it has seen its own generation in
+  // filed_generation; a slot is freed only once its alarm is out of the
+  // wheel (fired, removed, or swept at shutdown), so a slot reused by
+  // another shard is never in two wheels.
+  struct WheelPart {
+    std::atomic<std::uint32_t> filed_generation{0};  // generation whose ADD/REARM the wheel has applied; 0: none
+    IntrusiveAlarm alarm;                            // its node in the shard's wheel; !alarm.filed() when not in it
+  } wheel;
   std::uint32_t lane_generation = 0;
+  // Missed (runtime.hpp), as a byte: written by the scheduling producer
+  // before S1, like `task`; read by whoever runs or re-files a periodic run.
+  std::uint8_t on_missed = static_cast<std::uint8_t>(Missed::skip);
   // The shard the timer belongs to (wheel_thread.hpp): the one whose queue
   // its ADD went to, and whose wheel thread files it. Written by the
   // scheduling producer before S1; read, relaxed, by whoever posts a
@@ -105,11 +110,22 @@ struct alignas(64) TimerSlot {
   std::uint8_t slack_code = SlackCode::runtime_default;
   // Line 1:
   alignas(64) Task task;
+#ifndef NDEBUG
+  // Debug builds only (line 2): while this timer's callback blocks in
+  // cancel_and_wait, the timer it waits for (pack_id); 0 otherwise. Used to
+  // catch two callbacks waiting for each other (producer_ops.cpp).
+  alignas(64) std::atomic<std::uint64_t> waits_for{0};
+#endif
+
+  Missed missed_rule() const noexcept { return static_cast<Missed>(on_missed); }
 };
+#ifdef NDEBUG
 static_assert(sizeof(TimerSlot) == 128,
-              "a slot is two cache lines: state and due in the first, the task in the second");
+              "a slot is two cache lines: state, due and the wheel's node in the first, the task in the second");
+#endif
 static_assert(offsetof(TimerSlot, task) == 64);
-static_assert(offsetof(TimerSlot, lane_generation) + sizeof(std::uint32_t) <= 64);
+static_assert(offsetof(TimerSlot, wheel) + sizeof(TimerSlot::WheelPart) <= 64,
+              "the wheel's node is in line 0: filing and firing touch one line");
 static_assert(offsetof(TimerSlot, shard) + 1 <= 64, "the shard is read with the state word: line 0");
 static_assert(offsetof(TimerSlot, slack_code) + 1 <= 64, "the slack is read when filing, with the state word");
 

@@ -215,12 +215,10 @@ WheelThread::WheelThread(RuntimeCore& core, unsigned index)
       core_(core),
       config_(core.config()),
       index_(index),
-      // RuntimeOptions::reserve is for all the runtime's timers: each
-      // shard's wheel makes room for its share (the wheels grow past it).
-      wt_(WheelConfig{core.config().options.precision, core.config().options.level_bits,
-                      (core.config().options.reserve + core.config().options.shards - 1) /
-                          core.config().options.shards},
-          TimePoint(Duration(core.config().start_ns))) {
+      // The wheel files the slab's slots in place: nothing to reserve per
+      // timer (RuntimeOptions::reserve pre-faults the slab).
+      wt_(WheelConfig{core.config().options.precision, core.config().options.level_bits},
+          TimePoint(Duration(core.config().start_ns)), core.slab()) {
   seam.commands.bound().set(core.config().options.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
                                                                        : core.config().options.max_queue_depth);
   wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(core.pool().handoff);
@@ -557,14 +555,13 @@ bool WheelThread::apply_batch(std::size_t begin, std::size_t end, bool& any) {
 
 // How many of the commands `c[0, n)` may be applied with no allocation:
 // room is made first for what applying them may add (a timer command: an
-// alarm, an overdue entry, a deferred ADD or RESCHEDULE; a flush or drain:
-// its entry). All of them, or out of memory the longest prefix there is
-// room for (the pass is marked).
+// overdue entry, a deferred ADD or RESCHEDULE; filing it in the wheel
+// allocates nothing, its node is in its slot; a flush or drain: its entry). All of them, or out of memory the longest
+// prefix there is room for (the pass is marked).
 std::size_t WheelThread::commands_with_room(const Command* c, std::size_t n) noexcept {
   WheelThreadState& s = wt();
   const auto timer_room = [&] {
-    return std::min({s.wheel.capacity() - s.wheel.size(), spare(s.overdue), spare(s.deferred_adds),
-                     spare(s.reschedules_before_add)});
+    return std::min({spare(s.overdue), spare(s.deferred_adds), spare(s.reschedules_before_add)});
   };
   const auto request_room = [&] { return std::min(spare(s.flushes), spare(s.drains)); };
   // The common case: room for n commands of any kind already.
@@ -579,9 +576,8 @@ std::size_t WheelThread::commands_with_room(const Command* c, std::size_t n) noe
     timers += is_timer(c[i].kind) ? 1 : 0;
     requests += is_request(c[i].kind) ? 1 : 0;
   }
-  if (make_wheel_room(timers) & make_room(s.overdue, timers) & make_room(s.deferred_adds, timers) &
-      make_room(s.reschedules_before_add, timers) & make_room(s.flushes, requests) & make_room(s.drains, requests))
-      [[likely]] {
+  if (make_room(s.overdue, timers) & make_room(s.deferred_adds, timers) & make_room(s.reschedules_before_add, timers) &
+      make_room(s.flushes, requests) & make_room(s.drains, requests)) [[likely]] {
     return n;
   }
   s.pass_out_of_memory = true;
@@ -594,23 +590,9 @@ std::size_t WheelThread::commands_with_room(const Command* c, std::size_t n) noe
   return k;
 }
 
-// Free alarm nodes for `extra` adds, which then never allocate.
-bool WheelThread::make_wheel_room(std::size_t extra) noexcept {
-  TimingWheel<std::uint32_t>& wheel = wt().wheel;
-  if (wheel.capacity() - wheel.size() >= extra) return true;
-  try {
-    wheel.reserve(wheel.size() + extra);
-    return true;
-  } catch (const std::bad_alloc&) {
-    return false;
-  } catch (const std::length_error&) {  // 2^32 alarms: no more room, as out of memory
-    return false;
-  }
-}
-
 // Room for an advance (advance_and_dispatch) to consider every overdue
 // timer and up to fired_limit fired alarms with no allocation: each may be
-// re-filed (an alarm: a fired one reuses its own node), put on the overdue
+// re-filed (in its slot's own node: no allocation), put on the overdue
 // list again, or claimed (a dispatch, for the workers or a lane). The limit
 // is what the lists hold now, beyond the overdue timers; an advance that
 // reaches it grows them (grow_fired_limit), so steady state allocates no
@@ -620,11 +602,10 @@ bool WheelThread::room_for_advance() noexcept {
   WheelThreadState& s = wt();
   const std::size_t n_overdue = s.overdue.size();
   if (!(make_capacity(s.overdue_order, n_overdue) & make_capacity(s.overdue_scratch, n_overdue) &
-        make_wheel_room(n_overdue) & make_room(s.dispatch_batch, n_overdue + 1) &
-        make_room(s.lane_spill, n_overdue + 1) & make_capacity(s.overdue, n_overdue + 1))) [[unlikely]] {
+        make_room(s.dispatch_batch, n_overdue + 1) & make_room(s.lane_spill, n_overdue + 1) &
+        make_capacity(s.overdue, n_overdue + 1))) [[unlikely]] {
     s.pass_out_of_memory = true;
-    if (s.overdue_order.capacity() < n_overdue || s.overdue_scratch.capacity() < n_overdue ||
-        s.wheel.capacity() - s.wheel.size() < n_overdue) {
+    if (s.overdue_order.capacity() < n_overdue || s.overdue_scratch.capacity() < n_overdue) {
       return false;
     }
   }
@@ -656,9 +637,9 @@ bool WheelThread::grow_fired_limit() noexcept {
 // The alarm `a` fired in this advance: onto the fired list (room was made),
 // and the advance is cut short once the list is at fired_limit and cannot
 // grow. Inside handle_fired: reads the wheel only.
-void WheelThread::record_fired(TimingWheel<std::uint32_t>::Alarm a) {
+void WheelThread::record_fired(std::uint32_t index) {
   WheelThreadState& s = wt();
-  s.wheel_fired.emplace_back(s.wheel.at(a).time_since_epoch().count(), s.wheel.value(a));
+  s.wheel_fired.emplace_back(s.wheel.at(index).time_since_epoch().count(), index);
   if (s.wheel_fired.size() >= s.fired_limit && !grow_fired_limit()) throw AdvanceCutShort{};
 }
 
@@ -713,7 +694,7 @@ void WheelThread::reclaim(TimerSlot& slot, std::uint32_t index) {
   // the producer that reuses the slot does not fetch it back dirty.
   if (slot.wheel.filed_generation.load(std::memory_order_relaxed) != 0)
     slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
-  if (slot.wheel.alarm != TimingWheel<std::uint32_t>::Alarm{}) slot.wheel.alarm = {};
+  CHIME_ASSERT(!slot.wheel.alarm.filed(), "a slot is freed only once its alarm is out of the wheel");
   wt().retired->add(index);
   ++wt().reclaimed;
 }
@@ -788,8 +769,8 @@ void WheelThread::apply(const Command& c) {
         }
         return;
       }
-      if (!wt().wheel.contains(slot.wheel.alarm)) return;
-      wt().wheel.remove(slot.wheel.alarm);
+      if (!wt().wheel.contains(c.slot)) return;
+      wt().wheel.remove(c.slot);
       file(c.slot, slot, true, c.called_at());
       return;
     }
@@ -820,7 +801,6 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
                        std::optional<std::int64_t> called_at_ns) {
   const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
   if (at_application && !config_.manual() && due_now_at_application(due, called_at_ns)) {
-    slot.wheel.alarm = {};
     wt().overdue.push_back(index);
     return;
   }
@@ -833,14 +813,13 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
     // for any due pushed later; it never runs early. bound - 1 >= now: the
     // wheel never advances past the horizon interval, where the bound is
     // still the next interval's start (runtime_config.cpp, horizon_key).
-    slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(bound - 1)), index);
+    wt().wheel.add(index, TimePoint(Duration(bound - 1)));
   } else if (due > now) {
     // At its fire time (slack), within the wheel's range: the earlier of
     // the two, never before the due (due < bound).
     const __int128 at = fire_time(slot, due, at_application);
-    slot.wheel.alarm = wt().wheel.add(TimePoint(Duration(at < bound ? static_cast<std::int64_t>(at) : bound - 1)), index);
+    wt().wheel.add(index, TimePoint(Duration(at < bound ? static_cast<std::int64_t>(at) : bound - 1)));
   } else {
-    slot.wheel.alarm = {};
     wt().overdue.push_back(index);  // its due has passed: it goes out with the next advance
   }
 }
@@ -952,8 +931,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   wt().wheel_fired.clear();
   if (now_ns > wt().wheel.now().time_since_epoch().count()) {
     try {
-      wt().wheel.advance_clock(TimePoint(Duration(now_ns)),
-                               [&](TimingWheel<std::uint32_t>::Alarm a) { record_fired(a); });
+      wt().wheel.advance_clock(TimePoint(Duration(now_ns)), [&](std::uint32_t index) { record_fired(index); });
     } catch (const AdvanceCutShort&) {
       // Out of room: the wheel stopped at the start of the last fired
       // alarm's interval; the rest of it, and what follows, fire next pass.
@@ -996,11 +974,9 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     if (b == wt().wheel_fired.size() ||
         (a < wt().overdue_order.size() && wt().overdue_order[a].due <= wt().wheel_fired[b].first)) {
       const std::uint32_t index = wt().overdue_order[a++].index;
-      core_.slab()[index].wheel.alarm = {};
       consider(index, boundary, now_ns, now_ns);
     } else {
       const std::uint32_t index = wt().wheel_fired[b++].second;
-      core_.slab()[index].wheel.alarm = {};
       consider(index, boundary, now_ns, wheel_due_now);
     }
   }
@@ -1035,7 +1011,7 @@ void WheelThread::merge_fired_into_overdue() {
 // interval and due (ties by slot index): its time is cached by the wheel until it changes,
 // and finding it scans only the current interval's slot.
 void WheelThread::fire_past_due() {
-  TimingWheel<std::uint32_t>& wheel = wt().wheel;
+  ShardWheel& wheel = wt().wheel;
   const auto min_interval = wheel.min_alarm_interval_num();
   if (!min_interval || *min_interval != wheel.interval_num(wheel.now())) return;
   // The interval rule's alarms sit at their interval's last nanosecond: they
@@ -1049,7 +1025,7 @@ void WheelThread::fire_past_due() {
   if (!min_time || *min_time > until) return;
   const std::size_t first = wt().wheel_fired.size();
   try {
-    wheel.fire_alarms_until(until, [&](TimingWheel<std::uint32_t>::Alarm a) { record_fired(a); });
+    wheel.fire_alarms_until(until, [&](std::uint32_t index) { record_fired(index); });
   } catch (const AdvanceCutShort&) {
     wt().advance_cut_short = true;  // the rest of the interval's past alarms fire next pass
   }
@@ -1063,7 +1039,7 @@ void WheelThread::fire_past_due() {
 // only when that interval is the current or the next one; further out, wake
 // at its start and look then.
 std::int64_t WheelThread::exact_deadline(std::int64_t next_fires_at_ns) {
-  TimingWheel<std::uint32_t>& wheel = wt().wheel;
+  ShardWheel& wheel = wt().wheel;
   const std::int64_t p = config_.precision.count();
   const std::int64_t min_start = next_fires_at_ns - p;
   if (min_start > wheel.now_interval_num_start().time_since_epoch().count() + p) return min_start;
@@ -1105,7 +1081,7 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
         // A flush waits for this run if any run it covers was due by its
         // target: the earliest one, before skip coalescing moves d.due_ns.
         wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, due);
-        if (StateWord::periodic(w) && slot.on_missed != Missed::catch_up) {
+        if (StateWord::periodic(w) && slot.missed_rule() != Missed::catch_up) {
           // skip, delay: coalesce every run that may run now (due before the
           // boundary, or at or before due_now_ns) into the latest one.
           // In 128 bits: boundary - 1 is below INT64_MIN while the wheel is
@@ -1126,7 +1102,6 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
         // will finish the cancel): look again in the next pass, which comes
         // at once (sleep() yields first). Not "at the next interval": its
         // new due may be passed already, and the clock may not move on.
-        slot.wheel.alarm = {};
         wt().overdue.push_back(index);
         wt().awaiting_writer = true;
         return;
@@ -1226,7 +1201,7 @@ void WheelThread::hand_over() {
   if (core_.pool().threads.empty()) {
     // A periodic run re-armed here is filed at once (Runner::end_run,
     // refile_rearmed_inline): room for it first.
-    if (!make_wheel_room(n) || !make_room(s.overdue, n)) [[unlikely]] {
+    if (!make_room(s.overdue, n)) [[unlikely]] {
       s.pass_out_of_memory = true;
       return;
     }
@@ -1282,12 +1257,11 @@ bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
   std::vector<std::uint32_t>& all = wt().drain_buffer;
   all.assign(wt().overdue.begin(), wt().overdue.end());
   wt().overdue.clear();
-  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) { all.push_back(wt().wheel.value(a)); });
+  wt().wheel.for_each([&](std::uint32_t index) { all.push_back(index); });
   wt().wheel.clear();
   const std::int64_t now = wt().wheel.now().time_since_epoch().count();
   for (std::uint32_t index : all) {
     TimerSlot& slot = core_.slab()[index];
-    slot.wheel.alarm = {};
     // A reschedule or cancel in flight settles first, and again after a failed CAS.
     for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
       const SlotState s = StateWord::state(w);
@@ -1327,8 +1301,7 @@ void WheelThread::sweep_zombies_if_many() {
   const std::uint64_t filed = wt().wheel.size() + wt().overdue.size();
   if (zombies < kMinZombiesForSweep || zombies * 4 < filed) return;
   wt().sweep_buffer.clear();
-  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
-    const std::uint32_t index = wt().wheel.value(a);
+  wt().wheel.for_each([&](std::uint32_t index) {
     // acquire: pairs with C1's acq_rel / R3's release: the canceller's
     // writes to the slot happen-before we free it.
     // Out of memory, the sweep reclaims what it listed; the rest are
@@ -1339,9 +1312,8 @@ void WheelThread::sweep_zombies_if_many() {
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
-    TimerSlot& slot = core_.slab()[index];
-    wt().wheel.remove(slot.wheel.alarm);
-    reclaim(slot, index);
+    wt().wheel.remove(index);
+    reclaim(core_.slab()[index], index);
   }
   seam.zombie_sweeps.fetch_add(1, std::memory_order_relaxed);
 }
@@ -1484,7 +1456,6 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
       if (slot.task) {
         slot.task.reset();  // C4 while we held the claim: the holder frees it
         slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
-        slot.wheel.alarm = {};
         wt().retired->add(index);
       } else {
         reclaim(slot, index);  // a zombie (C1/K1 or C2/R3)
@@ -1499,7 +1470,7 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
       core_.ends().end_cancelled_timer();
       slot.task.reset();
       slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
-      slot.wheel.alarm = {};
+      CHIME_ASSERT(!slot.wheel.alarm.filed(), "a closed lane's timer is out of the wheel when cancelled");
       wt().retired->add(index);
       return;
     }
@@ -1510,8 +1481,7 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
 // closed lane that is filed (in the wheel or on the overdue list).
 void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   wt().sweep_buffer.clear();
-  wt().wheel.for_each([&](TimingWheel<std::uint32_t>::Alarm a) {
-    const std::uint32_t index = wt().wheel.value(a);
+  wt().wheel.for_each([&](std::uint32_t index) {
     if (core_.slab()[index].lane.load(std::memory_order_relaxed) == lane && Lanes::lane_closed(core_.slab()[index])) {
       // Out of memory, one not listed is cancelled when its alarm comes up (L2).
       try {
@@ -1521,9 +1491,8 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
-    TimerSlot& slot = core_.slab()[index];
-    wt().wheel.remove(slot.wheel.alarm);
-    cancel_for_closed_lane(slot, index);
+    wt().wheel.remove(index);
+    cancel_for_closed_lane(core_.slab()[index], index);
   }
   std::size_t kept = 0;
   for (std::uint32_t index : wt().overdue) {

@@ -135,10 +135,9 @@ class WheelThread {
   // Out of memory (wheel_thread.cpp): room made before work is taken.
   bool apply_batch(std::size_t begin, std::size_t end, bool& any);
   std::size_t commands_with_room(const Command* c, std::size_t n) noexcept;
-  bool make_wheel_room(std::size_t extra) noexcept;
   bool room_for_advance() noexcept;
   bool grow_fired_limit() noexcept;
-  void record_fired(TimingWheel<std::uint32_t>::Alarm a);
+  void record_fired(std::uint32_t index);
   void note_pass(std::int64_t started_ns);
   void note_out_of_memory();
   // A hint: the slot's first line (state word, due, wheel fields) will be

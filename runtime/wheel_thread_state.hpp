@@ -12,7 +12,7 @@
 // declare (the slots' state words, the command and hand-off queues, the
 // published counters), each with its memory order argued there.
 //
-// Contents: the timing wheel of filed timers (values: slot indices), the
+// Contents: the timing wheel of filed timers (over the slots' own nodes), the
 // overdue list (timers due before the wheel's current interval), the pass's
 // scratch lists (commands, due-now ordering, claimed runs, retired slots),
 // the pending flush / drain / stop requests, and the pass-to-pass flags of
@@ -31,7 +31,7 @@
 #include <concurrentqueue/concurrentqueue.h>
 
 #include "backoff.hpp"
-#include "chime/timing_wheel.hpp"
+#include "chime/intrusive_timing_wheel.hpp"
 #include "command_queue.hpp"
 #include "dispatch.hpp"
 #include "timer_slab.hpp"
@@ -44,12 +44,23 @@ struct DrainRequest;
 struct StopRequest;
 struct LaneCore;
 
+// The wheel's node of slot i: its TimerSlot::wheel.alarm. A shard's wheel
+// files its timers' slots in place (IntrusiveTimingWheel): nothing is
+// allocated per timer, and the wheel's lists run through the slots' first
+// lines.
+struct SlotAlarm {
+  const TimerSlab* slab;
+  IntrusiveAlarm& operator()(std::uint32_t i) const noexcept { return (*slab)[i].wheel.alarm; }
+};
+using ShardWheel = IntrusiveTimingWheel<SlotAlarm>;
+
 struct WheelThreadState {
   // Scratch lists reserve this much up front and keep their capacity
   // between passes (tuning.hpp, CHIME_WHEEL_SCRATCH_CAPACITY).
   static constexpr std::size_t kScratchCapacity = CHIME_WHEEL_SCRATCH_CAPACITY;
 
-  WheelThreadState(const WheelConfig& config, TimePoint start) : wheel(config, start) {
+  WheelThreadState(const WheelConfig& config, TimePoint start, const TimerSlab& slab)
+      : wheel(config, start, SlotAlarm{&slab}) {
     command_buffer.resize(256);
     // Room for a whole batch of commands (WheelThread::commands_with_room),
     // so that a batch of any mix never grows these in steady state.
@@ -70,7 +81,7 @@ struct WheelThreadState {
     lane_spill.reserve(kScratchCapacity);  // as dispatch_batch: room for a pass's runs (hand_over)
   }
 
-  TimingWheel<std::uint32_t> wheel;
+  ShardWheel wheel;
   std::vector<std::uint32_t> overdue;  // filed timers due before the wheel's current interval
   struct Overdue {
     std::int64_t due;

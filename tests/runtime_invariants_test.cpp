@@ -6,9 +6,10 @@
 // a broken structure was shown by seeding two bugs into the wheel thread by
 // hand (commit message of the check): filing half of the due-now timers
 // nowhere ("slot 11 ... is filed but neither in the wheel nor on the
-// overdue list: its timer is lost") and re-filing a rescheduled timer
-// without removing its old alarm ("the wheel holds slot 2 but the slot's
-// alarm handle is another"); the first test here failed on both. The tests
+// overdue list: its timer is lost"), which the first test here fails on;
+// re-filing a rescheduled timer without removing its old alarm is refused
+// by the wheel itself (IntrusiveTimingWheel::add of a node already filed
+// throws). The tests
 // keep the check from raising false alarms on every path that reaches it.
 #include "runtime_test_support.hpp"
 

@@ -31,9 +31,9 @@ using chime::Runtime;
 using chime::TimerId;
 using OutOfMemory = chime_alloc::OutOfMemoryScope;
 
-// More timers than the wheel's first allocations hold (its alarm pool
-// starts empty; its scratch lists hold 4,096), so filing and firing them
-// must allocate.
+// More timers than the wheel thread's first allocations hold (its scratch
+// lists hold 4,096), so putting them on its lists and firing them must
+// allocate.
 constexpr int kTimers = 20'000;
 constexpr auto kGiveUpBound = std::chrono::seconds(30);  // "bounded": far above the documented 1 s
 
@@ -67,10 +67,13 @@ bool throws_bad_alloc_in_bounded_time(F f) {
   return threw;
 }
 
-// The wheel threads cannot grow their alarm pools while timers are
-// scheduled: the ADDs wait in the queue, flush() gives up with
-// std::bad_alloc (in about a second), cancels still take effect, and once
-// memory is back every accepted timer is filed and runs exactly once.
+// The wheel threads cannot grow their lists while timers are scheduled:
+// half the timers are due at the clock's reading, so they go on the
+// overdue list, which must grow past its first entries (filing the others
+// in the wheel needs no memory: the wheel's node is in the slot). The ADDs
+// wait in the queue, flush() gives up with std::bad_alloc (in about a
+// second), cancels still take effect, and once memory is back every
+// accepted timer is filed and runs exactly once.
 TEST(RuntimeOutOfMemory, a_wheel_thread_out_of_memory_keeps_every_accepted_timer) {
   chime::ManualClock clock{kStart};
   Timers t;  // outlives the runtime: its callbacks use it
@@ -79,7 +82,8 @@ TEST(RuntimeOutOfMemory, a_wheel_thread_out_of_memory_keeps_every_accepted_timer
   {
     const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
     for (int i = 0; i < kTimers; ++i) {
-      t.ids.push_back(rt.schedule_at(at(std::chrono::milliseconds(1 + i % 50)), [&t, i] { t.runs[i].fetch_add(1); }));
+      const auto due = i % 2 == 0 ? at(0ms) : at(std::chrono::milliseconds(1 + i % 50));
+      t.ids.push_back(rt.schedule_at(due, [&t, i] { t.runs[i].fetch_add(1); }));
     }
     for (int i = 0; i < kTimers; i += 7) EXPECT_TRUE(rt.cancel(t.ids[i])) << "a cancel out of memory lost";
     EXPECT_TRUE(throws_bad_alloc_in_bounded_time([&] { rt.flush(); }))
