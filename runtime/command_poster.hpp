@@ -13,12 +13,49 @@
 // post counts (command_poster.cpp, PostPacer).
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "command_queue.hpp"
 #include "wheel_thread.hpp"
 
 namespace chime::detail {
+
+// Each thread's count of its posts to each shard, whatever it posts through
+// (the Runtime's calls, any number of Producers, made and dropped, a Lane,
+// a Timer): the queue's bound and the count-wake are per posting thread, so
+// the count is too. Two ways per set, by the shard's serial (the most
+// recent first): a thread that alternates among more than two shards whose
+// serials fall in one set (the serials of one Runtime's shards are
+// consecutive, so it takes 65 shards or three Runtimes made 32 apart)
+// starts over on the one it switches to, which only makes it look sooner
+// (a fresh entry looks at its first post).
+struct PostPacer {
+  static constexpr std::size_t kSets = 32;
+  struct Entry {
+    std::uint32_t serial = 0;  // ShardSeam::serial; 0: unused
+    std::uint32_t posts = 0;   // this thread's posts to it
+  };
+  std::array<Entry, 2 * kSets> entries{};
+
+  std::uint32_t& posts_to(const WheelThread& shard) noexcept {
+    Entry* set = &entries[2 * (shard.seam.serial % kSets)];
+    if (set[0].serial == shard.seam.serial) [[likely]]
+      return set[0].posts;
+    if (set[1].serial == shard.seam.serial) {
+      std::swap(set[0], set[1]);
+    } else {
+      set[1] = set[0];
+      set[0] = Entry{shard.seam.serial, 0};
+    }
+    return set[0].posts;
+  }
+};
+// Constant-initialized: a thread_local of it needs no guard on access.
+inline thread_local PostPacer tls_post_pacer;
 
 class CommandPoster {
  public:
@@ -32,7 +69,17 @@ class CommandPoster {
   void wake_after_post(WheelThread& shard, std::int64_t due_ns) const;
   // The rest of wake_after_post, for a caller that has just made the (P1)
   // fence itself (schedule, whose fence also serves S1's pair with shutdown).
-  void wake_after_fence(WheelThread& shard, std::int64_t due_ns) const;
+  //
+  // Inline: on every schedule's path (see command_poster.cpp for the pacing).
+  void wake_after_fence(WheelThread& shard, std::int64_t due_ns) const {
+    std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
+    if (due_ns < bound &&
+        shard.seam.wake_if_due_before_ns.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
+      shard.seam.wake.wake();
+    }
+    if ((tls_post_pacer.posts_to(shard)++ & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]]
+      look_and_credit(shard);
+  }
   // Throws CapacityError while the shard's queue is at its bound.
   void refuse_if_over_bound(WheelThread& shard) const;
 

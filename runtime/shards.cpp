@@ -21,17 +21,6 @@ WheelThread& Shards::thread_shard() const noexcept {
   return *all_[this_thread_number() % all_.size()];
 }
 
-WheelThread& Shards::shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept {
-  if (single_ != nullptr) return *single_;
-  if (lane != nullptr) return *all_[lane->shard];
-  if (token != nullptr) return *all_[token->shard];
-  return thread_shard();
-}
-
-ProducerQueueToken* Shards::token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept {
-  return single_ != nullptr || (token != nullptr && token->shard == s.index()) ? token : nullptr;
-}
-
 std::unique_ptr<ProducerQueueToken> Shards::make_token() {
   return make_token_on(next_.fetch_add(1, std::memory_order_relaxed) % all_.size());
 }

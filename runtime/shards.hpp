@@ -43,11 +43,19 @@ class Shards {
 
   // The shard a post goes to: a lane's, else the token's (a Producer's), else
   // the calling thread's (chosen once per thread, round-robin).
-  WheelThread& shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept;
+  // Inline: on every schedule's path.
+  WheelThread& shard_for(ProducerQueueToken* token, LaneCore* lane) const noexcept {
+    if (single_ != nullptr) return *single_;
+    if (lane != nullptr) return *all_[lane->shard];
+    if (token != nullptr) return *all_[token->shard];
+    return thread_shard();
+  }
   WheelThread& thread_shard() const noexcept;
   // The token to post through to `s`: a token bound to another shard's
   // queue cannot be used (null: the calling thread's implicit sub-queue).
-  ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept;
+  ProducerQueueToken* token_for(const WheelThread& s, ProducerQueueToken* token) const noexcept {
+    return single_ != nullptr || (token != nullptr && token->shard == s.index()) ? token : nullptr;
+  }
   // A Producer's token: on the next shard, round-robin (design.md, "Shards").
   std::unique_ptr<ProducerQueueToken> make_token();
   // A token on shard k.
