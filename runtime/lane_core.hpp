@@ -117,7 +117,7 @@ struct LaneCore {
   // shutdown's stopped_: lanes.cpp). Per lane: lanes' threads share no line.
   std::atomic<std::uint32_t> runs_active{0};
   // The lane's own command-queue token and slot cache (a Producer's), for
-  // calls made on the lane's thread (LaneToken, lane.cpp): the loop thread
+  // calls made on the lane's thread (LaneToken, lane_token.hpp): the loop thread
   // that arms and cancels request timeouts gets a Producer's fast path
   // without holding a Producer. token_busy hands it between threads:
   // exchange(acquire) to take it, store(release) to give it back, so its

@@ -217,7 +217,7 @@ struct CloseLaneRequest {
   Completion completion;
 };
 // Runtime::check_invariants: the wheel thread checks at its next pass
-// (runtime_invariants.cpp) and signals; `failure` is empty if all held.
+// (wheel_thread_invariants.cpp) and signals; `failure` is empty if all held.
 struct CheckRequest {
   std::string failure;
   Completion completion;

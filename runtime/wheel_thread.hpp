@@ -95,7 +95,7 @@ class WheelThread {
   void cancel_held_runs_of(LaneCore* lane);
   // (L1, L2) a timer of a closed lane that this shard holds.
   void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
-  // runtime_invariants.cpp: the first broken invariant of this shard, or empty.
+  // wheel_thread_invariants.cpp: the first broken invariant of this shard, or empty.
   std::string check_on_wheel();
   // A periodic's next run, re-armed inline on this wheel thread (workers =
   // 0: Runner::end_run, after its F2 set the filed bit, outside any

@@ -17,7 +17,7 @@
 // scratch lists (commands, due-now ordering, claimed runs, retired slots),
 // the pending flush / drain / stop requests, and the pass-to-pass flags of
 // the sleep policy. wheel_thread.cpp uses them (close_lane_on_wheel
-// too); runtime_invariants.cpp (check_on_wheel, on it too)
+// too); wheel_thread_invariants.cpp (check_on_wheel, on it too)
 // and runtime_core.cpp (shutdown, after the join) also do.
 #pragma once
 

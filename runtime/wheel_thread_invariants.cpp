@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// runtime/runtime_invariants.cpp: WheelThread::check_on_wheel, the wheel
+// runtime/wheel_thread_invariants.cpp: WheelThread::check_on_wheel, the wheel
 // thread's half of Runtime::check_invariants, the runtime's own structural
 // check (for tests and fuzzing).
 //
