@@ -1065,25 +1065,7 @@ class KeyWheel {
     const int level = level_of(key);
     const std::size_t slot = slot_of(key, level);
     n.set_place(static_cast<std::uint32_t>(level), slot);
-    Level& l = levels_[level];
-    const std::size_t g = l.slot_base + slot;
-    std::uint32_t& head = heads_[g];
-    if (head == detail::kNilIndex) {
-      head = i;
-      n.prev = n.next = i;
-      l.occupied.set(slot);
-      slot_min_[g] = i;
-      if (level > 0) hint_ = {g, key};
-    } else {
-      keep_slot_min(level, g, i, key);
-      Node& h = pool_[head];
-      const std::uint32_t tail = h.prev;
-      n.prev = tail;
-      n.next = head;
-      pool_[tail].next = i;
-      h.prev = i;
-    }
-    if (l.count++ == 0) nonempty_levels_ |= std::uint64_t{1} << level;
+    splice(i, i, 1, level, slot, i, key);  // a chain of one
   }
 
   // Above level 0 a slot holds a range of keys and keeps its first smallest:
