@@ -776,10 +776,10 @@ void BM_Touch(benchmark::State& state, std::string bench, unsigned P) {
       static_cast<double>(used.cpu_ns) / static_cast<double>(std::max<std::uint64_t>(items, 1));
 }
 
-// (f) wake-ups while idle
+// The wake-ups of service `s` while the caller sleeps sizes().idle per
+// iteration, after a sync and the wake-up it caused.
 template <class S>
-void BM_IdleWakeups(benchmark::State& state, std::string bench) {
-  S& s = service<S>();
+std::uint64_t idle_wakeups(benchmark::State& state, S& s) {
   s.sync();
   std::this_thread::sleep_for(20ms);  // let the wake-up that sync() caused finish
   std::uint64_t woke = 0;
@@ -790,6 +790,14 @@ void BM_IdleWakeups(benchmark::State& state, std::string bench) {
     woke += s.wakeups().value() - before;
     state.SetIterationTime(seconds_since(t0));
   }
+  return woke;
+}
+
+// (f) wake-ups while idle
+template <class S>
+void BM_IdleWakeups(benchmark::State& state, std::string bench) {
+  S& s = service<S>();
+  const std::uint64_t woke = idle_wakeups(state, s);
   check_background(bench);
   state.counters["wakeups"] = static_cast<double>(woke);
   state.counters["pending"] = static_cast<double>(s.pending().value_or(0));
@@ -804,16 +812,7 @@ void BM_IdleWakeupsFresh(benchmark::State& state, std::string bench, std::size_t
     auto p = s.producer(0);
     for (std::size_t i = 0; i < far_timers; ++i) p.schedule_after(kIdleFarDue, BackgroundCallback{});
   }
-  s.sync();
-  std::this_thread::sleep_for(20ms);  // let the wake-up that sync() caused finish
-  std::uint64_t woke = 0;
-  for (auto _ : state) {
-    const std::uint64_t before = s.wakeups().value();
-    const TimePoint t0 = Clock::now();
-    std::this_thread::sleep_for(sizes().idle);
-    woke += s.wakeups().value() - before;
-    state.SetIterationTime(seconds_since(t0));
-  }
+  const std::uint64_t woke = idle_wakeups(state, s);
   check_background(bench);
   if (auto n = s.pending(); n && *n != far_timers) fail(bench, "pending", *n, far_timers);
   state.counters["wakeups"] = static_cast<double>(woke);

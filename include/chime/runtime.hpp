@@ -276,10 +276,10 @@ struct RuntimeOptions {
   std::size_t max_pending = 0;  // 0: unbounded; a timer stops counting once cancel returned true or its last run ended
   std::function<void(TimerId, std::exception_ptr)> on_error{};
   CommandQueueBackend command_queue = CommandQueueBackend::moodycamel;
-  // Timers to make room for up front: the slot slab (128 bytes per timer)
-  // and the wheel's alarm pool (see WheelConfig::capacity) are allocated and
-  // pre-faulted at construction, so the first `reserve` schedules take no
-  // page fault. Both still grow past it. 0: nothing up front.
+  // Timers to make room for up front: the slot slab (128 bytes per timer,
+  // the wheel's node included) is allocated and pre-faulted at
+  // construction, so the first `reserve` schedules take no page fault. It
+  // still grows past it. 0: nothing up front.
   std::size_t reserve = 0;
   // A run longer than this (on the steady clock) counts in Stats::slow_runs
   // and is reported to on_slow_run, after it returned, on the thread that
