@@ -125,10 +125,10 @@ struct SteadyStateResult {
 
 SteadyStateResult measure_steady_state(unsigned workers, bool use_producer) {
   ManualClock clock{kStart};
-  // Room for every timer a cycle can have filed at once (up to 200 live and
-  // 100 zombies, depending on when the wheel thread applies the ADDs): the
-  // wheel's alarm pool otherwise grows, rarely, whenever an interleaving
-  // files more at once than any warm-up cycle did.
+  // Room for every timer a cycle can have at once (up to 200 live and 100
+  // zombies, depending on when the wheel thread applies the ADDs): the slot
+  // slab (which holds the wheel's nodes too) otherwise grows, rarely,
+  // whenever an interleaving holds more at once than any warm-up cycle did.
   chime::RuntimeOptions options = manual_options(clock, workers);
   options.reserve = 1024;
   Runtime rt{options};
