@@ -104,17 +104,19 @@ LaneCore* Lanes::open_lane() {
   return lanes_.back().get();
 }
 
-bool Lanes::lane_closed(const TimerSlot& slot) noexcept {
+bool Lanes::lane_closed(const TimerSlab& slab, const TimerSlot& slot, std::uint32_t index) noexcept {
+  if (!slot.on_lane()) return false;
+  // relaxed: `lane` is published by S1 (timer_slab.hpp, SlotExtra).
+  const SlotExtra& extra = slab.extra(index);
+  const LaneCore* lane = extra.lane.load(std::memory_order_relaxed);
   // acquire: pairs with close_lane's release bump.
-  // relaxed: `lane` is published by S1 (timer_slab.hpp).
-  const LaneCore* lane = slot.lane.load(std::memory_order_relaxed);
-  return lane != nullptr && slot.lane_generation != lane->generation.load(std::memory_order_acquire);
+  return extra.lane_generation != lane->generation.load(std::memory_order_acquire);
 }
 
 void Lanes::close_lane(LaneCore* lane) {
 #ifndef NDEBUG
   if (const TimerId self = runner_.current_run()) {
-    CHIME_ASSERT(slab_[self.slot()].lane.load(std::memory_order_relaxed) != lane,
+    CHIME_ASSERT(slab_.lane_of(slab_[self.slot()], self.slot()) != lane,
                  "a chime::Lane destroyed (or move-assigned) from its own callback");
   }
 #endif
@@ -168,7 +170,7 @@ void Lanes::close_lane(LaneCore* lane) {
           break;
         }
       }
-      slot.task.reset();
+      slab_.reset_task(slot, batch[i].slot);
       retired.add(batch[i].slot);
     }
     drained += n;

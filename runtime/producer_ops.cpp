@@ -87,7 +87,7 @@ void ProducerOps::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
 // its ADD will find it Cancelled or reused. A filed one is a zombie the
 // wheel thread (or the shutdown sweep) reclaims.
 void ProducerOps::finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token) {
-  slot.task.reset();
+  slab_.reset_task(slot, index);
   slot.word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
   if (!StateWord::filed(w)) free_unfiled(index, token);
 }
@@ -103,7 +103,7 @@ bool ProducerOps::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
                                          std::memory_order_acq_rel)) {
     return false;
   }
-  slot.task.reset();
+  slab_.reset_task(slot, index);
   if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   slab_.release(index);
   return true;
@@ -218,19 +218,45 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   const std::uint64_t old = slot.word.load(std::memory_order_relaxed);
   const std::uint32_t g = StateWord::next_generation(old);
   const std::int64_t due_ns = due.time_since_epoch().count();
+  // A periodic or lane timer, or a callable too large for the slot, needs
+  // the slot's side record: its chunk's side array is created here, before
+  // anything is published (out of memory: as a failed ADD below).
+  if (period_ns != 0 || lane != nullptr || !CompactTask<TimerSlot::kInlineCaptures>::fits(task)) [[unlikely]] {
+    if (must_post) {
+      retry_until_memory([&]() noexcept {
+        try {
+          slab_.ensure_extra(index);
+          return true;
+        } catch (const std::bad_alloc&) {
+          return false;
+        }
+      });
+    } else {
+      try {
+        slab_.ensure_extra(index);
+      } catch (const std::bad_alloc&) {
+        release_reservation(r);
+        throw;
+      }
+    }
+    SlotExtra& extra = slab_.extra(index);
+    extra.period_ns = period_ns;
+    extra.on_missed = static_cast<std::uint8_t>(on_missed);
+    // relaxed: published by S1's release, as the fields below. A Timer
+    // passes the generation it was made with: if its Lane is gone, the
+    // wheel thread cancels the timer (L1) instead of handing it to the lane
+    // core's next user; else the Lane calling us is alive (its generation
+    // is stable while it is).
+    extra.lane.store(lane, std::memory_order_relaxed);
+    if (lane != nullptr && lane_generation == 0) lane_generation = lane->generation.load(std::memory_order_relaxed);
+    extra.lane_generation = lane != nullptr ? lane_generation : 0;
+  }
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
-  slot.period_ns = period_ns;
-  slot.on_missed = static_cast<std::uint8_t>(on_missed);
   slot.slack_code = slack_code;
   slot.shard.store(static_cast<std::uint8_t>(shard.index()), std::memory_order_relaxed);  // published by S1
-  slot.lane.store(lane, std::memory_order_relaxed);  // published by S1's release, as the fields above
-  // relaxed: the Lane calling us is alive (its generation is stable while it
-  // is). A Timer passes the generation it was made with: if its Lane is gone,
-  // the wheel thread cancels the timer (L1) instead of handing it to the
-  // lane core's next user.
-  if (lane != nullptr && lane_generation == 0) lane_generation = lane->generation.load(std::memory_order_relaxed);
-  slot.lane_generation = lane != nullptr ? lane_generation : 0;
-  slot.task = std::move(task);
+  const std::uint8_t task_place = slab_.store_task(slot, index, std::move(task));
+  slot.layout.store(static_cast<std::uint8_t>(task_place | (lane != nullptr ? TimerSlot::kOnLane : 0)),
+                    std::memory_order_relaxed);
   const std::uint64_t pending = StateWord::make(g, 0, SlotState::pending, period_ns != 0);
   // (S1) release: publishes the fields above with the word (to the wheel
   // thread, whose acquire load of the word pairs with it, and to any thread
@@ -508,13 +534,14 @@ class LaneRunsHold {
 // for a worker's run, the reschedule returns false and the run goes ahead.
 // And only for a run of `lane`: another lane's or a worker's run is not in
 // this lane's queue.
-bool is_own_ready_run(const TimerSlot& slot, const LaneCore& lane) noexcept {
+bool is_own_ready_run(const TimerSlab& slab, const TimerSlot& slot, std::uint32_t index,
+                      const LaneCore& lane) noexcept {
   // relaxed: owner is compared with this thread's own id, which only this
   // thread stores (lane_core.hpp).
   if (lane.owner.load(std::memory_order_relaxed) != std::this_thread::get_id()) return false;
-  // relaxed: timer_slab.hpp (`lane`); if the slot was reused since the
+  // timer_slab.hpp (SlotExtra::lane): if the slot was reused since the
   // caller loaded its word, the take-back's CAS from that word fails.
-  return slot.lane.load(std::memory_order_relaxed) == &lane;
+  return slab.lane_of(slot, index) == &lane;
 }
 
 // Takes the Handed word `w` to Writing with a new version (R4), so the record
@@ -555,7 +582,8 @@ bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     if (s == SlotState::handed && lane != nullptr) {
       // hold.enter fails once shutdown began: the run is then shutdown's
       // (X2) or goes ahead as a final run.
-      if (!is_own_ready_run(*slot, *lane) || !hold.enter(*lane, stopped_) || !take_back_ready_run(*slot, w)) {
+      if (!is_own_ready_run(slab_, *slot, id.slot(), *lane) || !hold.enter(*lane, stopped_) ||
+          !take_back_ready_run(*slot, w)) {
         return false;
       }
       taken_back = true;

@@ -183,7 +183,7 @@ bool Runner::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& ste
     if (StateWord::state(w) == SlotState::cancelled) {
       // C4 won: the run never starts. We hold the dispatch, so we free it;
       // the canceller already counted and ended the timer.
-      slot.task.reset();
+      slab_.reset_task(slot, d.slot);
       retired.add(d.slot);
       return false;
     }
@@ -204,7 +204,7 @@ bool Runner::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& ste
   }
   set_running_callback(this, id);
   try {
-    slot.task(firing);
+    slab_.run_task(slot, d.slot, firing);
   } catch (...) {
     report_callback_exception(id, std::current_exception());
   }
@@ -257,7 +257,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
     // The task (and what it captured) is destroyed before the run is
     // published as over: a cancel_and_wait that returns may free what the
     // captures point to.
-    slot.task.reset();
+    slab_.reset_task(slot, d.slot);
     // The timer leaves the count (max_pending, stats().pending) before F1
     // publishes Fired: a thread that sees Fired and schedules at once must
     // find its place free (RuntimeCapacityRelease). Safe to do first: only
@@ -274,7 +274,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
     return;
   }
   if (d.flags & Dispatch::final) {
-    slot.task.reset();  // before the run is published as over (as for F1)
+    slab_.reset_task(slot, d.slot);  // before the run is published as over (as for F1)
     // (F3) Only from Running: if a cancel (C3) won, F4 ends it (and that
     // cancel ended the timer).
     bool f3 = false;
@@ -298,14 +298,15 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
   // We own `due` while Running. A next run past TimePoint::max() saturates
   // there: beyond the horizon, it is parked and never runs. Missed::delay
   // restarts the fixed rate from the end of this run (on the runtime clock).
+  const SlotExtra& extra = slab_.extra(d.slot);  // a periodic timer has one (S1)
   std::int64_t base = d.due_ns;
-  if (slot.missed_rule() == Missed::delay && !(d.flags & Dispatch::keep_due)) {
+  if (extra.missed_rule() == Missed::delay && !(d.flags & Dispatch::keep_due)) {
     base = config_.clock_kind == RuntimeConfig::ClockKind::steady ? steady_end_ns
                                                                   : config_.clock->now().time_since_epoch().count();
   }
-  const std::int64_t next = (d.flags & Dispatch::keep_due)      ? d.due_ns
-                            : base > INT64_MAX - slot.period_ns ? INT64_MAX
-                                                                : base + slot.period_ns;
+  const std::int64_t next = (d.flags & Dispatch::keep_due)       ? d.due_ns
+                            : base > INT64_MAX - extra.period_ns ? INT64_MAX
+                                                                 : base + extra.period_ns;
   slot.due_ns.store(next, std::memory_order_relaxed);
   bool rearmed = false;
   // On the wheel thread the re-arm is filed right here, so F2 also sets the
@@ -328,7 +329,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
       // now, instead of a command that would keep the queue from ever
       // emptying under sustained periodic load. F2 above already set the
       // filed bit (the A1 a REARM would have done).
-      shards_[d.shard]->refile_rearmed_inline(d.slot, slot, d.generation);
+      shards_[d.shard]->refile_rearmed_inline(d.slot, slot);
     } else {
       // To the shard that ran it, the timer's own (d.shard is its slot's shard).
       poster_.post_and_wake(*shards_[d.shard], Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
@@ -337,7 +338,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
   }
   // Cancelled while running (C3): (F4) end the run, free the slot.
   CHIME_ASSERT(StateWord::state(w) == SlotState::running_cancelled, "F2 lost to something other than C3");
-  slot.task.reset();  // before the run is published as over (as for F1)
+  slab_.reset_task(slot, d.slot);  // before the run is published as over (as for F1)
   w = slot.word.exchange(StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel);
   retired.add(d.slot);
   wake_waiters_if_any(slot, w);

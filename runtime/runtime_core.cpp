@@ -256,8 +256,8 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   // it was filed, and then its canceller freed its slot (timer_state.hpp,
   // "Who frees the slot").
   // Sweep: every timer still pending is cancelled and counted (X1). The
-  // wheel thread has exited (joined), so its fields (filed_generation) are
-  // ours now.
+  // wheel thread has exited (joined), so what it owed (the free of a
+  // zombie: a Cancelled word with the filed bit) is ours now.
   std::size_t not_fired = 0;
   const std::uint32_t extent = slab_.extent();
   for (std::uint32_t i = 0; i < extent; ++i) {
@@ -265,13 +265,12 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
     // A reschedule or cancel racing shutdown settles first, and again after a failed CAS.
     for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
       const SlotState s = StateWord::state(w);
-      if (s == SlotState::cancelled &&
-          slot.wheel.filed_generation.load(std::memory_order_relaxed) == StateWord::generation(w)) {
-        // Cancelled while filed after the wheel thread's last pass (a cancel
-        // racing shutdown): a zombie only the wheel thread would have
-        // reclaimed. Free it here, so its task does not outlive shutdown.
-        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
-        slot.task.reset();
+      if (s == SlotState::cancelled && StateWord::filed(w)) {
+        // Cancelled while filed, not reclaimed by the wheel thread (a cancel
+        // racing shutdown, or a zombie still in the wheel): free it here, so
+        // its task does not outlive shutdown. Unfiled, as reclaim leaves it.
+        slot.word.store(w & ~StateWord::kFiledBit, std::memory_order_relaxed);
+        slab_.reset_task(slot, i);
         slab_.release(i);
         break;
       }
@@ -294,7 +293,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
                                           std::memory_order_acquire)) {
         ++not_fired;
         ends_.end_cancelled_timer();
-        slot.task.reset();  // release what the callback captured now, not at destruction
+        slab_.reset_task(slot, i);  // release what the callback captured now, not at destruction
         break;
       }
     }

@@ -2,8 +2,9 @@
 // runtime/timer_slab.hpp: the slots that hold every timer's state.
 //
 // What this is: a growable array of TimerSlot addressed by a 32-bit index,
-// in chunks that never move, plus a lock-free LIFO free list of slot
-// indices in batches (free_slot_stack.hpp). Who may touch it: any thread
+// in chunks that never move, with a side array of SlotExtra per chunk,
+// created when a timer of the chunk first needs one, plus a lock-free LIFO
+// free list of slot indices in batches (free_slot_stack.hpp). Who may touch it: any thread
 // takes slots (`allocate`, through a producer's SlotCache) and returns them
 // (`release`, RetiredSlots); the fields of a slot follow the ownership rules
 // of timer_state.hpp.
@@ -20,7 +21,7 @@
 //   while their cache lines are warm. A stale id is still caught by the
 //   32-bit generation (an id would need 2^32 reuses of its slot to alias).
 //
-// Memory ordering: a chunk pointer is published with a release store under
+// Memory ordering: a chunk pointer (or a side array's) is published with a release store under
 // the grow mutex and read with acquire, pairing with it (A); indices travel
 // through the free list, whose push/pop are release/acquire
 // (free_slot_stack.hpp), so a freeing thread's writes (task reset)
@@ -40,6 +41,7 @@
 #include "backoff.hpp"
 #include "chime/intrusive_timing_wheel.hpp"
 #include "chime/runtime.hpp"
+#include "compact_task.hpp"
 #include "free_slot_stack.hpp"
 #include "slack.hpp"
 #include "timer_state.hpp"
@@ -49,85 +51,85 @@ namespace chime::detail {
 
 struct LaneCore;  // lane_core.hpp
 
-// One timer. 128 bytes, two cache lines, everything counted: the wheel's
-// node is in the slot (IntrusiveAlarm), so a pending timer costs its slot
-// and nothing else. The first line holds everything a producer's cancel and
-// touch (reschedule later) read and write (the state word and `due`)
-// together with the wheel thread's fields, which it touches with the same
-// line when it files, fires or claims the timer; the second holds the task,
-// which only the scheduling producer (once) and the worker running it
-// touch. A touch therefore costs one line, and the wheel thread's work on a
-// timer (filing it, walking its slot's list, firing it) touches one line
-// per timer. Debug builds (NDEBUG not defined) add a third line (waits_for).
+// One timer's record: one 64-byte line, everything counted, for a one-shot
+// timer of the worker pool whose callable's captures fit 16 bytes (or that
+// the Task allocated: its pointer fits). The line holds the state word and
+// `due` (what a producer's cancel and touch read and write), the wheel's
+// node (IntrusiveAlarm: filing, walking a slot's list and firing touch this
+// line and no other), the shard, the slack, and the callable. What only
+// some timers need lives in the slot's side record (SlotExtra, below):
+// a periodic timer's period and missed-run rule, a lane timer's lane, and a
+// callable too large for the line. Debug builds (NDEBUG not defined) add a
+// second line (waits_for).
+//
+// Who writes which field (timer_state.hpp has the word's transitions):
+// - `word`, `due_ns`: timer_state.hpp, "Who may write which field".
+// - `alarm`: only the wheel thread of the timer's shard, between filing it
+//   (A1, after its CAS sets the word's filed bit) and taking it out of the
+//   wheel (fire, remove, or shutdown's sweep after the join; a periodic's
+//   inline re-arm on that wheel thread: refile_rearmed_inline). A slot is
+//   freed only once its alarm is out of the wheel (`reclaim` asserts it),
+//   so a slot reused by another shard is never in two wheels. A wheel
+//   thread reads a slot's alarm only after loading a word of the generation
+//   it filed with the filed bit set (apply's RESCHEDULE): the shard is fixed
+//   per generation and, filed, only that wheel thread frees the slot.
+// - `shard`, `slack_code`, `layout`, `task` (and the side record): the
+//   scheduling producer before S1; read after an acquire load of a word of
+//   that generation. `shard` and `layout` are atomic, every access relaxed,
+//   because a thread may read them for a generation it has not loaded (a
+//   reschedule deciding where to post, a lane's sweep telling whether a
+//   slot is its lane's) while the slot is freed and reused under it: the
+//   value then comes from a later generation, and the CAS from the word it
+//   loaded fails. The party that frees the slot resets the task.
 struct alignas(64) TimerSlot {
-  // Line 0: the state word and the fields read with it.
+  // What `layout` says about the side record (SlotExtra).
+  static constexpr std::uint8_t kTaskOutOfLine = 1;  // the callable is SlotExtra::task, not `task`
+  static constexpr std::uint8_t kOnLane = 2;         // runs go to SlotExtra::lane (chime::Lane)
+  static constexpr std::size_t kInlineCaptures = 16;
+
   std::atomic<std::uint64_t> word{StateWord::make(CHIME_INITIAL_GENERATION, 0, SlotState::free)};  // timer_state.hpp
-  std::atomic<std::int64_t> due_ns{0};  // ownership: timer_state.hpp
-  std::int64_t period_ns = 0;           // 0: one-shot
-  // The lane its runs go to (chime::Lane), or null for the workers, and that
-  // lane's generation when it was scheduled (lane_core.hpp). Written by the
-  // scheduling producer before S1, like `task`; read by the wheel thread.
-  // `lane` is atomic, every access relaxed, because a reschedule on a lane's
-  // thread reads it to tell whether a Handed run is in that lane's ready
-  // queue (R4) while the slot may be freed and reused under it (a cancel
-  // elsewhere): S1 publishes the value with the word, and a value from a
-  // later generation only reaches a reschedule whose CAS from the word it
-  // loaded then fails.
-  std::atomic<LaneCore*> lane{nullptr};
-  // The wheel thread's part: only the wheel thread of the timer's shard
-  // writes it (and shutdown's sweep, after the join; a periodic's inline
-  // re-arm, on that wheel thread with workers = 0: refile_rearmed_inline,
-  // wheel_thread.hpp). Another shard's wheel
-  // thread may read filed_generation: a command for an older generation of
-  // the slot (a reschedule, or an ADD cancelled before it was filed) can
-  // reach its old shard after the slot was freed and reused by a timer of
-  // another shard; it reads a generation that is not its own and drops the
-  // command. Hence atomic, every access relaxed: the value only tells a
-  // shard whether it filed this generation (only it writes that value), and
-  // the slot's other fields are ordered by the state word. The alarm (the
-  // wheel's node: links, place, filed time) is read and written only by the
-  // shard that filed it, and only after it has seen its own generation in
-  // filed_generation; a slot is freed only once its alarm is out of the
-  // wheel (fired, removed, or swept at shutdown), so a slot reused by
-  // another shard is never in two wheels.
-  struct WheelPart {
-    std::atomic<std::uint32_t> filed_generation{0};  // generation whose ADD/REARM the wheel has applied; 0: none
-    IntrusiveAlarm alarm;                            // its node in the shard's wheel; !alarm.filed() when not in it
-  } wheel;
-  std::uint32_t lane_generation = 0;
-  // Missed (runtime.hpp), as a byte: written by the scheduling producer
-  // before S1, like `task`; read by whoever runs or re-files a periodic run.
-  std::uint8_t on_missed = static_cast<std::uint8_t>(Missed::skip);
+  std::atomic<std::int64_t> due_ns{0};
+  IntrusiveAlarm alarm;  // its node in its shard's wheel; !alarm.filed() when not in it
   // The shard the timer belongs to (wheel_thread.hpp): the one whose queue
-  // its ADD went to, and whose wheel thread files it. Written by the
-  // scheduling producer before S1; read, relaxed, by whoever posts a
-  // reschedule or re-arm for it or counts its lazy cancel, after loading a
-  // word of its generation: atomic for the reason `lane` is (above).
+  // its ADD went to, and whose wheel thread files it.
   std::atomic<std::uint8_t> shard{0};
-  // Its slack (slack.hpp, SlackCode): written by the scheduling producer
-  // before S1, like `task`; read by the wheel thread when it files the
-  // timer (after its acquire load of the word).
-  std::uint8_t slack_code = SlackCode::runtime_default;
-  // Line 1:
-  alignas(64) Task task;
+  std::uint8_t slack_code = SlackCode::runtime_default;  // slack.hpp, SlackCode
+  std::atomic<std::uint8_t> layout{0};                   // kTaskOutOfLine | kOnLane
+  CompactTask<kInlineCaptures> task;                     // empty when kTaskOutOfLine
 #ifndef NDEBUG
-  // Debug builds only (line 2): while this timer's callback blocks in
+  // Debug builds only (line 1): while this timer's callback blocks in
   // cancel_and_wait, the timer it waits for (pack_id); 0 otherwise. Used to
   // catch two callbacks waiting for each other (producer_ops.cpp).
   alignas(64) std::atomic<std::uint64_t> waits_for{0};
 #endif
 
-  Missed missed_rule() const noexcept { return static_cast<Missed>(on_missed); }
+  bool on_lane() const noexcept { return (layout.load(std::memory_order_relaxed) & kOnLane) != 0; }
+  bool task_out_of_line() const noexcept { return (layout.load(std::memory_order_relaxed) & kTaskOutOfLine) != 0; }
 };
 #ifdef NDEBUG
-static_assert(sizeof(TimerSlot) == 128,
-              "a slot is two cache lines: state, due and the wheel's node in the first, the task in the second");
+static_assert(sizeof(TimerSlot) == 64, "a timer is one cache line");
 #endif
-static_assert(offsetof(TimerSlot, task) == 64);
-static_assert(offsetof(TimerSlot, wheel) + sizeof(TimerSlot::WheelPart) <= 64,
-              "the wheel's node is in line 0: filing and firing touch one line");
-static_assert(offsetof(TimerSlot, shard) + 1 <= 64, "the shard is read with the state word: line 0");
-static_assert(offsetof(TimerSlot, slack_code) + 1 <= 64, "the slack is read when filing, with the state word");
+static_assert(offsetof(TimerSlot, task) + sizeof(CompactTask<TimerSlot::kInlineCaptures>) <= 64,
+              "the callable is in line 0: a one-shot timer is one line");
+
+// A slot's side record: what only some timers need, at the slot's index in
+// a side array the slab creates for a chunk when a timer of that chunk
+// first needs it (TimerSlab::ensure_extra). Written by the scheduling
+// producer before S1, like the slot's task; read after an acquire load of
+// a word of that generation. `lane` is atomic, every access relaxed, for
+// the reason `shard` is (above): a lane's sweep and a reschedule on a
+// lane's thread read it to tell whether a slot is that lane's.
+struct SlotExtra {
+  std::int64_t period_ns = 0;  // periodic timers (the word's periodic bit)
+  // The lane its runs go to (kOnLane), and that lane's generation when it
+  // was scheduled (lane_core.hpp).
+  std::atomic<LaneCore*> lane{nullptr};
+  std::uint32_t lane_generation = 0;
+  std::uint8_t on_missed = static_cast<std::uint8_t>(Missed::skip);  // periodic timers: Missed as a byte
+  Task task;  // kTaskOutOfLine: a callable whose captures do not fit the slot
+
+  Missed missed_rule() const noexcept { return static_cast<Missed>(on_missed); }
+};
 
 // The slot's word once no reschedule or cancel owns its fields: Writing and
 // Cancelling are two stores from done (R2, or R3/K1 after a cancel won), so
@@ -172,12 +174,17 @@ class TimerSlab {
   static constexpr const char* kFullMessage = CHIME_SLAB_CAPACITY_SHIFT == 28
                                                   ? "chime: the timer slab is full (2^28 timers)"
                                                   : "chime: the timer slab is full (its fuzz-build capacity)";
-  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(kMaxChunks)) {}
+  TimerSlab()
+      : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(kMaxChunks)),
+        extras_(std::make_unique<std::atomic<SlotExtra*>[]>(kMaxChunks)) {}
   TimerSlab(const TimerSlab&) = delete;
   TimerSlab& operator=(const TimerSlab&) = delete;
   ~TimerSlab() {
     // Only the chunks below the highest one created (most runtimes use a few of the 65,536).
-    for (std::uint32_t c = 0; c < chunk_end_; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+    for (std::uint32_t c = 0; c < chunk_end_; ++c) {
+      delete[] chunks_[c].load(std::memory_order_relaxed);
+      delete[] extras_[c].load(std::memory_order_relaxed);
+    }
   }
 
   // Number of slot indices ever handed out; every index below it is valid.
@@ -191,6 +198,64 @@ class TimerSlab {
   // The slot at an index known to be valid.
   TimerSlot& operator[](std::uint32_t i) const noexcept {
     return chunks_[i >> kChunkShift].load(std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
+  }
+
+  // The side record of slot i, or nullptr if its chunk has none yet. Any
+  // thread; a record found for a slot may belong to a later generation
+  // than the one the caller loaded (SlotExtra).
+  SlotExtra* find_extra(std::uint32_t i) const noexcept {
+    SlotExtra* chunk = extras_[(i >> kChunkShift) & (kMaxChunks - 1)].load(std::memory_order_acquire);  // (A)
+    return chunk == nullptr ? nullptr : &chunk[i & (kChunkSize - 1)];
+  }
+  // The side record of a slot whose timer has one (kOnLane,
+  // kTaskOutOfLine, periodic), read after an acquire load of its word: the
+  // scheduling producer created it (ensure_extra) before S1.
+  SlotExtra& extra(std::uint32_t i) const noexcept {
+    return extras_[i >> kChunkShift].load(std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
+  }
+  // Creates the side records of slot i's chunk unless they exist. Any
+  // thread. May allocate (one side array for the chunk): std::bad_alloc.
+  void ensure_extra(std::uint32_t i) {
+    const std::uint32_t c = i >> kChunkShift;
+    if (extras_[c].load(std::memory_order_acquire) != nullptr) return;  // (A)
+    std::lock_guard<std::mutex> lock(grow_mutex_);
+    if (extras_[c].load(std::memory_order_relaxed) == nullptr)
+      extras_[c].store(new SlotExtra[kChunkSize], std::memory_order_release);  // (A)
+  }
+
+  // The lane slot i's runs go to, or nullptr (the workers). Any thread, as
+  // find_extra: the value may come from a later generation (SlotExtra).
+  LaneCore* lane_of(const TimerSlot& slot, std::uint32_t i) const noexcept {
+    if (!slot.on_lane()) return nullptr;
+    const SlotExtra* e = find_extra(i);
+    return e == nullptr ? nullptr : e->lane.load(std::memory_order_relaxed);
+  }
+
+  // Stores the timer's callable: in the slot when it fits, else in the side
+  // record, which the caller created (ensure_extra). Returns the slot's
+  // `layout` bit for where it went. The scheduling producer, before S1.
+  std::uint8_t store_task(TimerSlot& slot, std::uint32_t i, Task&& task) noexcept {
+    if (slot.task.adopt(task)) return 0;
+    extra(i).task = std::move(task);
+    return TimerSlot::kTaskOutOfLine;
+  }
+  // Runs the timer's callable with `firing`. Whoever runs the timer.
+  void run_task(TimerSlot& slot, std::uint32_t i, const Firing& firing) const {
+    if (slot.task_out_of_line()) {
+      extra(i).task(firing);
+    } else {
+      slot.task(firing);
+    }
+  }
+  // Destroys the timer's callable (its captures are released). The party
+  // that frees the slot, or the canceller (K1, R3).
+  void reset_task(TimerSlot& slot, std::uint32_t i) const noexcept {
+    slot.task.reset();
+    if (slot.task_out_of_line()) extra(i).task.reset();
+  }
+  // True iff the timer's callable is still held (not reset).
+  bool has_task(const TimerSlot& slot, std::uint32_t i) const noexcept {
+    return slot.task_out_of_line() ? static_cast<bool>(extra(i).task) : static_cast<bool>(slot.task);
   }
 
   // Takes a free slot for a caller without a cache: pops a batch, keeps one
@@ -286,6 +351,7 @@ class TimerSlab {
   }
 
   std::unique_ptr<std::atomic<TimerSlot*>[]> chunks_;
+  std::unique_ptr<std::atomic<SlotExtra*>[]> extras_;  // side records per chunk, created on first need
   std::atomic<std::uint32_t> fresh_{0};
   std::mutex grow_mutex_;
   std::uint32_t chunk_end_ = 0;  // one past the highest chunk created; guarded by grow_mutex_ (read by the destructor)

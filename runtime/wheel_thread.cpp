@@ -4,8 +4,7 @@
 // (WheelThreadState, wheel_thread_state.hpp, through wt(): the wheel, the
 // overdue list, the batch of claimed runs, its batch of retired slots, the
 // pending flush/drain/stop requests) and the wheel-only fields of the slots
-// it filed (alarm, filed_generation; another shard may read the latter:
-// timer_slab.hpp).
+// it filed (the alarm: timer_slab.hpp).
 //
 // One pass:
 //   1. snapshot seam.completed (for flush), then apply queued commands in bulk
@@ -686,15 +685,17 @@ bool WheelThread::out_of_memory_too_long(std::int64_t waiting_since) const noexc
 void WheelThread::reclaim(TimerSlot& slot, std::uint32_t index) {
   CHIME_ASSERT(StateWord::state(slot.word.load(std::memory_order_relaxed)) == SlotState::cancelled,
                "only a cancelled timer is reclaimed");
-  CHIME_ASSERT(!slot.task, "a lazily cancelled timer's task is destroyed before Cancelled is published");
+  CHIME_ASSERT(!core_.slab().has_task(slot, index),
+               "a lazily cancelled timer's task is destroyed before Cancelled is published");
   CHIME_ASSERT(StateWord::filed(slot.word.load(std::memory_order_relaxed)),
                "only a filed timer is ours to free; one cancelled before filing is freed by its canceller");
-  // Only what is set is cleared: an ADD that found its timer cancelled
-  // (the common case under schedule+cancel) leaves the state line clean, so
-  // the producer that reuses the slot does not fetch it back dirty.
-  if (slot.wheel.filed_generation.load(std::memory_order_relaxed) != 0)
-    slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
-  CHIME_ASSERT(!slot.wheel.alarm.filed(), "a slot is freed only once its alarm is out of the wheel");
+  CHIME_ASSERT(!slot.alarm.filed(), "a slot is freed only once its alarm is out of the wheel");
+  // The filed bit comes off as the slot is freed: set on a Cancelled word,
+  // it says the wheel thread still owes the free (the shutdown sweep reads
+  // it). A plain store: nothing else writes a Cancelled word until the slot
+  // is reused, which the free list's release/acquire orders after this.
+  const std::uint64_t w = slot.word.load(std::memory_order_relaxed);
+  slot.word.store(w & ~StateWord::kFiledBit, std::memory_order_relaxed);
   wt().retired->add(index);
   ++wt().reclaimed;
 }
@@ -709,9 +710,7 @@ void WheelThread::apply(const Command& c) {
       std::uint64_t w = slot.word.load(std::memory_order_acquire);
       for (;;) {
         if (StateWord::generation(w) != c.generation) return;  // cancelled, freed by its canceller, and reused
-        CHIME_ASSERT(
-            !StateWord::filed(w) && slot.wheel.filed_generation.load(std::memory_order_relaxed) != c.generation,
-            "an ADD for a timer already filed");
+        CHIME_ASSERT(!StateWord::filed(w) && !slot.alarm.filed(), "an ADD for a timer already filed");
         switch (StateWord::state(w)) {
           case SlotState::pending:
             // (A1) We file it, and from now on we free it if it is cancelled.
@@ -721,8 +720,7 @@ void WheelThread::apply(const Command& c) {
                                                  std::memory_order_acquire)) {
               continue;
             }
-            slot.wheel.filed_generation.store(c.generation, std::memory_order_relaxed);
-            if (slot.lane.load(std::memory_order_relaxed) != nullptr && Lanes::lane_closed(slot)) [[unlikely]] {
+            if (slot.on_lane() && Lanes::lane_closed(core_.slab(), slot, c.slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
             }
@@ -751,17 +749,20 @@ void WheelThread::apply(const Command& c) {
       }
     }
     case CommandKind::reschedule: {  // due moved earlier, or due now by the call's clock (R2): re-file now
-      if (slot.wheel.filed_generation.load(std::memory_order_relaxed) != c.generation) {
-        // Its ADD is not applied yet. Posted on another queue (the schedule
+      // acquire: as the ADD's load. Filed (A1) at this generation, the
+      // timer is ours: the shard is fixed per generation, and only we free
+      // a filed timer, so its alarm is ours to read.
+      const std::uint64_t w = slot.word.load(std::memory_order_acquire);
+      if (StateWord::generation(w) != c.generation || !StateWord::filed(w)) {
+        // Its ADD (or REARM) is not applied yet, or the timer was claimed since. Posted on another queue (the schedule
         // through a Producer, the reschedule through the Runtime, or two
         // threads), it may come after this command; dropped, the ADD would
         // be judged by its own older clock reading, and a timer due now by
         // the reschedule's would wait for its interval (a ManualClock run
         // would depend on the queues' order). Apply it again once this
         // batch is applied (apply_commands), and until its ADD is: the ADD
-        // is already queued, so no thread is waited for. acquire: as the
-        // ADD's load.
-        const std::uint64_t w = slot.word.load(std::memory_order_acquire);
+        // is already queued, so no thread is waited for. Claimed (handed,
+        // running, or ended), it has nothing to re-file.
         const SlotState s = StateWord::state(w);
         if (StateWord::generation(w) == c.generation && !StateWord::filed(w) &&
             (s == SlotState::pending || s == SlotState::writing)) {
@@ -769,7 +770,7 @@ void WheelThread::apply(const Command& c) {
         }
         return;
       }
-      if (!wt().wheel.contains(c.slot)) return;
+      if (!wt().wheel.contains(c.slot)) return;  // on the overdue list: goes out with this pass
       wt().wheel.remove(c.slot);
       file(c.slot, slot, true, c.called_at());
       return;
@@ -782,14 +783,9 @@ void WheelThread::apply(const Command& c) {
 
 // The wheel-side half of an inline re-arm (Runner::end_run on the
 // wheel thread, workers = 0): the run's F2 already set the filed bit, so
-// this is what A1 (apply) does after its CAS. filed_generation is ours to
-// write (relaxed, as every access: it only tells a shard whether it filed
-// this generation; the word orders the rest; timer_slab.hpp). Not at
-// application: a re-arm already behind the wheel's interval runs next pass.
-void WheelThread::refile_rearmed_inline(std::uint32_t index, TimerSlot& slot, std::uint32_t generation) {
-  slot.wheel.filed_generation.store(generation, std::memory_order_relaxed);
-  file(index, slot, false);
-}
+// this is what A1 (apply) does after its CAS. Not at application: a
+// re-arm already behind the wheel's interval runs next pass.
+void WheelThread::refile_rearmed_inline(std::uint32_t index, TimerSlot& slot) { file(index, slot, false); }
 
 // Files slot `index` by its current due time: in the wheel if it is not
 // behind the wheel's interval, else on the overdue list (goes out with this
@@ -817,7 +813,7 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
   } else if (due > now) {
     // At its fire time (slack), within the wheel's range: the earlier of
     // the two, never before the due (due < bound).
-    const __int128 at = fire_time(slot, due, at_application);
+    const __int128 at = fire_time(index, slot, due, at_application);
     wt().wheel.add(index, TimePoint(Duration(at < bound ? static_cast<std::int64_t>(at) : bound - 1)));
   } else {
     wt().overdue.push_back(index);  // its due has passed: it goes out with the next advance
@@ -829,11 +825,13 @@ void WheelThread::file(std::uint32_t index, TimerSlot& slot, bool at_application
 // delay is measured from the clock at application (read once per batch),
 // else from the wheel's time (a re-file, after the pass's advance); a
 // periodic timer's is its period.
-__int128 WheelThread::fire_time(const TimerSlot& slot, std::int64_t due, bool at_application) {
+__int128 WheelThread::fire_time(std::uint32_t index, const TimerSlot& slot, std::int64_t due, bool at_application) {
   if (config_.manual()) return due;
   std::uint8_t code = slot.slack_code;
   if (code == SlackCode::runtime_default) {
-    std::int64_t delay = slot.period_ns;
+    // A periodic timer has a side record (S1; read after our acquire of its word).
+    std::int64_t delay =
+        StateWord::periodic(slot.word.load(std::memory_order_relaxed)) ? core_.slab().extra(index).period_ns : 0;
     if (delay == 0) {
       std::int64_t now = wt().wheel.now().time_since_epoch().count();
       if (at_application) {
@@ -1061,8 +1059,7 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
   // as the version we read; the claim CAS from exactly this word fails if a
   // reschedule published a newer one since.
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
-  CHIME_ASSERT(StateWord::generation(w) == slot.wheel.filed_generation.load(std::memory_order_relaxed),
-               "a filed alarm names a timer not filed");
+  CHIME_ASSERT(StateWord::filed(w), "a filed alarm names a timer not filed");
   for (;;) {
     switch (StateWord::state(w)) {
       case SlotState::pending: {
@@ -1081,7 +1078,8 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
         // A flush waits for this run if any run it covers was due by its
         // target: the earliest one, before skip coalescing moves d.due_ns.
         wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, due);
-        if (StateWord::periodic(w) && slot.missed_rule() != Missed::catch_up) {
+        const SlotExtra* extra = StateWord::periodic(w) ? &core_.slab().extra(index) : nullptr;  // S1 made it
+        if (extra != nullptr && extra->missed_rule() != Missed::catch_up) {
           // skip, delay: coalesce every run that may run now (due before the
           // boundary, or at or before due_now_ns) into the latest one.
           // In 128 bits: boundary - 1 is below INT64_MIN while the wheel is
@@ -1089,8 +1087,8 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
           // TimePoint::min() (fuzz: regression-skip_boundary_min), and
           // last - due spans up to 2^64 ns; the result, at most last, fits.
           const __int128 last = std::max<__int128>(static_cast<__int128>(boundary) - 1, due_now_ns);
-          const __int128 k = (last - due) / slot.period_ns;
-          d.due_ns = static_cast<std::int64_t>(due + k * slot.period_ns);
+          const __int128 k = (last - due) / extra->period_ns;
+          d.due_ns = static_cast<std::int64_t>(due + k * extra->period_ns);
           d.missed = static_cast<std::uint64_t>(k);
         }
         if (claim(slot, w, d)) return;
@@ -1110,7 +1108,6 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
         return;
       default:
         CHIME_ASSERT(false, "a filed timer is never handed, running, fired or free");
-        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
         return;
     }
   }
@@ -1127,22 +1124,22 @@ bool WheelThread::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
                                        std::memory_order_acquire)) {
     return false;
   }
-  slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
   dispatch(d);
   return true;
 }
 
 void WheelThread::dispatch(const Dispatch& d) {
   wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, d.due_ns);
-  TimerSlot& slot = core_.slab()[d.slot];                      // line 0, which the claim just wrote
-  LaneCore* lane = slot.lane.load(std::memory_order_relaxed);  // timer_slab.hpp: written before S1
-  if (lane == nullptr) {
+  TimerSlot& slot = core_.slab()[d.slot];  // line 0, which the claim just wrote
+  if (!slot.on_lane()) {
     wt().dispatch_batch.push_back(d);
     return;
   }
+  const SlotExtra& extra = core_.slab().extra(d.slot);          // timer_slab.hpp: written before S1
+  LaneCore* lane = extra.lane.load(std::memory_order_relaxed);  // the same
   // acquire: pairs with close_lane's release bump; a timer of a destroyed
   // lane whose close has not reached us yet is cancelled here (L2).
-  if (slot.lane_generation != lane->generation.load(std::memory_order_acquire)) [[unlikely]] {
+  if (extra.lane_generation != lane->generation.load(std::memory_order_acquire)) [[unlikely]] {
     cancel_for_closed_lane(slot, d.slot);
     return;
   }
@@ -1233,7 +1230,7 @@ void WheelThread::unspill_lanes() {
     // be in the lane's ready queue, and the slot may already serve another timer.
     if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
     if (!stuck) {
-      LaneCore* lane = slot.lane.load(std::memory_order_relaxed);
+      LaneCore* lane = core_.slab().lane_of(slot, d.slot);  // a lane's run: never null
       const bool listed = !lane->batch.empty() || try_push_back(s.touched_lanes, lane);
       stuck = !listed || !try_push_back(lane->batch, d);
       if (!stuck) continue;
@@ -1453,9 +1450,8 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
   for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
     const SlotState s = StateWord::state(w);
     if (s == SlotState::cancelled) {
-      if (slot.task) {
-        slot.task.reset();  // C4 while we held the claim: the holder frees it
-        slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
+      if (core_.slab().has_task(slot, index)) {
+        core_.slab().reset_task(slot, index);  // C4 while we held the claim: the holder frees it
         wt().retired->add(index);
       } else {
         reclaim(slot, index);  // a zombie (C1/K1 or C2/R3)
@@ -1465,12 +1461,12 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     CHIME_ASSERT(s == SlotState::pending || s == SlotState::handed, "a closed lane's timer the wheel holds");
     // acq_rel: acquire for the task (destroyed here); release so a reader of
     // Cancelled sees the timer settled.
-    if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
-                                        std::memory_order_acquire)) {
+    // The filed bit is cleared with it: the slot is freed here, not owed.
+    if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled) & ~StateWord::kFiledBit,
+                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
       core_.ends().end_cancelled_timer();
-      slot.task.reset();
-      slot.wheel.filed_generation.store(0, std::memory_order_relaxed);
-      CHIME_ASSERT(!slot.wheel.alarm.filed(), "a closed lane's timer is out of the wheel when cancelled");
+      core_.slab().reset_task(slot, index);
+      CHIME_ASSERT(!slot.alarm.filed(), "a closed lane's timer is out of the wheel when cancelled");
       wt().retired->add(index);
       return;
     }
@@ -1482,7 +1478,8 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
 void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   wt().sweep_buffer.clear();
   wt().wheel.for_each([&](std::uint32_t index) {
-    if (core_.slab()[index].lane.load(std::memory_order_relaxed) == lane && Lanes::lane_closed(core_.slab()[index])) {
+    if (core_.slab().lane_of(core_.slab()[index], index) == lane &&
+        Lanes::lane_closed(core_.slab(), core_.slab()[index], index)) {
       // Out of memory, one not listed is cancelled when its alarm comes up (L2).
       try {
         wt().sweep_buffer.push_back(index);
@@ -1497,7 +1494,7 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   std::size_t kept = 0;
   for (std::uint32_t index : wt().overdue) {
     TimerSlot& slot = core_.slab()[index];
-    if (slot.lane.load(std::memory_order_relaxed) == lane && Lanes::lane_closed(slot)) {
+    if (core_.slab().lane_of(slot, index) == lane && Lanes::lane_closed(core_.slab(), slot, index)) {
       cancel_for_closed_lane(slot, index);
     } else {
       wt().overdue[kept++] = index;
@@ -1528,7 +1525,7 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
         break;
       }
     }
-    slot.task.reset();
+    core_.slab().reset_task(slot, d.slot);
     s.retired->add(d.slot);
   };
   if (!lane->batch.empty()) [[unlikely]] {
@@ -1540,7 +1537,7 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
   for (const Dispatch& d : s.lane_spill) {
     const TimerSlot& slot = core_.slab()[d.slot];
     if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
-    if (slot.lane.load(std::memory_order_relaxed) == lane) {
+    if (core_.slab().lane_of(slot, d.slot) == lane) {
       cancel_held(d);
     } else {
       s.lane_spill[kept++] = d;

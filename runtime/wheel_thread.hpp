@@ -101,7 +101,7 @@ class WheelThread {
   // 0: Runner::end_run, after its F2 set the filed bit, outside any
   // wheel iteration): files it now, as the REARM's A1 would. On the wheel
   // thread only (wt()).
-  void refile_rearmed_inline(std::uint32_t index, TimerSlot& slot, std::uint32_t generation);
+  void refile_rearmed_inline(std::uint32_t index, TimerSlot& slot);
 
  private:
   void main();
@@ -112,7 +112,7 @@ class WheelThread {
   void file(std::uint32_t index, TimerSlot& slot, bool at_application,
             std::optional<std::int64_t> called_at_ns = std::nullopt);
   bool due_now_at_application(std::int64_t due, std::optional<std::int64_t> called_at_ns);
-  __int128 fire_time(const TimerSlot& slot, std::int64_t due, bool at_application);
+  __int128 fire_time(std::uint32_t index, const TimerSlot& slot, std::int64_t due, bool at_application);
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void fire_past_due();

@@ -71,9 +71,6 @@ std::string WheelThread::check_on_wheel() {
       failure = holds() + " of shard " + std::to_string(shard);
     } else if (!StateWord::filed(w)) {
       failure = holds() + " whose filed bit is clear (" + state_name(s) + ")";
-    } else if (StateWord::generation(w) != slot.wheel.filed_generation.load(std::memory_order_relaxed)) {
-      failure = holds() + " at generation " + std::to_string(StateWord::generation(w)) + ", filed at generation " +
-                std::to_string(slot.wheel.filed_generation.load(std::memory_order_relaxed));
     } else if (s != SlotState::pending && s != SlotState::writing && s != SlotState::cancelling &&
                s != SlotState::cancelled) {
       failure = holds() + " in state " + state_name(s);
@@ -83,11 +80,11 @@ std::string WheelThread::check_on_wheel() {
   };
   wt().wheel.for_each([&](std::uint32_t index) {
     if (!failure.empty()) return;
-    check_held(index, 1, index < extent && core_.slab()[index].wheel.alarm.filed());
+    check_held(index, 1, index < extent && core_.slab()[index].alarm.filed());
   });
   for (const std::uint32_t index : wt().overdue) {
     if (!failure.empty()) break;
-    check_held(index, 2, index < extent && !core_.slab()[index].wheel.alarm.filed());
+    check_held(index, 2, index < extent && !core_.slab()[index].alarm.filed());
   }
   if (!failure.empty()) return failure;
   // None lost: a slot the wheel thread filed and that is not cancelled

@@ -50,7 +50,7 @@ struct LaneCore;
 // lines.
 struct SlotAlarm {
   const TimerSlab* slab;
-  IntrusiveAlarm& operator()(std::uint32_t i) const noexcept { return (*slab)[i].wheel.alarm; }
+  IntrusiveAlarm& operator()(std::uint32_t i) const noexcept { return (*slab)[i].alarm; }
 };
 using ShardWheel = IntrusiveTimingWheel<SlotAlarm>;
 

@@ -26,6 +26,11 @@ namespace chime {
 
 class TimerId;
 
+namespace detail {
+template <std::size_t Capacity>
+class CompactTask;  // the runtime's timer record holds a Task's callable in fewer bytes (runtime/compact_task.hpp)
+}  // namespace detail
+
 // A timer's identity: {slot, generation, runtime}. Default-constructed is
 // invalid and never names a timer; an id whose slot was reused is detected
 // as stale (the generation); an id issued by another Runtime is never taken
@@ -150,10 +155,18 @@ class Task {
   }
 
  private:
+  template <std::size_t Capacity>
+  friend class detail::CompactTask;
+
+  // What `storage_` holds and how to use it. `stored_size` and
+  // `stored_align` describe the object in `storage_` (the callable itself,
+  // or the pointer to it), so it can be moved into any buffer that fits.
   struct Ops {
     void (*invoke)(void*, const Firing&);
     void (*move)(void* from, void* to) noexcept;
     void (*destroy)(void*) noexcept;
+    std::size_t stored_size;
+    std::size_t stored_align;
   };
 
   template <class D>
@@ -174,6 +187,8 @@ class Task {
         f->~D();
       },
       [](void* p) noexcept { std::launder(static_cast<D*>(p))->~D(); },
+      sizeof(D),
+      alignof(D),
   };
 
   template <class D>
@@ -181,6 +196,8 @@ class Task {
       [](void* p, const Firing& firing) { call(**std::launder(static_cast<D**>(p)), firing); },
       [](void* from, void* to) noexcept { ::new (to) D*(*std::launder(static_cast<D**>(from))); },
       [](void* p) noexcept { delete *std::launder(static_cast<D**>(p)); },
+      sizeof(D*),
+      alignof(D*),
   };
 
   alignas(std::max_align_t) unsigned char storage_[inline_size];
