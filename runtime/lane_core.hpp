@@ -12,7 +12,7 @@
 // A LaneCore lives as long as its runtime (Lanes::lanes_): slots and
 // commands in flight may still name it after its Lane is gone. A destroyed
 // Lane's LaneCore is reused by the next Runtime::lane() with its generation
-// bumped, so a timer of the old lane is told apart (TimerSlot::lane_generation).
+// bumped, so a timer of the old lane is told apart (SlotExtra::lane_generation, timer_slab.hpp).
 //
 // The ready signal (an eventfd plus the flag `signalled`):
 //   wheel thread (after a batch)               lane thread (run_ready)

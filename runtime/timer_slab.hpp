@@ -130,6 +130,7 @@ struct SlotExtra {
 
   Missed missed_rule() const noexcept { return static_cast<Missed>(on_missed); }
 };
+static_assert(offsetof(SlotExtra, task) == 32, "the lane and period fields share the record's first half-line");
 
 // The slot's word once no reschedule or cancel owns its fields: Writing and
 // Cancelling are two stores from done (R2, or R3/K1 after a cancel won), so

@@ -28,7 +28,13 @@
 //   thread (a zombie, reclaimed lazily); clear, the canceller, at once, into
 //   its own slot cache (the ADD still queued then finds the timer Cancelled
 //   or the slot reused, and does nothing). Kept by every producer transition
-//   (R1, R2, C1, C2, K1, R3) and by `with_state`.
+//   (R1, R2, C1, C2, K1, R3) and by `with_state`. On a Cancelled word it
+//   says the wheel thread still owes the free: the wheel thread clears it
+//   when it frees the slot (reclaim: a plain store, as nothing else writes a
+//   terminal word; L1/L2: in their CAS), and shutdown's sweep frees exactly
+//   the Cancelled words that keep it. At a command's generation, set, it
+//   tells the wheel thread the timer is its own, filed and not claimed (a
+//   RESCHEDULE re-files only then).
 // - version: bumped each time a reschedule publishes a new due time. The wheel
 //   thread reads `due` between loading the word and its claim CAS; the CAS
 //   fails if a reschedule completed in between (no ABA on Pending).
@@ -130,8 +136,11 @@
 // - `due`: the producer before S1; the owner of Writing (R1 or R4..R2); the worker
 //   in Running before F2. Nobody else, so whoever wins R1/W1/F2 sees a stable
 //   value.
-// - `task`, `period`, `on_missed`: the producer before S1; read-only until
-//   the slot is freed; the freeing party resets `task`.
+// - `task` and the side record (`period_ns`, `on_missed`, the lane): the
+//   producer before S1; read-only until the slot is freed; the freeing
+//   party resets the task (timer_slab.hpp has every field of the slot).
+// - the filed bit on a Cancelled word: the wheel thread owes the slot's
+//   free; `reclaim` (or shutdown's sweep) clears it as it frees the slot.
 #pragma once
 
 #include <cstdint>
