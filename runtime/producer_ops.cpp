@@ -218,10 +218,12 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   const std::uint64_t old = slot.word.load(std::memory_order_relaxed);
   const std::uint32_t g = StateWord::next_generation(old);
   const std::int64_t due_ns = due.time_since_epoch().count();
-  // A periodic or lane timer, or a callable too large for the slot, needs
-  // the slot's side record: its chunk's side array is created here, before
-  // anything is published (out of memory: as a failed ADD below).
-  if (period_ns != 0 || lane != nullptr || !CompactTask<TimerSlot::kInlineCaptures>::fits(task)) [[unlikely]] {
+  // The callable goes into the slot when it fits. A periodic or lane timer,
+  // or a callable too large for the slot, needs the slot's side record: its
+  // chunk's side array is created here, before anything is published (out
+  // of memory: as a failed ADD below).
+  const bool task_in_slot = slot.task.adopt(task);
+  if (period_ns != 0 || lane != nullptr || !task_in_slot) [[unlikely]] {
     if (must_post) {
       retry_until_memory([&]() noexcept {
         try {
@@ -235,11 +237,13 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
       try {
         slab_.ensure_extra(index);
       } catch (const std::bad_alloc&) {
+        slot.task.reset();
         release_reservation(r);
         throw;
       }
     }
     SlotExtra& extra = slab_.extra(index);
+    if (!task_in_slot) extra.task = std::move(task);
     extra.period_ns = period_ns;
     extra.on_missed = static_cast<std::uint8_t>(on_missed);
     // relaxed: published by S1's release, as the fields below. A Timer
@@ -254,8 +258,8 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.slack_code = slack_code;
   slot.shard.store(static_cast<std::uint8_t>(shard.index()), std::memory_order_relaxed);  // published by S1
-  const std::uint8_t task_place = slab_.store_task(slot, index, std::move(task));
-  slot.layout.store(static_cast<std::uint8_t>(task_place | (lane != nullptr ? TimerSlot::kOnLane : 0)),
+  slot.layout.store(static_cast<std::uint8_t>((task_in_slot ? 0 : TimerSlot::kTaskOutOfLine) |
+                                              (lane != nullptr ? TimerSlot::kOnLane : 0)),
                     std::memory_order_relaxed);
   const std::uint64_t pending = StateWord::make(g, 0, SlotState::pending, period_ns != 0);
   // (S1) release: publishes the fields above with the word (to the wheel

@@ -232,14 +232,6 @@ class TimerSlab {
     return e == nullptr ? nullptr : e->lane.load(std::memory_order_relaxed);
   }
 
-  // Stores the timer's callable: in the slot when it fits, else in the side
-  // record, which the caller created (ensure_extra). Returns the slot's
-  // `layout` bit for where it went. The scheduling producer, before S1.
-  std::uint8_t store_task(TimerSlot& slot, std::uint32_t i, Task&& task) noexcept {
-    if (slot.task.adopt(task)) return 0;
-    extra(i).task = std::move(task);
-    return TimerSlot::kTaskOutOfLine;
-  }
   // Runs the timer's callable with `firing`. Whoever runs the timer.
   void run_task(TimerSlot& slot, std::uint32_t i, const Firing& firing) const {
     if (slot.task_out_of_line()) {
@@ -251,8 +243,11 @@ class TimerSlab {
   // Destroys the timer's callable (its captures are released). The party
   // that frees the slot, or the canceller (K1, R3).
   void reset_task(TimerSlot& slot, std::uint32_t i) const noexcept {
-    slot.task.reset();
-    if (slot.task_out_of_line()) extra(i).task.reset();
+    if (slot.task) {  // held in one place only: the slot (most timers) or the side record
+      slot.task.reset();
+    } else if (slot.task_out_of_line()) {
+      extra(i).task.reset();
+    }
   }
   // True iff the timer's callable is still held (not reset).
   bool has_task(const TimerSlot& slot, std::uint32_t i) const noexcept {
