@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -181,6 +182,39 @@ TEST(RuntimeOutOfMemory, lane_runs_out_of_memory_wait_and_run_once) {
   flush_once_memory_is_back(rt);
   t.expect_each_ran_once_unless_cancelled();
   EXPECT_EQ(rt.stats().pending, 0u);
+}
+
+// A schedule whose timer needs the slot's side record (a callable of more
+// than 16 bytes of captures) in a chunk that has none yet, out of memory on
+// the scheduling thread: it throws std::bad_alloc, keeps nothing (the
+// captures are released, the pending count is unchanged) and, once memory
+// is back, the same schedule is accepted and runs once.
+TEST(RuntimeOutOfMemory, a_schedule_without_room_for_its_side_record_throws_and_keeps_nothing) {
+  chime::ManualClock clock{kStart};
+  chime::RuntimeOptions options = manual_options(clock, 1);
+  options.reserve = 64;  // the slot chunk exists; its side array does not
+  Runtime rt{options};
+  std::atomic<int> small_runs{0}, large_runs{0};
+  rt.schedule_at(at(1ms), [&small_runs] { small_runs.fetch_add(1); });  // warms the queue: no side record
+  rt.flush();
+  auto token = std::make_shared<int>(0);
+  const auto large = [&large_runs, token, pad = std::array<char, 24>{}] {
+    (void)pad;
+    large_runs.fetch_add(1);
+  };
+  static_assert(sizeof(large) > 16 && chime::Task::stored_inline<decltype(large)>);
+  {
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::all);
+    EXPECT_THROW(rt.schedule_at(at(2ms), large), std::bad_alloc);
+  }
+  EXPECT_EQ(token.use_count(), 2) << "only `large` itself holds the token: the failed schedule kept no copy";
+  EXPECT_EQ(rt.stats().pending, 1u) << "the failed schedule is not counted";
+  rt.schedule_at(at(2ms), large);
+  advance_to(clock, rt, at(3ms));
+  EXPECT_EQ(small_runs.load(), 1);
+  EXPECT_EQ(large_runs.load(), 1);
+  EXPECT_EQ(rt.stats().pending, 0u);
+  rt.check_invariants();
 }
 
 }  // namespace
