@@ -16,7 +16,7 @@
 //   threads; each of its fields says who, and in what order;
 // - everything else is the shard's wheel thread's alone: WheelThreadState
 //   (reached through wt(), which checks the caller in debug builds), and the
-//   wheel-only part of the slots this shard filed (TimerSlot::WheelPart).
+//   wheel-only part of the slots this shard filed (TimerSlot::alarm).
 //   Before the thread starts and after it is joined (shutdown), any thread
 //   may touch them.
 //

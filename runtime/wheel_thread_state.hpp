@@ -44,9 +44,9 @@ struct DrainRequest;
 struct StopRequest;
 struct LaneCore;
 
-// The wheel's node of slot i: its TimerSlot::wheel.alarm. A shard's wheel
+// The wheel's node of slot i: its TimerSlot::alarm. A shard's wheel
 // files its timers' slots in place (IntrusiveTimingWheel): nothing is
-// allocated per timer, and the wheel's lists run through the slots' first
+// allocated per timer, and the wheel's lists run through the slots'
 // lines.
 struct SlotAlarm {
   const TimerSlab* slab;

@@ -52,10 +52,12 @@
 // G14 (periodic): a periodic timer's runs never overlap; its n-th run is due at
 //   first + n * period (fixed rate, no drift).
 // G15 (no allocation per timer): no heap allocation per timer in steady state: timers live in a slab of
-//   slots that are reused; a Task up to 48 bytes is stored inline.
+//   slots that are reused; a Task up to 48 bytes is stored inline (up to 16
+//   bytes in the timer's own 64-byte slot, more in the slot's side record,
+//   made once per 4,096 slots).
 // G16 (bounded memory): a cancel posts no command; it destroys the task (and
 //   what it captured) before it returns, and a timer cancelled after the
-//   wheel thread filed it keeps its slot (128 bytes) until its due time comes
+//   wheel thread filed it keeps its slot (64 bytes) until its due time comes
 //   up, or until such timers exceed a quarter of the filed ones
 //   (and 1,024), when one sweep reclaims them all. Slots in use are at most
 //   about 4/3 x pending + 1,024, plus commands in flight and 32 cached per
@@ -276,10 +278,12 @@ struct RuntimeOptions {
   std::size_t max_pending = 0;  // 0: unbounded; a timer stops counting once cancel returned true or its last run ended
   std::function<void(TimerId, std::exception_ptr)> on_error{};
   CommandQueueBackend command_queue = CommandQueueBackend::moodycamel;
-  // Timers to make room for up front: the slot slab (128 bytes per timer,
-  // the wheel's node included) is allocated and pre-faulted at
-  // construction, so the first `reserve` schedules take no page fault. It
-  // still grows past it. 0: nothing up front.
+  // Timers to make room for up front: the slot slab (64 bytes per timer,
+  // the wheel's node and a callable of up to 16 bytes included) is
+  // allocated and pre-faulted at construction, so the first `reserve`
+  // schedules take no page fault (side records, for periodic and lane
+  // timers and larger callables, are made when first needed). It still
+  // grows past it. 0: nothing up front.
   std::size_t reserve = 0;
   // A run longer than this (on the steady clock) counts in Stats::slow_runs
   // and is reported to on_slow_run, after it returned, on the thread that
@@ -312,8 +316,8 @@ struct RuntimeOptions {
   // 0 means default_max_queue_depth; SIZE_MAX, no bound. A value below
   // min_max_queue_depth throws std::invalid_argument.
   std::size_t max_queue_depth = 0;
-  // 2^20 commands (24 bytes each, beside a 128-byte slot per queued
-  // schedule: about 160 MB at the bound): about 0.2 s of a wheel thread's
+  // 2^20 commands (24 bytes each, beside a 64-byte slot per queued
+  // schedule: about 90 MB at the bound): about 0.2 s of a wheel thread's
   // work at its measured ceiling, far above the depth any load it keeps up
   // with reaches (docs/benchmarks.md, "Overload").
   static constexpr std::size_t default_max_queue_depth = std::size_t{1} << 20;
