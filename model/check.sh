@@ -95,12 +95,15 @@ MUTATIONS=(
   "23 11 - R4 a plain store, not a CAS"
   "24 12 - LaneRunsHold::enter does not read stopped_ (R4 after shutdown began)"
   "25 11 - no ADD after R4 (as after a later reschedule: left to the wheel)"
+  "26 1 - reclaim leaves the filed bit (the shutdown sweep frees the slot again)"
+  "27 8 - L1/L2 keep the filed bit (the shutdown sweep frees the slot again)"
   "s1 s1 - schedule does not record its shard in the slot (the previous timer's stays)"
   "s2 s1 - a reschedule posts to the caller's shard, not the timer's"
   "s3 s1 - A1 skips the generation check (a stale ADD filed by the old shard)"
   "s4 s1 - a RESCHEDULE re-files any filed timer, not the generation this shard filed"
   "s5 s1 - the zombie sweep walks the slab, not its own wheel (another shard's zombie)"
   "s6 s3 - a worker posts a periodic timer's REARM to its own thread's shard, not Dispatch::shard"
+  "s7 s1 - reclaim leaves the filed bit (a stale RESCHEDULE takes the freed slot for filed)"
 )
 
 usage() {

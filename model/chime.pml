@@ -288,7 +288,6 @@ byte s_lgen[NSLOT];     /* TimerSlot::lane_generation */
  * it): `local`, SPIN's mark for globals only one process writes (others
  * only read them in ghost assertions), so that partial order reduction
  * treats the wheel's scans of them as private */
-local byte filed_gen[NSLOT];  /* TimerSlot::filed_generation */
 local bool in_wheel[NSLOT];   /* the slot has an alarm in the wheel */
 local byte alarm_at[NSLOT];
 local bool overdue[NSLOT];    /* on the overdue list */
@@ -343,6 +342,13 @@ byte held[NSLOT];         /* dispatch records of the slot in flight */
  * files it. A Pending word that is not filed always has one owed, so the
  * wheel never forgets a timer: asserted at the shutdown sweep (X1). */
 bool owed[NSLOT];
+/* a zombie's word: the Cancelled word with the filed bit that K1 or R3
+ * published on a filed timer, while the wheel thread (or shutdown's sweep)
+ * owes its free; 0: none. The free clears the bit with a plain store
+ * (reclaim, the sweep), which is right only if nothing else writes the
+ * word meanwhile: the monitor ZombieWatch asserts the word stays this one. */
+short zw[NSLOT];
+#define ZOMBIE(s, zword) if :: ISFILED(zword) -> zw[s] = (zword) :: else fi
 #ifdef HAS_LANE
 /* records of the slot in the lane's ready queue whose run was taken back
  * (R4). The queue is FIFO and a slot's live record is queued after its
@@ -472,7 +478,7 @@ inline withdraw(t) {
   od;
   if
   :: ok ->                                       /* task.reset(); (K1) store Cancelled */
-     atomic { OWN(sl, t); task[sl] = 0; word[sl] = WITH_STATE(w, CANCELLED) };
+     atomic { OWN(sl, t); task[sl] = 0; word[sl] = WITH_STATE(w, CANCELLED); ZOMBIE(sl, word[sl]) };
      atomic {
        if
        :: !ISFILED(w) -> FREE_SLOT(sl, t)        /* free_unfiled */
@@ -593,7 +599,9 @@ inline decide_cancel(t) {
 #if MUT == 15
      atomic { OWN(sl, t); task[sl] = 0; if :: !ISFILED(w) -> FREE_SLOT(sl, t) :: else fi };  /* MUT 15: freed first */
 #endif
-     atomic { OWN(sl, t); assert(word[sl] == nxt); task[sl] = 0; word[sl] = WITH_STATE(w, CANCELLED) };
+     atomic {
+       OWN(sl, t); assert(word[sl] == nxt); task[sl] = 0; word[sl] = WITH_STATE(w, CANCELLED); ZOMBIE(sl, word[sl])
+     };
      atomic {
 #if MUT == 15
        ok = 0; w = 0; nxt = 0
@@ -766,7 +774,7 @@ inline reschedule(t, nd, me, onlane) {
         atomic { HOLD_RELEASE; r = 0; w = 0; nxt = 0; k = 0; sl = 0; gg = 0 }
      :: !ok ->                                   /* (R3) C2 won: destroy the task, store Cancelled */
         assert(ST(nxt) == CANCELLING);
-        atomic { OWN(sl, t); task[sl] = 0; word[sl] = WITH_STATE(nxt, CANCELLED) };
+        atomic { OWN(sl, t); task[sl] = 0; word[sl] = WITH_STATE(nxt, CANCELLED); ZOMBIE(sl, word[sl]) };
         atomic {
 #if MUT != 11
           if
@@ -1014,7 +1022,7 @@ inline run_one(where, me) {
                 ok = 1; undecided[rt] = 1; held[rs]--;
                 if
                 :: where == AT_WHEEL ->          /* workers = 0: filed here, A1 in the same CAS */
-                   filed_gen[rs] = rg; fil_t[rs] = rt;
+                   fil_t[rs] = rt;                 /* refile_rearmed_inline: file() */
                    if :: k <= now -> overdue[rs] = 1 :: else -> in_wheel[rs] = 1; alarm_at[rs] = k fi
                 :: else
                 fi
@@ -1057,7 +1065,7 @@ inline run_one(where, me) {
 
 /* ------------------------------------------------------------------------
  * The wheel thread (wheel_thread.cpp). Its own fields (the wheel, the
- * overdue list, filed_generation, deferred ADDs) are touched by it alone
+ * overdue list, deferred ADDs) are touched by it alone
  * (and by shutdown once it joined it), so their updates ride with the
  * shared operation next to them.
  * ---------------------------------------------------------------------- */
@@ -1102,20 +1110,37 @@ inline run_one(where, me) {
 /* file(): in the wheel at its due, or on the overdue list if due now */
 #define FILE(s) if :: due[s] <= now -> overdue[s] = 1 :: else -> in_wheel[s] = 1; alarm_at[s] = due[s] fi
 
-/* reclaim(): a zombie (C1/K1 or C2/R3 on a filed word), freed */
+/* reclaim(): a zombie (C1/K1 or C2/R3 on a filed word), freed. The filed
+ * bit comes off as the slot is freed (a plain store of the word less the
+ * bit: the zombie's word, which nothing else writes; zw): a Cancelled word
+ * with the bit is one whose free is still owed (shutdown's sweep reads it).
+ * MUT 26 leaves the bit. */
+#if MUT == 26
+#define RECLAIM_UNFILE(s) skip                   /* MUT 26: reclaim leaves the filed bit */
+#else
+#define RECLAIM_UNFILE(s) word[s] = word[s] & ~FILEDB
+#endif
 #define RECLAIM(s) \
   assert(ST(word[s]) == CANCELLED); assert(!task[s]); assert(ISFILED(word[s])); \
-  filed_gen[s] = 0; in_wheel[s] = 0; overdue[s] = 0; \
+  assert(word[s] == zw[s]); RECLAIM_UNFILE(s); zw[s] = 0; in_wheel[s] = 0; overdue[s] = 0; \
   FREE_SLOT(s, fil_t[s]); fil_t[s] = 0
 
-/* lane.cpp, cancel_for_closed_lane (L1, L2): a timer of a closed lane the
- * wheel holds, filed or just claimed (t: the timer it holds). The settled
- * word decides: Cancelled with the task alive (a C4 while we held the
- * claim: we free it), Cancelled without (a zombie: reclaim), or a CAS. */
+/* wheel_thread.cpp, cancel_for_closed_lane (L1, L2): a timer of a closed
+ * lane the wheel holds, filed or just claimed (t: the timer it holds). The
+ * settled word decides: Cancelled with the task alive (a C4 while we held
+ * the claim, after W1 cleared the filed bit: we free it), Cancelled
+ * without (a zombie: reclaim), or a CAS to Cancelled that also clears the
+ * filed bit (we free the slot right there: no free is owed). */
+#if MUT == 27
+#define L_CANCELLED(w) WITH_STATE(w, CANCELLED)  /* MUT 27: L1/L2 keep the filed bit */
+#else
+#define L_CANCELLED(w) (WITH_STATE(w, CANCELLED) & ~FILEDB)
+#endif
 #define CLOSED_DECIDE(s, t) \
   if \
   :: ST(w) == CANCELLED && task[s] -> \
-     OWN(s, t); task[s] = 0; filed_gen[s] = 0; in_wheel[s] = 0; overdue[s] = 0; FREE_SLOT(s, t); fil_t[s] = 0; r = 1 \
+     assert(!ISFILED(w)); \
+     OWN(s, t); task[s] = 0; in_wheel[s] = 0; overdue[s] = 0; FREE_SLOT(s, t); fil_t[s] = 0; r = 1 \
   :: ST(w) == CANCELLED && !task[s] -> RECLAIM(s); r = 1 \
   :: else -> assert(ST(w) == PENDING || ST(w) == HANDED); r = 0 \
   fi
@@ -1124,11 +1149,11 @@ inline cancel_for_closed_lane(s, t) {
   do
   :: r != 0 -> break
   :: else ->
-     atomic {                                    /* (L1)/(L2) compare_exchange_weak -> Cancelled */
+     atomic {                                    /* (L1)/(L2) compare_exchange_weak -> Cancelled, unfiled */
        if
        :: word[s] == w ->
-          word[s] = WITH_STATE(w, CANCELLED); DECIDE(t);
-          OWN(s, t); task[s] = 0; filed_gen[s] = 0; in_wheel[s] = 0; overdue[s] = 0; FREE_SLOT(s, t); fil_t[s] = 0; r = 1
+          word[s] = L_CANCELLED(w); DECIDE(t);
+          OWN(s, t); task[s] = 0; in_wheel[s] = 0; overdue[s] = 0; FREE_SLOT(s, t); fil_t[s] = 0; r = 1
        :: else -> SETTLED(word[s]) -> w = word[s]; CLOSED_DECIDE(s, t)
        fi
      }
@@ -1172,7 +1197,7 @@ inline cancel_for_closed_lane(s, t) {
   if \
   :: GEN(w) != cg -> r = 1                       /* cancelled, freed by its canceller, reused: drop */ \
   :: else -> \
-     assert(!ISFILED(w) && filed_gen[cs] != cg); \
+     assert(!ISFILED(w) && !in_wheel[cs] && !overdue[cs]);   /* not filed: no alarm either */ \
      if \
      :: ST(w) == PENDING -> r = 0                /* file it: A1 */ \
      :: ST(w) == WRITING -> dfr[cs] = cm; r = 1  /* a reschedule in flight: again next pass */ \
@@ -1194,7 +1219,7 @@ inline apply_add() {
      atomic {                                    /* (A1) compare_exchange_weak w -> w | filed */
        if
        :: A1_CAS_OK ->
-          word[cs] = w | FILEDB; fil_t[cs] = arm_of[cs]; filed_gen[cs] = cg; owed[cs] = 0;
+          word[cs] = w | FILEDB; fil_t[cs] = arm_of[cs]; owed[cs] = 0;
           r = 1; FILE_OR_L1(cs)                  /* file(), or its lane was closed (L1) */
        :: else -> w = word[cs]; A1_DECIDE
        fi
@@ -1223,7 +1248,7 @@ inline consider(s) {
      atomic {                                    /* (W1) compare_exchange_weak w -> Handed, filed cleared */
        if
        :: W1_CAS_OK ->
-          word[s] = CLAIMED(w); filed_gen[s] = 0;
+          word[s] = CLAIMED(w);
           assert(due[s] <= now);                 /* never early */
           tt = fil_t[s]; fil_t[s] = 0; r = 1;
           DISPATCH(s, w, tt, 0)
@@ -1254,7 +1279,7 @@ inline drain_all() {
         atomic {                                 /* (W1) */
           if
           :: word[i] == w ->
-             word[i] = CLAIMED(w); filed_gen[i] = 0;
+             word[i] = CLAIMED(w);
              tt = fil_t[i]; fil_t[i] = 0; r = 1;
              DISPATCH(i, w, tt, F_DRAINED | F_FINAL | (ISPER(w) -> F_KEEPDUE : 0))
           :: else -> SETTLED(word[i]) -> w = word[i]; DRAIN_DECIDE(i)
@@ -1373,7 +1398,13 @@ inline pop_apply() {
     :: ck == STOP -> stop_seen = 1
     :: ck == ADD || ck == REARM -> w = word[cs]; A1_DECIDE
     :: ck == RESCHED ->                          /* due moved earlier: re-file now */
-       if :: filed_gen[cs] == cg && in_wheel[cs] -> in_wheel[cs] = 0; FILE(cs) :: else fi
+       w = word[cs];                             /* load, acquire */
+       if                                        /* filed (A1) at its generation: ours; in the wheel: re-filed */
+       :: GEN(w) == cg && ISFILED(w) && in_wheel[cs] -> in_wheel[cs] = 0; FILE(cs)
+       :: else                                   /* not filed yet (the retry is shards.pml's), claimed
+                                                  * since, or stale; or overdue: out with this pass */
+       fi;
+       w = 0
     :: else
     fi
   };
@@ -1431,7 +1462,7 @@ proctype Wheel() {
              ANY_DUE ->
              i = FIRST_DUE; seen = seen | (1 << i);
              overdue[i] = 0; in_wheel[i] = 0;
-             w = word[i]; assert(GEN(w) == filed_gen[i]); OWN(i, fil_t[i]);
+             w = word[i]; assert(ISFILED(w) && GEN(w) == t_gen[fil_t[i]]); OWN(i, fil_t[i]);
              CONSIDER_DECIDE(i)
            };
            consider(i);
@@ -1487,12 +1518,13 @@ proctype Worker() {
 /* ------------------------------------------------------------------------
  * shutdown (runtime_core.cpp, RuntimeCore::shutdown)
  * ---------------------------------------------------------------------- */
-/* the sweep's decision on the settled word w of slot i: a zombie (Cancelled,
- * filed_generation its own) is freed; Pending is X1; Handed (a lane's ready
- * run) is X2 with cancel_pending, left to the lane with fire_pending */
+/* the sweep's decision on the settled word w of slot i: a zombie (Cancelled
+ * with the filed bit: a free the wheel thread still owed) is freed, and its
+ * bit cleared (a plain store, as reclaim's); Pending is X1; Handed (a lane's
+ * ready run) is X2 with cancel_pending, left to the lane with fire_pending */
 #define SWEEP_DECIDE \
   if \
-  :: ST(w) == CANCELLED && GEN(w) != 0 && filed_gen[i] == GEN(w) -> SWEEP_ZOMBIE; r = 1 \
+  :: ST(w) == CANCELLED && ISFILED(w) -> SWEEP_ZOMBIE; r = 1 \
   :: ST(w) == PENDING -> r = 0 \
   :: ST(w) == HANDED && mode == 0 -> r = 0 \
   :: else -> r = 1 \
@@ -1501,8 +1533,8 @@ proctype Worker() {
 #define SWEEP_ZOMBIE skip                        /* MUT 17: the zombie is left */
 #else
 #define SWEEP_ZOMBIE \
-  OWN(i, fil_t[i]); task[i] = 0; filed_gen[i] = 0; in_wheel[i] = 0; overdue[i] = 0; \
-  FREE_SLOT(i, fil_t[i]); fil_t[i] = 0
+  OWN(i, fil_t[i]); assert(w == zw[i]); word[i] = w & ~FILEDB; zw[i] = 0; \
+  task[i] = 0; in_wheel[i] = 0; overdue[i] = 0; FREE_SLOT(i, fil_t[i]); fil_t[i] = 0
 #endif
 
 proctype Shutdown() {
@@ -1832,7 +1864,8 @@ active proctype Final() {
 #ifdef HAS_LANE
     assert(nstale[i] == 0);                      /* every taken-back record was skipped */
 #endif
-    assert(!inuse[i] || abandoned[i])
+    assert(!inuse[i] || abandoned[i]);
+    assert(zw[i] == 0)                           /* every zombie freed */
   }
 }
 
@@ -1866,6 +1899,23 @@ ltl no_lost_wakeup { [] !LOST }
 active proctype Watch() {
 end_watch:
   atomic { LOST -> assert(false) }
+}
+
+/* A zombie's word is not written until its free (reclaim, or shutdown's
+ * sweep) clears the filed bit with a plain store, which would undo any
+ * write in between: a monitor that can only move (and fail) in a state
+ * where a zombie's word differs from the one K1 or R3 published. */
+#define ZW_WRITTEN(s) (zw[s] != 0 && word[s] != zw[s])
+#if NSLOT == 1
+#define ZOMBIE_WRITTEN ZW_WRITTEN(0)
+#elif NSLOT == 2
+#define ZOMBIE_WRITTEN (ZW_WRITTEN(0) || ZW_WRITTEN(1))
+#else
+#define ZOMBIE_WRITTEN (ZW_WRITTEN(0) || ZW_WRITTEN(1) || ZW_WRITTEN(2))
+#endif
+active proctype ZombieWatch() {
+end_zwatch:
+  atomic { ZOMBIE_WRITTEN -> assert(false) }
 }
 
 /* A cancel that returned true is never followed by a callback start. */

@@ -11,9 +11,10 @@
  * its producer's shard: S1 records the shard in the slot (TimerSlot::shard)
  * and the ADD goes to that shard's queue. A reschedule earlier reads the
  * slot's shard and posts its RESCHEDULE there. The wheel thread that files
- * a timer (A1) records the generation it filed (filed_generation, an atomic
- * another shard may read) and is the only one to touch its alarm: to
- * re-file it (a RESCHEDULE), claim it (W1) or reclaim its zombie.
+ * a timer (A1: the word's filed bit, at the timer's generation) is the only
+ * one to touch its alarm: to re-file it (a RESCHEDULE whose generation the
+ * word has, with the filed bit), claim it (W1, which clears the bit) or
+ * reclaim its zombie (which clears the bit as it frees the slot).
  *
  * What it leaves to model/chime.pml: the slot protocol itself with one
  * wheel thread (lanes, the waiter bit, shutdown, the wake-up handshake,
@@ -26,7 +27,7 @@
  *
  * Selected with the preprocessor: -DCONFIG=n and -DMUT=n (one seeded
  * routing bug; 0 = none). model/check.sh runs them (configurations s1 to
- * s3; mutations s1 to s6).
+ * s3; mutations s1 to s7).
  */
 
 #ifndef CONFIG
@@ -104,7 +105,6 @@
  * ---------------------------------------------------------------------- */
 byte word[NSLOT];        /* TimerSlot::word */
 byte shard[NSLOT];       /* TimerSlot::shard: written before S1, published by it */
-byte filed_gen[NSLOT];   /* TimerSlot::wheel.filed_generation (atomic: other shards read it) */
 /* seam.commands of each shard: one sub-queue per posting thread, shard k's
  * at k * NPOST + p; moodycamel keeps each sub-queue's order, not the order
  * between them */
@@ -293,13 +293,24 @@ inline reschedule_earlier(t) {
      fi \
   fi
 
-/* apply() of a RESCHEDULE: re-file only a timer this shard filed, by the
- * generation it filed; a live timer whose ADD is not applied yet waits for
- * it (reschedules_before_add); anything else is stale and dropped */
+/* apply() of a RESCHEDULE, on the word w just loaded (acquire): re-file
+ * only a timer filed at the command's generation (the word has it, with
+ * the filed bit: A1 of this generation, which only the timer's own shard
+ * applies); a live timer whose ADD is not applied yet waits for it
+ * (reschedules_before_add); anything else (claimed since, stale) is
+ * dropped */
 #if MUT == 4
-#define FILED_HERE(s, g) ISFILED(word[s])            /* MUT 4: filed by anyone, any generation */
+#define FILED_AT(w, g) ISFILED(w)                    /* MUT 4: filed by anyone, any generation */
 #else
-#define FILED_HERE(s, g) (filed_gen[s] == (g))
+#define FILED_AT(w, g) (GEN(w) == (g) && ISFILED(w))
+#endif
+
+/* reclaim()'s store: the zombie's word less the filed bit. Nothing else
+ * writes a Cancelled word (asserted at the store), so a plain store. */
+#if MUT == 7
+#define RECLAIMED(w) (w)                             /* MUT 7: reclaim leaves the filed bit */
+#else
+#define RECLAIMED(w) ((w) & ~FILEDB)
 #endif
 
 /* consider(): the alarm came up (any time here: no clock) */
@@ -342,19 +353,30 @@ proctype Wheel(byte me) {
        if
        :: CMD_KIND(cm) == ADD || CMD_KIND(cm) == REARM -> w = word[s]; ADD_DECIDE   /* apply(): add, rearm */
        :: else ->
+          w = word[s];                           /* load, acquire */
           if
-          :: FILED_HERE(s, g) -> MINE(s); r = 1  /* wheel.reschedule(alarm): ours */
+          :: FILED_AT(w, g) -> MINE(s); r = 1    /* wheel.reschedule(alarm): ours */
           :: else ->
-             w = word[s];                        /* acquire */
              if
              :: GEN(w) == g && !ISFILED(w) && (ST(w) == PENDING || ST(w) == WRITING) ->
                 retry[me]!cm                     /* before its ADD: again after it */
-             :: else                             /* stale: dropped */
+             :: else                             /* claimed since, or stale: dropped */
              fi;
              r = 1
           fi
        fi
      };
+#ifdef PROBE_ADD_READS_ALARM
+     /* probe: apply()'s CHIME_ASSERT(!slot.alarm.filed()) on an ADD, after
+      * the word's load and before A1: a read of the alarm of a timer this
+      * shard has not filed. Its canceller may free the slot meanwhile and
+      * another shard's timer reuse it, filed there: the read races that
+      * shard's file() (a data race on the alarm), and the assertion fails. */
+     if
+     :: (CMD_KIND(cm) == ADD || CMD_KIND(cm) == REARM) && GEN(w) == g -> atomic { assert(alarm_of[s] == 0) }
+     :: else
+     fi;
+#endif
      do                                          /* A1 */
      :: r != 0 -> break
      :: else ->
@@ -367,8 +389,7 @@ proctype Wheel(byte me) {
      od;
      if
      :: r == 4 ->
-        atomic {                                 /* filed_generation.store; file(): our wheel's alarm */
-          filed_gen[s] = g;
+        atomic {                                 /* file(): our wheel's alarm */
           assert(shard_of[s] == me);             /* the ADD reached the timer's own shard */
           assert(alarm_of[s] == 0); alarm_of[s] = me + 1
         }
@@ -383,7 +404,7 @@ proctype Wheel(byte me) {
        :: alarm_of[1] == me + 1 -> s = 1
 #endif
        fi;
-       MINE(s); w = word[s]; assert(GEN(w) == filed_gen[s]); CONSIDER_DECIDE
+       MINE(s); w = word[s]; assert(ISFILED(w)); CONSIDER_DECIDE
      };
      do
      :: r != 0 -> break
@@ -391,7 +412,7 @@ proctype Wheel(byte me) {
         atomic {                                 /* (W1) compare_exchange_weak w -> Handed, filed cleared */
           if
           :: word[s] == w ->
-             MINE(s); word[s] = WITH_STATE(w & ~FILEDB, HANDED); alarm_of[s] = 0; filed_gen[s] = 0;
+             MINE(s); word[s] = WITH_STATE(w & ~FILEDB, HANDED); alarm_of[s] = 0;
 #ifdef HAS_WORKER
              handoff!REC(s, GEN(w), me); r = 6   /* dispatch(): to the workers, with d.shard */
 #else
@@ -402,7 +423,8 @@ proctype Wheel(byte me) {
         }
      od;
      if
-     :: r == 3 -> atomic { MINE(s); alarm_of[s] = 0; filed_gen[s] = 0; FREE_SLOT(s) }   /* reclaim() */
+     :: r == 3 ->                                /* reclaim(): the filed bit off (a plain store), freed */
+        atomic { MINE(s); assert(word[s] == w); alarm_of[s] = 0; word[s] = RECLAIMED(w); FREE_SLOT(s) }
      :: r == 5 -> atomic { word[s] = WITH_STATE(word[s], FIRED) };   /* B1 .. F1: the run */
                   atomic { FREE_SLOT(s) }                            /* retired->add */
      :: else                                     /* r == 2: overdue, again next pass */
@@ -411,7 +433,7 @@ proctype Wheel(byte me) {
 #if MUT == 5
   :: atomic {                                    /* MUT 5: a zombie sweep over the slab, not its own wheel */
        (ISFILED(word[0]) && ST(word[0]) == CANCELLED) ->
-       MINE(0); alarm_of[0] = 0; filed_gen[0] = 0; FREE_SLOT(0)
+       MINE(0); alarm_of[0] = 0; word[0] = word[0] & ~FILEDB; FREE_SLOT(0)
      }
 #endif
   /* stop, once no timer is left anywhere (the search's end, not shutdown's:
