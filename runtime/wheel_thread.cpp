@@ -710,7 +710,7 @@ void WheelThread::apply(const Command& c) {
       std::uint64_t w = slot.word.load(std::memory_order_acquire);
       for (;;) {
         if (StateWord::generation(w) != c.generation) return;  // cancelled, freed by its canceller, and reused
-        CHIME_ASSERT(!StateWord::filed(w) && !slot.alarm.filed(), "an ADD for a timer already filed");
+        CHIME_ASSERT(!StateWord::filed(w), "an ADD for a timer already filed");
         switch (StateWord::state(w)) {
           case SlotState::pending:
             // (A1) We file it, and from now on we free it if it is cancelled.
@@ -720,6 +720,9 @@ void WheelThread::apply(const Command& c) {
                                                  std::memory_order_acquire)) {
               continue;
             }
+            // Only now is the alarm ours to read: before A1 the slot may be
+            // freed (a cancel) and filed by another shard.
+            CHIME_ASSERT(!slot.alarm.filed(), "an ADD for a timer whose slot is still in a wheel");
             if (slot.on_lane() && Lanes::lane_closed(core_.slab(), slot, c.slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
