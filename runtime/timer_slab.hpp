@@ -21,11 +21,11 @@
 //   while their cache lines are warm. A stale id is still caught by the
 //   32-bit generation (an id would need 2^32 reuses of its slot to alias).
 //
-// Memory ordering: a chunk pointer (or a side array's) is published with a release store under
-// the grow mutex and read with acquire, pairing with it (A); indices travel
-// through the free list, whose push/pop are release/acquire
-// (free_slot_stack.hpp), so a freeing thread's writes (task reset)
-// happen-before the next owner's.
+// Memory ordering: a chunk pointer (or a side array's, or the table of side
+// arrays) is published with a release store under the grow mutex and read
+// with acquire, pairing with it (A); indices travel through the free list,
+// whose push/pop are release/acquire (free_slot_stack.hpp), so a freeing
+// thread's writes (task reset) happen-before the next owner's.
 #pragma once
 
 #include <algorithm>
@@ -175,16 +175,14 @@ class TimerSlab {
   static constexpr const char* kFullMessage = CHIME_SLAB_CAPACITY_SHIFT == 28
                                                   ? "chime: the timer slab is full (2^28 timers)"
                                                   : "chime: the timer slab is full (its fuzz-build capacity)";
-  TimerSlab()
-      : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(kMaxChunks)),
-        extras_(std::make_unique<std::atomic<SlotExtra*>[]>(kMaxChunks)) {}
+  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(kMaxChunks)) {}
   TimerSlab(const TimerSlab&) = delete;
   TimerSlab& operator=(const TimerSlab&) = delete;
   ~TimerSlab() {
     // Only the chunks below the highest one created (most runtimes use a few of the 65,536).
     for (std::uint32_t c = 0; c < chunk_end_; ++c) {
       delete[] chunks_[c].load(std::memory_order_relaxed);
-      delete[] extras_[c].load(std::memory_order_relaxed);
+      if (extra_table_) delete[] extra_table_[c].load(std::memory_order_relaxed);
     }
   }
 
@@ -205,23 +203,33 @@ class TimerSlab {
   // thread; a record found for a slot may belong to a later generation
   // than the one the caller loaded (SlotExtra).
   SlotExtra* find_extra(std::uint32_t i) const noexcept {
-    SlotExtra* chunk = extras_[(i >> kChunkShift) & (kMaxChunks - 1)].load(std::memory_order_acquire);  // (A)
+    const std::atomic<SlotExtra*>* table = extras_.load(std::memory_order_acquire);  // (A)
+    if (table == nullptr) return nullptr;
+    SlotExtra* chunk = table[(i >> kChunkShift) & (kMaxChunks - 1)].load(std::memory_order_acquire);  // (A)
     return chunk == nullptr ? nullptr : &chunk[i & (kChunkSize - 1)];
   }
   // The side record of a slot whose timer has one (kOnLane,
   // kTaskOutOfLine, periodic), read after an acquire load of its word: the
   // scheduling producer created it (ensure_extra) before S1.
   SlotExtra& extra(std::uint32_t i) const noexcept {
-    return extras_[i >> kChunkShift].load(std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
+    const std::atomic<SlotExtra*>* table = extras_.load(std::memory_order_acquire);        // (A)
+    return table[i >> kChunkShift].load(std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
   }
-  // Creates the side records of slot i's chunk unless they exist. Any
-  // thread. May allocate (one side array for the chunk): std::bad_alloc.
+  // Creates the side records of slot i's chunk unless they exist (and,
+  // the first time, the table of side arrays, which a runtime without
+  // periodic, lane or large-callable timers never pays for). Any thread.
+  // May allocate: std::bad_alloc, and nothing is published.
   void ensure_extra(std::uint32_t i) {
     const std::uint32_t c = i >> kChunkShift;
-    if (extras_[c].load(std::memory_order_acquire) != nullptr) return;  // (A)
+    const std::atomic<SlotExtra*>* table = extras_.load(std::memory_order_acquire);       // (A)
+    if (table != nullptr && table[c].load(std::memory_order_acquire) != nullptr) return;  // (A)
     std::lock_guard<std::mutex> lock(grow_mutex_);
-    if (extras_[c].load(std::memory_order_relaxed) == nullptr)
-      extras_[c].store(new SlotExtra[kChunkSize], std::memory_order_release);  // (A)
+    if (!extra_table_) {
+      extra_table_ = std::make_unique<std::atomic<SlotExtra*>[]>(kMaxChunks);
+      extras_.store(extra_table_.get(), std::memory_order_release);  // (A)
+    }
+    if (extra_table_[c].load(std::memory_order_relaxed) == nullptr)
+      extra_table_[c].store(new SlotExtra[kChunkSize], std::memory_order_release);  // (A)
   }
 
   // The lane slot i's runs go to, or nullptr (the workers). Any thread, as
@@ -347,7 +355,10 @@ class TimerSlab {
   }
 
   std::unique_ptr<std::atomic<TimerSlot*>[]> chunks_;
-  std::unique_ptr<std::atomic<SlotExtra*>[]> extras_;  // side records per chunk, created on first need
+  // The side arrays per chunk: a table made on first need (extra_table_
+  // owns it, guarded by grow_mutex_; extras_ publishes it).
+  std::atomic<const std::atomic<SlotExtra*>*> extras_{nullptr};
+  std::unique_ptr<std::atomic<SlotExtra*>[]> extra_table_;
   std::atomic<std::uint32_t> fresh_{0};
   std::mutex grow_mutex_;
   std::uint32_t chunk_end_ = 0;  // one past the highest chunk created; guarded by grow_mutex_ (read by the destructor)
