@@ -123,7 +123,12 @@ void Lanes::close_lane(LaneCore* lane) {
   // release: pairs with lane_closed's acquire (the wheel thread's).
   lane->generation.fetch_add(1, std::memory_order_release);
   WheelThread& own = *shards_[lane->shard];
-  if (own.on_wheel_thread()) {
+  // acquire: pairs with the exit's release. Once the shard's wheel thread
+  // has exited (shutdown), its wheel and overdue list are stale: shutdown's
+  // sweep settled and freed every timer they held, so nothing is closed
+  // there (a simulated runtime's thread still counts as the wheel thread).
+  const bool exited = own.seam.exited.load(std::memory_order_acquire);
+  if (own.on_wheel_thread() && !exited) {
     // A callback on the wheel thread (workers = 0) closes a lane: the wheel
     // thread cannot serve a command it waits for, so it closes the lane
     // itself. Its callbacks run from hand_over, after the pass's advance,
