@@ -268,8 +268,10 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       if (s == SlotState::cancelled && StateWord::filed(w)) {
         // Cancelled while filed, not reclaimed by the wheel thread (a cancel
         // racing shutdown, or a zombie still in the wheel): free it here, so
-        // its task does not outlive shutdown. Unfiled, as reclaim leaves it.
-        slot.word.store(w & ~StateWord::kFiledBit, std::memory_order_relaxed);
+        // its task does not outlive shutdown. Unfiled, as reclaim leaves it:
+        // relaxed, as reclaim's store (nothing else writes a Cancelled word,
+        // and the free list's release orders the slot's reuse after it).
+        slot.word.store(StateWord::unfiled(w), std::memory_order_relaxed);
         slab_.reset_task(slot, i);
         slab_.release(i);
         break;

@@ -207,6 +207,9 @@ struct StateWord {
   static constexpr std::uint64_t claimed(std::uint64_t w) noexcept {
     return with_state(w, SlotState::handed) & ~kFiledBit;
   }
+  // A Cancelled word whose slot is being freed by the party that owed it
+  // (reclaim, L1/L2, shutdown's sweep): the filed bit cleared.
+  static constexpr std::uint64_t unfiled(std::uint64_t w) noexcept { return w & ~kFiledBit; }
   // The low 32 bits: what a cancel_and_wait futex-waits on (little-endian:
   // the half at the word's address).
   static constexpr std::uint32_t low_half(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w); }
@@ -254,6 +257,8 @@ static_assert(StateWord::filed(StateWord::with_state(StateWord::make(7, 1, SlotS
                                                      SlotState::cancelling)),
               "C1 keeps the filed bit");
 static_assert(!StateWord::filed(StateWord::claimed(StateWord::make(7, 1, SlotState::pending) | StateWord::kFiledBit)));
+static_assert(StateWord::unfiled(StateWord::make(7, 1, SlotState::cancelled) | StateWord::kFiledBit) ==
+              StateWord::make(7, 1, SlotState::cancelled));
 static_assert(!StateWord::holds_claim(StateWord::bumped(StateWord::make(7, 1, SlotState::handed), SlotState::writing),
                                       7, 1),
               "R4 takes the claim away from the record in the ready queue");

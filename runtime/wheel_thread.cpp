@@ -695,7 +695,7 @@ void WheelThread::reclaim(TimerSlot& slot, std::uint32_t index) {
   // it). A plain store: nothing else writes a Cancelled word until the slot
   // is reused, which the free list's release/acquire orders after this.
   const std::uint64_t w = slot.word.load(std::memory_order_relaxed);
-  slot.word.store(w & ~StateWord::kFiledBit, std::memory_order_relaxed);
+  slot.word.store(StateWord::unfiled(w), std::memory_order_relaxed);
   wt().retired->add(index);
   ++wt().reclaimed;
 }
@@ -1465,7 +1465,7 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     // acq_rel: acquire for the task (destroyed here); release so a reader of
     // Cancelled sees the timer settled.
     // The filed bit is cleared with it: the slot is freed here, not owed.
-    if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled) & ~StateWord::kFiledBit,
+    if (slot.word.compare_exchange_weak(w, StateWord::unfiled(StateWord::with_state(w, SlotState::cancelled)),
                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
       core_.ends().end_cancelled_timer();
       core_.slab().reset_task(slot, index);
