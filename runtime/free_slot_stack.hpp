@@ -37,6 +37,7 @@
 #include <new>
 
 #include "chime/detail/assert.hpp"
+#include "chunk_table.hpp"
 #include "tuning.hpp"  // CHIME_SLAB_CHUNK_SHIFT, CHIME_SLAB_CAPACITY_SHIFT
 
 namespace chime::detail {
@@ -45,11 +46,11 @@ class FreeSlotStack {
  public:
   static constexpr std::uint32_t kBatch = 32;
 
-  FreeSlotStack() : chunks_(std::make_unique<std::atomic<Node*>[]>(kMaxChunks)) {}
+  FreeSlotStack() : chunks_(kMaxChunks) {}
   FreeSlotStack(const FreeSlotStack&) = delete;
   FreeSlotStack& operator=(const FreeSlotStack&) = delete;
   ~FreeSlotStack() {
-    for (std::uint32_t c = 0; c < chunks_used_; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+    for (std::uint32_t c = 0; c < chunks_used_; ++c) delete[] chunks_.load(c, std::memory_order_relaxed);
   }
 
   // Pops the most recently pushed batch into out[0, kBatch); returns its
@@ -99,7 +100,7 @@ class FreeSlotStack {
   static std::uint32_t tag_of(std::uint64_t h) noexcept { return static_cast<std::uint32_t>(h >> 32); }
 
   Node& node(std::uint32_t id) const noexcept {
-    return chunks_[id >> kChunkShift].load(std::memory_order_acquire)[id & (kChunk - 1)];  // (C)
+    return chunks_.load(id >> kChunkShift, std::memory_order_acquire)[id & (kChunk - 1)];  // (C)
   }
 
   std::uint32_t pop(std::atomic<std::uint64_t>& head) noexcept {
@@ -134,7 +135,7 @@ class FreeSlotStack {
     std::lock_guard<std::mutex> lock(grow_mutex_);
     const std::uint32_t c = chunks_used_;
     if (c == kMaxChunks) throw std::bad_alloc();
-    chunks_[c].store(new Node[kChunk], std::memory_order_release);  // (C)
+    chunks_.store(c, new Node[kChunk], std::memory_order_release);  // (C)
     chunks_used_ = c + 1;
     const std::uint32_t first = c << kChunkShift;
     for (std::uint32_t k = 1; k < kChunk; ++k) push(empty_, first + k);
@@ -143,7 +144,7 @@ class FreeSlotStack {
 
   std::atomic<std::uint64_t> full_{pack(kNil, 0)};
   std::atomic<std::uint64_t> empty_{pack(kNil, 0)};
-  std::unique_ptr<std::atomic<Node*>[]> chunks_;
+  ChunkTable<Node> chunks_;  // untouched until a chunk is made (chunk_table.hpp)
   std::mutex grow_mutex_;
   std::uint32_t chunks_used_ = 0;  // guarded by grow_mutex_
 };

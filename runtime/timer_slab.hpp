@@ -41,6 +41,7 @@
 #include "backoff.hpp"
 #include "chime/intrusive_timing_wheel.hpp"
 #include "chime/runtime.hpp"
+#include "chunk_table.hpp"
 #include "compact_task.hpp"
 #include "free_slot_stack.hpp"
 #include "slack.hpp"
@@ -175,14 +176,14 @@ class TimerSlab {
   static constexpr const char* kFullMessage = CHIME_SLAB_CAPACITY_SHIFT == 28
                                                   ? "chime: the timer slab is full (2^28 timers)"
                                                   : "chime: the timer slab is full (its fuzz-build capacity)";
-  TimerSlab() : chunks_(std::make_unique<std::atomic<TimerSlot*>[]>(kMaxChunks)) {}
+  TimerSlab() : chunks_(kMaxChunks) {}
   TimerSlab(const TimerSlab&) = delete;
   TimerSlab& operator=(const TimerSlab&) = delete;
   ~TimerSlab() {
     // Only the chunks below the highest one created (most runtimes use a few of the 65,536).
     for (std::uint32_t c = 0; c < chunk_end_; ++c) {
-      delete[] chunks_[c].load(std::memory_order_relaxed);
-      if (extra_table_) delete[] extra_table_[c].load(std::memory_order_relaxed);
+      delete[] chunks_.load(c, std::memory_order_relaxed);
+      if (extra_table_) delete[] extra_table_->load(c, std::memory_order_relaxed);
     }
   }
 
@@ -191,29 +192,29 @@ class TimerSlab {
 
   // The slot at index i, or nullptr if i was never handed out. Any thread.
   TimerSlot* find(std::uint32_t i) const noexcept {
-    TimerSlot* chunk = chunks_[(i >> kChunkShift) & (kMaxChunks - 1)].load(std::memory_order_acquire);  // (A)
+    TimerSlot* chunk = chunks_.load((i >> kChunkShift) & (kMaxChunks - 1), std::memory_order_acquire);  // (A)
     return chunk == nullptr || i >= extent() ? nullptr : &chunk[i & (kChunkSize - 1)];
   }
   // The slot at an index known to be valid.
   TimerSlot& operator[](std::uint32_t i) const noexcept {
-    return chunks_[i >> kChunkShift].load(std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
+    return chunks_.load(i >> kChunkShift, std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
   }
 
   // The side record of slot i, or nullptr if its chunk has none yet. Any
   // thread; a record found for a slot may belong to a later generation
   // than the one the caller loaded (SlotExtra).
   SlotExtra* find_extra(std::uint32_t i) const noexcept {
-    const std::atomic<SlotExtra*>* table = extras_.load(std::memory_order_acquire);  // (A)
+    const ChunkTable<SlotExtra>* table = extras_.load(std::memory_order_acquire);  // (A)
     if (table == nullptr) return nullptr;
-    SlotExtra* chunk = table[(i >> kChunkShift) & (kMaxChunks - 1)].load(std::memory_order_acquire);  // (A)
+    SlotExtra* chunk = table->load((i >> kChunkShift) & (kMaxChunks - 1), std::memory_order_acquire);  // (A)
     return chunk == nullptr ? nullptr : &chunk[i & (kChunkSize - 1)];
   }
   // The side record of a slot whose timer has one (kOnLane,
   // kTaskOutOfLine, periodic), read after an acquire load of its word: the
   // scheduling producer created it (ensure_extra) before S1.
   SlotExtra& extra(std::uint32_t i) const noexcept {
-    const std::atomic<SlotExtra*>* table = extras_.load(std::memory_order_acquire);        // (A)
-    return table[i >> kChunkShift].load(std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
+    const ChunkTable<SlotExtra>* table = extras_.load(std::memory_order_acquire);           // (A)
+    return table->load(i >> kChunkShift, std::memory_order_acquire)[i & (kChunkSize - 1)];  // (A)
   }
   // Creates the side records of slot i's chunk unless they exist (and,
   // the first time, the table of side arrays, which a runtime without
@@ -221,15 +222,15 @@ class TimerSlab {
   // May allocate: std::bad_alloc, and nothing is published.
   void ensure_extra(std::uint32_t i) {
     const std::uint32_t c = i >> kChunkShift;
-    const std::atomic<SlotExtra*>* table = extras_.load(std::memory_order_acquire);       // (A)
-    if (table != nullptr && table[c].load(std::memory_order_acquire) != nullptr) return;  // (A)
+    const ChunkTable<SlotExtra>* table = extras_.load(std::memory_order_acquire);          // (A)
+    if (table != nullptr && table->load(c, std::memory_order_acquire) != nullptr) return;  // (A)
     std::lock_guard<std::mutex> lock(grow_mutex_);
     if (!extra_table_) {
-      extra_table_ = std::make_unique<std::atomic<SlotExtra*>[]>(kMaxChunks);
+      extra_table_ = std::make_unique<ChunkTable<SlotExtra>>(kMaxChunks);
       extras_.store(extra_table_.get(), std::memory_order_release);  // (A)
     }
-    if (extra_table_[c].load(std::memory_order_relaxed) == nullptr)
-      extra_table_[c].store(new SlotExtra[kChunkSize], std::memory_order_release);  // (A)
+    if (extra_table_->load(c, std::memory_order_relaxed) == nullptr)
+      extra_table_->store(c, new SlotExtra[kChunkSize], std::memory_order_release);  // (A)
   }
 
   // The lane slot i's runs go to, or nullptr (the workers). Any thread, as
@@ -346,19 +347,19 @@ class TimerSlab {
 
  private:
   void ensure_chunk(std::uint32_t c) {
-    if (chunks_[c].load(std::memory_order_acquire) != nullptr) return;  // (A)
+    if (chunks_.load(c, std::memory_order_acquire) != nullptr) return;  // (A)
     std::lock_guard<std::mutex> lock(grow_mutex_);
-    if (chunks_[c].load(std::memory_order_relaxed) == nullptr) {
-      chunks_[c].store(new TimerSlot[kChunkSize], std::memory_order_release);  // (A)
+    if (chunks_.load(c, std::memory_order_relaxed) == nullptr) {
+      chunks_.store(c, new TimerSlot[kChunkSize], std::memory_order_release);  // (A)
       chunk_end_ = std::max(chunk_end_, c + 1);
     }
   }
 
-  std::unique_ptr<std::atomic<TimerSlot*>[]> chunks_;
+  ChunkTable<TimerSlot> chunks_;  // untouched until a chunk is made (chunk_table.hpp)
   // The side arrays per chunk: a table made on first need (extra_table_
   // owns it, guarded by grow_mutex_; extras_ publishes it).
-  std::atomic<const std::atomic<SlotExtra*>*> extras_{nullptr};
-  std::unique_ptr<std::atomic<SlotExtra*>[]> extra_table_;
+  std::atomic<const ChunkTable<SlotExtra>*> extras_{nullptr};
+  std::unique_ptr<ChunkTable<SlotExtra>> extra_table_;
   std::atomic<std::uint32_t> fresh_{0};
   std::mutex grow_mutex_;
   std::uint32_t chunk_end_ = 0;  // one past the highest chunk created; guarded by grow_mutex_ (read by the destructor)
