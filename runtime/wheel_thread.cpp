@@ -1127,14 +1127,13 @@ bool WheelThread::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
                                        std::memory_order_acquire)) {
     return false;
   }
-  dispatch(d);
+  dispatch(slot, d);
   return true;
 }
 
-void WheelThread::dispatch(const Dispatch& d) {
+void WheelThread::dispatch(TimerSlot& slot, const Dispatch& d) {
   wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, d.due_ns);
-  TimerSlot& slot = core_.slab()[d.slot];  // line 0, which the claim just wrote
-  if (!slot.on_lane()) {
+  if (!slot.on_lane()) {  // the line the claim just wrote
     wt().dispatch_batch.push_back(d);
     return;
   }

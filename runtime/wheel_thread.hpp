@@ -125,7 +125,7 @@ class WheelThread {
   void sort_overdue();
   void consider(std::uint32_t index, std::int64_t boundary_ns, std::int64_t fired_at_ns, std::int64_t due_now_ns);
   bool claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d);  // W1, then dispatch
-  void dispatch(const Dispatch& d);
+  void dispatch(TimerSlot& slot, const Dispatch& d);                 // slot: d.slot's, just claimed
   void hand_over();
   void spill_for_lane(const Dispatch& d);
   void unspill_lanes();
