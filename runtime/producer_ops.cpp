@@ -223,7 +223,9 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   // chunk's side array is created here, before anything is published (out
   // of memory: as a failed ADD below).
   const bool task_in_slot = slot.task.adopt(task);
-  if (period_ns != 0 || lane != nullptr || !task_in_slot) [[unlikely]] {
+  // A ManualClock: every timer has a side record, for its call order.
+  const bool manual = config_.manual();
+  if (period_ns != 0 || lane != nullptr || !task_in_slot || manual) [[unlikely]] {
     if (must_post) {
       retry_until_memory([&]() noexcept {
         try {
@@ -254,6 +256,7 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
     extra.lane.store(lane, std::memory_order_relaxed);
     if (lane != nullptr && lane_generation == 0) lane_generation = lane->generation.load(std::memory_order_relaxed);
     extra.lane_generation = lane != nullptr ? lane_generation : 0;
+    if (manual) extra.order = config_.call_order.take();  // published by S1, as the due
   }
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.slack_code = slack_code;
@@ -610,6 +613,8 @@ bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   // model/shards.pml; read here, it goes to the timer's own).
   const unsigned own_shard = slot->shard.load(std::memory_order_relaxed);
   slot->due_ns.store(due_ns, std::memory_order_relaxed);
+  // A ManualClock: the new due's call order (call_order.hpp), ours from R1 as the due.
+  if (config_.manual()) slab_.extra(id.slot()).order = config_.call_order.take();
   std::uint64_t expected = w;
   // (R2) release: publishes the new due with the new version; the wheel
   // thread's acquire load of the word, then its load of due, then its claim

@@ -298,7 +298,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
   // We own `due` while Running. A next run past TimePoint::max() saturates
   // there: beyond the horizon, it is parked and never runs. Missed::delay
   // restarts the fixed rate from the end of this run (on the runtime clock).
-  const SlotExtra& extra = slab_.extra(d.slot);  // a periodic timer has one (S1)
+  SlotExtra& extra = slab_.extra(d.slot);  // a periodic timer has one (S1)
   std::int64_t base = d.due_ns;
   if (extra.missed_rule() == Missed::delay && !(d.flags & Dispatch::keep_due)) {
     base = config_.clock_kind == RuntimeConfig::ClockKind::steady ? steady_end_ns
@@ -308,6 +308,8 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
                             : base > INT64_MAX - extra.period_ns ? INT64_MAX
                                                                  : base + extra.period_ns;
   slot.due_ns.store(next, std::memory_order_relaxed);
+  // A ManualClock: the next run's call order (call_order.hpp), published by F2 as the due.
+  if (config_.manual()) extra.order = config_.call_order.take();
   bool rearmed = false;
   // On the wheel thread the re-arm is filed right here, so F2 also sets the
   // filed bit (A1 in the same CAS); elsewhere the wheel thread's A1 sets it

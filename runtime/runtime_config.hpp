@@ -7,12 +7,14 @@
 // runtime's tag). RuntimeCore (runtime_core.hpp) holds one by value and
 // fills it in its constructor (runtime_core.cpp), before any thread starts
 // (std::thread's start orders it for them); nothing writes it after, so
-// every thread reads it without synchronization. Each WheelThread
+// every thread reads it without synchronization, except `call_order`, an
+// atomic counter that argues its own order (call_order.hpp). Each WheelThread
 // (wheel_thread.hpp) refers to its runtime's by const reference.
 #pragma once
 
 #include <cstdint>
 
+#include "call_order.hpp"
 #include "chime/clock.hpp"
 #include "chime/runtime.hpp"
 #include "slack.hpp"
@@ -50,6 +52,8 @@ struct RuntimeConfig {
   std::int64_t max_wheel_now_ns;      // its start: the wheel's time never passes it
   std::uint32_t tag;                  // this runtime's identity in its TimerIds (runtime_config.cpp, next_runtime_tag)
   bool wake_on_post_count;            // wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
+  // A ManualClock: the number each call that sets a due takes (call_order.hpp).
+  mutable CallOrder call_order;
 };
 
 }  // namespace chime::detail

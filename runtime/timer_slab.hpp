@@ -127,11 +127,17 @@ struct SlotExtra {
   std::atomic<LaneCore*> lane{nullptr};
   std::uint32_t lane_generation = 0;
   std::uint8_t on_missed = static_cast<std::uint8_t>(Missed::skip);  // periodic timers: Missed as a byte
+  // A ManualClock (every timer has a side record there): the number of the
+  // call that set the current due (call_order.hpp). Written with the due,
+  // by whoever owns it (timer_state.hpp); read by the wheel thread after an
+  // acquire load of a word that published it.
+  std::uint64_t order = 0;
   Task task;  // kTaskOutOfLine: a callable whose captures do not fit the slot
 
   Missed missed_rule() const noexcept { return static_cast<Missed>(on_missed); }
 };
-static_assert(offsetof(SlotExtra, task) == 32, "the lane and period fields share the record's first half-line");
+static_assert(offsetof(SlotExtra, order) == 24 && offsetof(SlotExtra, task) == 32,
+              "the lane, period and order fields share the record's first half-line");
 
 // The slot's word once no reschedule or cancel owns its fields: Writing and
 // Cancelling are two stores from done (R2, or R3/K1 after a cancel won), so

@@ -54,12 +54,20 @@
 // calls. Passes apply commands whenever they come, but advance the wheel and
 // run timers only while a flush waits (may_fire), and only to the reading
 // of the latest flush (manual_release_ns), which is each run's fired_at.
-// There is no slack and no interval rule: such a pass runs every timer due
-// at or before that reading, in due order (merge_fired_into_overdue), and a
-// due already passed at application waits for the next flush like any
-// other. drain() and shutdown(fire_pending) begin with a flush. So which
-// timers run, with which due, missed and fired_at, depends only on the
-// calls; and producers never wake the wheel for a due (sleep's bound).
+// There is no slack and no interval rule, and a due already passed at
+// application waits for the next flush like any other. The timers due by
+// that reading run one at a time, in (due, call order) order
+// (advance_manual; call_order.hpp): a step, taken only by a pass that
+// emptied the queue while no run of this shard is in flight
+// (manual_run_in_flight), moves every alarm due by the reading onto the
+// ready heap (manual_ready) and claims its earliest timer; the next step
+// waits until that run has completed, so what its callback scheduled,
+// cancelled or rescheduled is applied before the next timer is chosen. A
+// timer a callback schedules due by the reading runs in the same flush, in
+// its order. drain() and shutdown(fire_pending) begin with a flush. So which
+// timers run, in which order, with which due, missed and fired_at, depends
+// only on the calls; and producers never wake the wheel for a due (sleep's
+// bound).
 //
 // Race: enqueue vs the wheel going to sleep.
 //
@@ -336,7 +344,11 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   }
   // A manual clock moves the wheel only for a flush ("A manual clock"
   // above), once every command before it is applied: runs in due order.
-  if (may_fire() && (exhausted || !config_.manual())) advance_and_dispatch(now);
+  if (!config_.manual()) {
+    advance_and_dispatch(now);
+  } else if (may_fire() && exhausted && !manual_run_in_flight(completed_snapshot)) {
+    advance_manual(now);
+  }
   hand_over();
   // After the hand-off: no run waits for it.
   wt().ahead_pending = wt().wheel.cascade_ahead(kCascadeAheadPerPass);
@@ -773,7 +785,12 @@ void WheelThread::apply(const Command& c) {
         }
         return;
       }
-      if (!wt().wheel.contains(c.slot)) return;  // on the overdue list: goes out with this pass
+      if (!wt().wheel.contains(c.slot)) {
+        // On the overdue list: goes out with this pass. On the ready heap
+        // (a ManualClock), its key is read again.
+        if (config_.manual()) wt().manual_ready_stale = true;
+        return;
+      }
       wt().wheel.remove(c.slot);
       file(c.slot, slot, true, c.called_at());
       return;
@@ -944,7 +961,6 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     core_.producer_ops().raise_due_limit(wt().wheel.now().time_since_epoch().count());
   }
   if (!wt().advance_cut_short) fire_past_due();
-  if (config_.manual()) merge_fired_into_overdue();
   // A wheel alarm runs iff its due is before the boundary, or at or before
   // the clock's time (a timer whose alarm fired is due by then, unless a
   // touch moved it later).
@@ -986,24 +1002,99 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
 
 bool WheelThread::may_fire() noexcept { return !config_.manual() || !wt().flushes.empty(); }
 
-// A manual clock: this pass's runs go out in due order, ties in filing
-// order (the overdue list's, then the wheel's): the wheel's alarms join the
-// overdue list, sorted as one. Out of memory, they keep the wheel's order
-// (nondecreasing interval).
-void WheelThread::merge_fired_into_overdue() {
+// A manual clock ("A manual clock" above): one step. Every alarm due by
+// now_ns leaves the wheel and, with the overdue list, joins the ready heap;
+// then the heap's earliest timer is claimed (zombies and timers moved later
+// on the way are reclaimed or re-filed). Out of memory, what left the wheel
+// waits on the overdue list for the next step.
+void WheelThread::advance_manual(std::int64_t now_ns) {
   WheelThreadState& s = wt();
-  if (s.wheel_fired.empty()) return;
-  const std::size_t n = s.overdue_order.size() + s.wheel_fired.size();
-  if (!make_capacity(s.overdue_order, n) || !make_capacity(s.overdue_scratch, n)) [[unlikely]] {
+  if (!room_for_advance()) [[unlikely]]
+    return;
+  s.wheel_fired.clear();
+  if (now_ns > s.wheel.now().time_since_epoch().count()) {
+    try {
+      s.wheel.advance_clock(TimePoint(Duration(now_ns)), [&](std::uint32_t index) { record_fired(index); });
+    } catch (const AdvanceCutShort&) {
+      s.advance_cut_short = true;  // the rest fires next step
+    }
+    core_.producer_ops().raise_due_limit(s.wheel.now().time_since_epoch().count());
+  }
+  if (!s.advance_cut_short) fire_past_due();
+  // room_for_advance made room on the overdue list for every fired alarm.
+  for (const auto& fired : s.wheel_fired) s.overdue.push_back(fired.second);
+  s.wheel_fired.clear();
+  if (!make_room(s.manual_ready, s.overdue.size())) [[unlikely]] {
     s.pass_out_of_memory = true;
     return;
   }
-  for (const auto& fired : s.wheel_fired) {
-    s.overdue_order.push_back({core_.slab()[fired.second].due_ns.load(std::memory_order_relaxed),
-                               static_cast<std::uint32_t>(s.overdue_order.size()), fired.second});
+  const auto later = [](const WheelThreadState::ManualReady& a, const WheelThreadState::ManualReady& b) {
+    return a.due != b.due ? a.due > b.due : a.order > b.order;
+  };
+  if (s.manual_ready_stale) refresh_manual_ready();
+  for (const std::uint32_t index : s.overdue) {
+    s.manual_ready.push_back(
+        {core_.slab()[index].due_ns.load(std::memory_order_relaxed), core_.slab().extra(index).order, index});
+    std::push_heap(s.manual_ready.begin(), s.manual_ready.end(), later);
   }
-  s.wheel_fired.clear();
-  sort_overdue();
+  s.overdue.clear();
+  s.awaiting_writer = false;
+  const std::int64_t boundary = s.wheel.now_interval_num_start().time_since_epoch().count();
+  const std::uint64_t claimed = s.claimed;
+  // The lane of the step's first run, if it is a lane's: the runs of that
+  // lane next in order go with it, as one batch its thread runs in order.
+  const LaneCore* batch_lane = nullptr;
+  while (!s.manual_ready.empty() && !s.awaiting_writer) {
+    if (s.claimed != claimed) {
+      const std::uint32_t top = s.manual_ready.front().index;
+      if (batch_lane == nullptr || !core_.slab()[top].on_lane() ||
+          core_.slab().lane_of(core_.slab()[top], top) != batch_lane) {
+        break;
+      }
+    }
+    std::pop_heap(s.manual_ready.begin(), s.manual_ready.end(), later);
+    WheelThreadState::ManualReady next = s.manual_ready.back();
+    s.manual_ready.pop_back();
+    const TimerSlot& slot = core_.slab()[next.index];
+    // acquire: pairs with R2's release, so the due and order read next are
+    // at least that reschedule's. A due moved since the key was read (a
+    // touch, which posts no command) takes its place again with its new key.
+    const std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
+    if (StateWord::state(w) == SlotState::pending && due != next.due) {
+      s.manual_ready.push_back({due, core_.slab().extra(next.index).order, next.index});
+      std::push_heap(s.manual_ready.begin(), s.manual_ready.end(), later);
+      continue;
+    }
+    const std::uint64_t before = s.claimed;
+    consider(next.index, boundary, now_ns, now_ns);
+    if (s.claimed != before && before == claimed) {
+      if (!slot.on_lane()) break;  // a worker's run (or the wheel thread's): alone
+      batch_lane = core_.slab().lane_of(slot, next.index);
+    }
+  }
+}
+
+// The ready heap's keys read again, after a reschedule moved a due earlier
+// while its timer waited there (apply's RESCHEDULE).
+void WheelThread::refresh_manual_ready() {
+  WheelThreadState& s = wt();
+  for (WheelThreadState::ManualReady& r : s.manual_ready) {
+    r.due = core_.slab()[r.index].due_ns.load(std::memory_order_relaxed);
+    r.order = core_.slab().extra(r.index).order;
+  }
+  std::make_heap(s.manual_ready.begin(), s.manual_ready.end(),
+                 [](const WheelThreadState::ManualReady& a, const WheelThreadState::ManualReady& b) {
+                   return a.due != b.due ? a.due > b.due : a.order > b.order;
+                 });
+  s.manual_ready_stale = false;
+}
+
+// A run this shard claimed is held (not handed over: out of memory), or
+// handed over and not yet completed.
+bool WheelThread::manual_run_in_flight(std::uint64_t completed) noexcept {
+  const WheelThreadState& s = wt();
+  return completed < s.dispatched || !s.dispatch_batch.empty() || !s.touched_lanes.empty() || !s.lane_spill.empty();
 }
 
 // Slack: after the advance, the alarms of the wheel's current interval with
@@ -1134,6 +1225,7 @@ bool WheelThread::claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d) {
 void WheelThread::dispatch(TimerSlot& slot, const Dispatch& d) {
   wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, d.due_ns);
   if (!slot.on_lane()) {  // the line the claim just wrote
+    ++wt().claimed;
     wt().dispatch_batch.push_back(d);
     return;
   }
@@ -1145,6 +1237,7 @@ void WheelThread::dispatch(TimerSlot& slot, const Dispatch& d) {
     cancel_for_closed_lane(slot, d.slot);
     return;
   }
+  ++wt().claimed;
   // Out of memory (a lane's batch, or the list of touched lanes, cannot
   // grow), the run waits on lane_spill, where room was made for it; while
   // runs wait there, every later one does too, so that each lane gets its
@@ -1247,7 +1340,7 @@ void WheelThread::unspill_lanes() {
 // shutdown(fire_pending)), and hands them over. Counts the runs.
 bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
   // Room first: every filed timer may become a dispatch.
-  const std::size_t filed = wt().overdue.size() + wt().wheel.size();
+  const std::size_t filed = wt().overdue.size() + wt().manual_ready.size() + wt().wheel.size();
   if (!make_capacity(wt().drain_buffer, filed) || !make_room(wt().dispatch_batch, filed) ||
       !make_room(wt().lane_spill, filed)) [[unlikely]] {
     wt().pass_out_of_memory = true;
@@ -1256,6 +1349,8 @@ bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
   std::vector<std::uint32_t>& all = wt().drain_buffer;
   all.assign(wt().overdue.begin(), wt().overdue.end());
   wt().overdue.clear();
+  for (const WheelThreadState::ManualReady& r : wt().manual_ready) all.push_back(r.index);
+  wt().manual_ready.clear();
   wt().wheel.for_each([&](std::uint32_t index) { all.push_back(index); });
   wt().wheel.clear();
   const std::int64_t now = wt().wheel.now().time_since_epoch().count();
@@ -1297,7 +1392,7 @@ bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
 void WheelThread::sweep_zombies_if_many() {
   const std::uint64_t cancels = seam.lazy_cancels.sum();
   const std::uint64_t zombies = cancels > wt().reclaimed ? cancels - wt().reclaimed : 0;
-  const std::uint64_t filed = wt().wheel.size() + wt().overdue.size();
+  const std::uint64_t filed = wt().wheel.size() + wt().overdue.size() + wt().manual_ready.size();
   if (zombies < kMinZombiesForSweep || zombies * 4 < filed) return;
   wt().sweep_buffer.clear();
   wt().wheel.for_each([&](std::uint32_t index) {
@@ -1340,6 +1435,9 @@ bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
     for (std::uint32_t index : wt().overdue) {
       if (core_.slab()[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
     }
+    for (const WheelThreadState::ManualReady& r : wt().manual_ready) {
+      if (core_.slab()[r.index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
+    }
     if (completed_snapshot >= f->mark && !overdue_by_target) {
       if (f->completion.signal()) delete f;  // abandoned (Completion)
     } else {
@@ -1360,7 +1458,11 @@ void WheelThread::sleep(bool busy) {
   const bool firing = may_fire();
   if (firing && wt().advance_cut_short) return;  // the wheel is behind the clock: next pass at once
   if (wt().ahead_pending) return;                // more of a span to move down ahead: next pass at once (bounded)
-  if (firing && !wt().overdue.empty()) {  // due now: next pass
+  const bool ready = !wt().overdue.empty() || !wt().manual_ready.empty();
+  // A manual clock's next step waits for the run in flight: whoever
+  // completes it wakes us (F-W, below; a flush waits).
+  const bool step_waits = config_.manual() && manual_run_in_flight(seam.completed.load(std::memory_order_acquire));
+  if (firing && ready && !step_waits) {  // due now: next pass
     // Only a reschedule's two stores to wait for: let its thread run first
     // (yields, then short sleeps: backoff.hpp).
     if (wt().awaiting_writer) wt().writer_backoff.wait();
@@ -1412,6 +1514,7 @@ void WheelThread::sleep(bool busy) {
     std::uint64_t need = 0;
     for (FlushRequest* f : wt().flushes) need = std::max(need, f->mark);
     if (seam.completed.load(std::memory_order_acquire) >= need) skip = true;
+    if (ready && config_.manual() && !manual_run_in_flight(seam.completed.load(std::memory_order_acquire))) skip = true;
   }
   if (!skip) {
     const TimePoint steady_before = config_.steady_clock.now();
@@ -1503,6 +1606,19 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
     }
   }
   wt().overdue.resize(kept);
+  kept = 0;
+  for (const WheelThreadState::ManualReady& r : wt().manual_ready) {
+    TimerSlot& slot = core_.slab()[r.index];
+    if (core_.slab().lane_of(slot, r.index) == lane && Lanes::lane_closed(core_.slab(), slot, r.index)) {
+      cancel_for_closed_lane(slot, r.index);
+    } else {
+      wt().manual_ready[kept++] = r;
+    }
+  }
+  if (kept != wt().manual_ready.size()) {
+    wt().manual_ready.resize(kept);
+    wt().manual_ready_stale = true;  // the heap is made again at the next step
+  }
   cancel_held_runs_of(lane);
   wt().retired->flush();
 }
@@ -1567,7 +1683,7 @@ bool WheelThread::simulate_pass() {
   // The overdue list is work only for a pass that may fire: on a ManualClock
   // between flushes it waits for the next flush.
   return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched ||
-         (may_fire() && !wt().overdue.empty());
+         (may_fire() && (!wt().overdue.empty() || !wt().manual_ready.empty()));
 }
 
 // One pass of every shard still running, in shard order (a fixed order: a

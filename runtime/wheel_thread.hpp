@@ -116,7 +116,11 @@ class WheelThread {
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void fire_past_due();
-  void merge_fired_into_overdue();
+  void advance_manual(std::int64_t now_ns);
+  void refresh_manual_ready();
+  // A ManualClock: a run of this shard is claimed and not yet completed
+  // (`completed`: seam.completed as this pass read it). The next run waits for it.
+  bool manual_run_in_flight(std::uint64_t completed) noexcept;
   // Whether this pass may advance the wheel and run timers: always, except
   // on a ManualClock, where only while a flush waits (wheel_thread.cpp, "A
   // manual clock").

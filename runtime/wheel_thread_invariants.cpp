@@ -46,7 +46,7 @@ std::string WheelThread::check_on_wheel() {
     return e.what();
   }
   const std::uint32_t extent = core_.slab().extent();
-  // Where the wheel thread holds each slot: 0 nowhere, 1 the wheel, 2 the overdue list.
+  // Where the wheel thread holds each slot: 0 nowhere, 1 the wheel, 2 the overdue list (or the ready heap).
   std::vector<std::uint8_t> held(extent, 0);
   std::string failure;
   auto check_held = [&](std::uint32_t index, std::uint8_t where, bool alarm_matches) {
@@ -85,6 +85,11 @@ std::string WheelThread::check_on_wheel() {
   for (const std::uint32_t index : wt().overdue) {
     if (!failure.empty()) break;
     check_held(index, 2, index < extent && !core_.slab()[index].alarm.filed());
+  }
+  // The ready heap of a ManualClock holds timers as the overdue list does.
+  for (const WheelThreadState::ManualReady& r : wt().manual_ready) {
+    if (!failure.empty()) break;
+    check_held(r.index, 2, r.index < extent && !core_.slab()[r.index].alarm.filed());
   }
   if (!failure.empty()) return failure;
   // None lost: a slot the wheel thread filed and that is not cancelled

@@ -74,6 +74,7 @@ struct WheelThreadState {
     wheel_fired.reserve(kScratchCapacity);
     sweep_buffer.reserve(kScratchCapacity);
     overdue.reserve(kScratchCapacity);
+    manual_ready.reserve(kScratchCapacity);
     drain_buffer.reserve(kScratchCapacity);
     flushes.reserve(command_buffer.size());
     drains.reserve(command_buffer.size());
@@ -96,8 +97,23 @@ struct WheelThreadState {
   // reading a flush (or drain, or shutdown(fire_pending), which begin with
   // one) has asked this wheel to reach; the wheel never advances past it.
   std::int64_t manual_release_ns = INT64_MIN;
-  std::vector<Dispatch> dispatch_batch;         // claimed this pass for the workers, handed over at its end (hand_over)
-  std::vector<LaneCore*> touched_lanes;         // lanes with runs in their batch this pass
+  // A ManualClock (wheel_thread.cpp, "A manual clock"): the filed timers
+  // due by manual_release_ns, one of which runs at a time, as a min-heap on
+  // (due, order) (SlotExtra::order: call_order.hpp). The keys are read as
+  // a timer joins; a timer whose due a reschedule moved earlier while here
+  // marks them stale (apply), and the next step reads them again. One moved
+  // later is re-filed when it comes up (consider). Every timer here is
+  // filed, as those on the overdue list.
+  struct ManualReady {
+    std::int64_t due;
+    std::uint64_t order;
+    std::uint32_t index;
+  };
+  std::vector<ManualReady> manual_ready;
+  bool manual_ready_stale = false;
+  std::uint64_t claimed = 0;             // runs claimed so far (dispatch): the manual step claims one
+  std::vector<Dispatch> dispatch_batch;  // claimed this pass for the workers, handed over at its end (hand_over)
+  std::vector<LaneCore*> touched_lanes;  // lanes with runs in their batch this pass
   // Runs for lanes whose batch (or touched_lanes) could not grow (out of
   // memory): room for them is made with dispatch_batch's, and hand_over
   // moves them to their lanes' batches when it can.

@@ -128,10 +128,13 @@ TEST(RuntimeOutOfMemory, a_wheel_thread_out_of_memory_keeps_every_accepted_timer
 TEST(RuntimeOutOfMemory, firing_out_of_memory_loses_no_run_and_runs_none_twice) {
   for (unsigned workers : {0u, 1u}) {
     SCOPED_TRACE(workers);
-    chime::ManualClock clock{kStart};
+    // Not a ManualClock, whose runs go out one at a time (G28): the held
+    // worker would hold back every other run, and nothing would meet the
+    // lack of memory.
+    SettableClock clock{kStart};
     Timers t;
     Gate gate;
-    Runtime rt{manual_options(clock, workers)};
+    Runtime rt{settable_options(clock, workers)};
     if (workers == 1) rt.schedule_at(at(1ms), gate.blocker());
     for (int i = 0; i < kTimers; ++i) {
       t.ids.push_back(rt.schedule_at(at(std::chrono::milliseconds(2 + i % 3)), [&t, i] { t.runs[i].fetch_add(1); }));
@@ -190,8 +193,9 @@ TEST(RuntimeOutOfMemory, lane_runs_out_of_memory_wait_and_run_once) {
 // captures are released, the pending count is unchanged) and, once memory
 // is back, the same schedule is accepted and runs once.
 TEST(RuntimeOutOfMemory, a_schedule_without_room_for_its_side_record_throws_and_keeps_nothing) {
-  chime::ManualClock clock{kStart};
-  chime::RuntimeOptions options = manual_options(clock, 1);
+  // Not a ManualClock, where every timer has a side record (its call order, G28).
+  SettableClock clock{kStart};
+  chime::RuntimeOptions options = settable_options(clock, 1);
   options.reserve = 64;  // the slot chunk exists; its side array does not
   Runtime rt{options};
   std::atomic<int> small_runs{0}, large_runs{0};

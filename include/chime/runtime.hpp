@@ -29,10 +29,14 @@
 //   Cancel wins until the callback starts: a run already handed to a worker
 //   but not started is skipped. For a periodic timer, true iff no further
 //   run starts after cancel returns.
-// G12 (command order): commands from one Producer (or one thread) take effect in the order
-//   posted. Commands from different threads are applied in an order
-//   consistent with happens-before (a cancel of an id is never lost because
-//   its schedule has not been applied yet).
+// G12 (command order): the calls of one thread take effect in the order it
+//   made them, through whichever handles (Runtime, Producers, Lanes,
+//   Timers). A cancel, state or reschedule of an id is never lost because
+//   its schedule was not applied yet, whichever thread made each call. On
+//   clocks other than a ManualClock, calls of different threads take
+//   effect in no promised order beyond that (each shard applies one
+//   Producer's queue in bulk, then another's); on a ManualClock, ties run
+//   in the happens-before order of the calls (G28).
 // G13 (run order, due now): within one wheel advance, timers go to the workers in nondecreasing
 //   interval order; with workers = 0 or 1 callbacks run in that order.
 //   A timer whose due time is at or before the clock's time when its command
@@ -44,11 +48,20 @@
 //   only inside flush() (and drain(), shutdown(fire_pending), which begin
 //   with one), never between calls: flush() applies every command posted
 //   before it, then runs every timer whose due is at or before the clock's
-//   reading at the flush, in due order, with Firing::fired_at equal to that
-//   reading, and returns when those runs have ended. No slack, no interval
-//   rule, no "due now" at application: which timers run, their order, due,
-//   missed and fired_at depend only on the sequence of calls, from one
-//   thread or several.
+//   reading at the flush, with Firing::fired_at equal to that reading, and
+//   returns when those runs have ended. The runs start in due order, ties in
+//   call order (the order of the schedule, reschedule or periodic re-arm
+//   that set the due; across threads, happens-before), one at a time,
+//   whatever `workers` is: each starts after the one before has returned,
+//   and sees what that one scheduled, cancelled or rescheduled. A timer a
+//   callback schedules due at or before the reading runs in the same flush,
+//   in its place. On a Lane, the lane's runs that come next in that order
+//   go to it together and run in order on its thread; what one of them
+//   schedules comes after them. No slack, no interval rule, no "due now" at
+//   application: which timers run, their order, due, missed and fired_at
+//   depend only on the sequence of calls, from one thread or several.
+//   With RuntimeOptions::shards > 1 (a ManualClock has one shard unless
+//   asked), this holds for each shard's timers; the shards run in turn.
 // G14 (periodic): a periodic timer's runs never overlap; its n-th run is due at
 //   first + n * period (fixed rate, no drift).
 // G15 (no allocation per timer): no heap allocation per timer in steady state: timers live in a slab of
