@@ -8,6 +8,13 @@
 // injected with chime_alloc::OutOfMemoryScope(Threads::others): every
 // allocation fails on every thread but the test's own, which keeps
 // scheduling and cancelling.
+//
+// A thread's first call of a kind out of memory (a_threads_first_...) is
+// checked in a child process: glibc registers a thread_local's destructor
+// (__cxa_thread_atexit_impl) with calloc and aborts the process when that
+// fails. glibc's own calloc call is not one the allocation counter can make
+// fail, so this binary's __cxa_thread_atexit_impl (below) stands in front of
+// glibc's and does what glibc does when its calloc fails as ours do.
 
 #include "alloc_counter.hpp"
 #include "runtime_test_support.hpp"
@@ -15,15 +22,42 @@
 #include <chime/lane.hpp>
 #include <chime/runtime.hpp>
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <thread>
 #include <vector>
+
+namespace {
+using ThreadAtexit = int (*)(void (*)(void*), void*, void*);
+ThreadAtexit glibc_thread_atexit() {
+  static const auto real = reinterpret_cast<ThreadAtexit>(dlsym(RTLD_NEXT, "__cxa_thread_atexit_impl"));
+  return real;
+}
+const ThreadAtexit resolved_before_main = glibc_thread_atexit();  // dlsym is not called out of memory
+}  // namespace
+
+// Registers a thread_local's destructor (the C++ runtime calls it on a
+// thread_local's first use): glibc's, after a calloc-sized allocation that
+// fails where the test makes allocation fail, as glibc's calloc would.
+extern "C" int __cxa_thread_atexit_impl(void (*dtor)(void*), void* obj, void* dso_symbol) {
+  void* const probe = std::malloc(sizeof(void*) * 4);  // glibc's struct dtor_list
+  if (probe == nullptr) {
+    static constexpr char kMessage[] = "Fatal glibc error: failed to register TLS destructor: out of memory\n";
+    [[maybe_unused]] const ssize_t r = ::write(2, kMessage, sizeof kMessage - 1);
+    std::abort();
+  }
+  std::free(probe);
+  return glibc_thread_atexit()(dtor, obj, dso_symbol);
+}
 
 namespace {
 
@@ -215,6 +249,79 @@ TEST(RuntimeOutOfMemory, a_schedule_without_room_for_its_side_record_throws_and_
   EXPECT_EQ(large_runs.load(), 1);
   EXPECT_EQ(rt.stats().pending, 0u);
   rt.check_invariants();
+}
+
+// Runs `f` as the first call of a thread just started, out of memory on
+// every thread.
+template <class F>
+void first_call_on_a_new_thread_out_of_memory(F f) {
+  std::thread([&f] {
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::all);
+    f();
+  }).join();
+}
+
+// The child process of a_threads_first_call_out_of_memory_...: exits 0 iff
+// every call did what it must; an abort is the death test's failure.
+[[noreturn]] void first_calls_out_of_memory() {
+  chime::ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, 1)};
+  std::atomic<int> runs{0};
+  const auto count = [&runs] { runs.fetch_add(1); };
+  const TimerId cancelled = rt.schedule_at(at(10ms), count);
+  const TimerId try_cancelled = rt.schedule_at(at(10ms), count);
+  const TimerId earlier = rt.schedule_at(at(50ms), count);
+  rt.flush();  // filed; the runtime's threads have counted and flushed before
+  int failed = 0;
+  first_call_on_a_new_thread_out_of_memory([&] {
+    if (!rt.cancel(cancelled)) failed |= 1;
+  });
+  first_call_on_a_new_thread_out_of_memory([&] {
+    if (rt.try_cancel(try_cancelled) != chime::CancelResult::cancelled) failed |= 2;
+  });
+  first_call_on_a_new_thread_out_of_memory([&] {
+    try {
+      rt.flush();
+    } catch (const std::bad_alloc&) {
+    }
+  });
+  std::thread([&] {
+    const chime::Lane lane = rt.lane();  // this thread's: its flush runs the lane while it waits
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::all);
+    try {
+      rt.flush();
+    } catch (const std::bad_alloc&) {
+    }
+  }).join();
+  // An earlier due's command must arrive: out of memory it waits for room,
+  // so memory comes back (the scope ends) while it waits.
+  {
+    std::atomic<bool> go{false};
+    std::thread t([&] {
+      while (!go.load()) std::this_thread::yield();
+      if (!rt.reschedule_at(earlier, at(20ms))) failed |= 4;
+    });
+    {
+      const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
+      go.store(true);
+      std::this_thread::sleep_for(50ms);
+    }
+    t.join();
+  }
+  advance_to(clock, rt, at(20ms));
+  if (runs.load() != 1) failed |= 8;  // only `earlier` ran, at its new due: the cancels took effect
+  if (failed != 0) std::fprintf(stderr, "failed checks: %d\n", failed);
+  std::_Exit(failed == 0 ? 0 : 1);
+}
+
+// A thread's first cancel, try_cancel, earlier reschedule or flush out of
+// memory neither aborts the process nor loses its effect: a cancel takes
+// effect, a reschedule's new due holds, a flush (on a lane's thread too)
+// returns or throws std::bad_alloc (no chime thread_local registers a
+// destructor).
+TEST(RuntimeOutOfMemory, a_threads_first_call_out_of_memory_takes_effect_or_throws_bad_alloc) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(first_calls_out_of_memory(), testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
