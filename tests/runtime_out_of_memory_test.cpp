@@ -21,6 +21,7 @@
 
 #include <chime/lane.hpp>
 #include <chime/runtime.hpp>
+#include <chime/timer.hpp>
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -322,6 +323,63 @@ void first_call_on_a_new_thread_out_of_memory(F f) {
 TEST(RuntimeOutOfMemory, a_threads_first_call_out_of_memory_takes_effect_or_throws_bad_alloc) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(first_calls_out_of_memory(), testing::ExitedWithCode(0), "");
+}
+
+// Runs `arm` on a thread of its own while allocation fails on every thread
+// but this one, for at most 2 s (an arm that waits for memory then returns
+// once it is back); true iff it threw std::bad_alloc.
+template <class F>
+bool throws_bad_alloc_out_of_memory(F arm) {
+  std::atomic<int> outcome{0};  // 1: returned; 2: threw std::bad_alloc
+  {
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
+    std::thread t([&] {
+      try {
+        arm();
+        outcome.store(1);
+      } catch (const std::bad_alloc&) {
+        outcome.store(2);
+      }
+    });
+    for (const auto give_up = std::chrono::steady_clock::now() + 2s;
+         outcome.load() == 0 && std::chrono::steady_clock::now() < give_up;) {
+      std::this_thread::sleep_for(1ms);
+    }
+    t.detach();  // joined below, through `outcome`, once memory is back
+  }
+  while (outcome.load() == 0) std::this_thread::sleep_for(1ms);
+  return outcome.load() == 2;
+}
+
+// G47 (timer errors): a re-arm that cannot get memory for what the new
+// timer needs (its side record, room for its ADD in the queue) throws
+// std::bad_alloc and leaves the Timer as it was: its pending run is kept and
+// runs at its due.
+TEST(RuntimeOutOfMemory, a_re_arm_out_of_memory_throws_bad_alloc_and_keeps_the_pending_run) {
+  chime::ManualClock clock{kStart};
+  chime::RuntimeOptions options = manual_options(clock, 1);
+  options.reserve = 64;  // the slot chunk exists; its side array does not
+  Runtime rt{options};
+  std::atomic<int> runs{0};
+  chime::Timer timer(rt, [&runs] { runs.fetch_add(1); });
+  timer.arm_at(at(10ms));
+  rt.flush();
+  // A periodic timer needs the slot's side record, which its chunk lacks.
+  EXPECT_TRUE(throws_bad_alloc_out_of_memory([&] { timer.arm_every(5ms); }));
+  EXPECT_TRUE(timer.armed());
+  EXPECT_EQ(rt.stats().pending, 1u);
+  advance_to(clock, rt, at(10ms));
+  EXPECT_EQ(runs.load(), 1) << "the one-shot the failed arm would have replaced did not run";
+  EXPECT_FALSE(timer.armed());
+  // The side array is there now; a new thread's ADD needs a queue block.
+  timer.arm_every(10ms, chime::PeriodicOptions{at(20ms)});
+  rt.flush();
+  EXPECT_TRUE(throws_bad_alloc_out_of_memory([&] { timer.arm_every(5ms); }));
+  EXPECT_TRUE(timer.armed());
+  EXPECT_EQ(rt.stats().pending, 1u);
+  advance_to(clock, rt, at(20ms));
+  EXPECT_EQ(runs.load(), 2) << "the periodic timer the failed arm would have replaced did not run";
+  rt.check_invariants();
 }
 
 }  // namespace
