@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "command_queue.hpp"
@@ -55,7 +56,10 @@ struct PostPacer {
   }
 };
 // Constant-initialized: a thread_local of it needs no guard on access.
+// Trivially destructible: its first use registers no destructor (glibc
+// registers one with calloc, and aborts the process if that fails).
 inline thread_local PostPacer tls_post_pacer;
+static_assert(std::is_trivially_destructible_v<PostPacer>);
 
 class CommandPoster {
  public:

@@ -126,4 +126,52 @@ const Clock& Lane::clock() const {
   return core_->clock();
 }
 
+// ---- chime::LaneRef ----
+
+LaneRef::LaneRef(const Lane& lane) {
+  lane.check("LaneRef");
+  core_ = lane.core_;
+  lane_ = lane.lane_;
+  alive_ = lane.alive_;
+  // relaxed: the Lane is alive, so its generation is stable (as Timer's).
+  lane_generation_ = lane_->generation.load(std::memory_order_relaxed);
+}
+
+// acquire: pairs with close_lane's release bump of the generation, as
+// Timer's check_lane.
+void LaneRef::check(const char* what) const {
+  if (lane_ == nullptr) throw std::logic_error(std::string("chime::LaneRef::") + what + " on an empty LaneRef");
+  if (alive_ == nullptr || !(*alive_)()) detail::throw_runtime_gone("LaneRef");
+  if (lane_->generation.load(std::memory_order_acquire) != lane_generation_) {
+    throw std::logic_error(std::string("chime::LaneRef::") + what + " on a lane that was destroyed");
+  }
+}
+
+TimerId LaneRef::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) const {
+  check("schedule_at");
+  const std::uint8_t slack_code = core_->producer_ops().slack_code(slack, "schedule_at");
+  const detail::LaneToken token(*lane_);
+  // With the generation this reference was made with: a timer of a lane
+  // destroyed meanwhile is cancelled by the wheel thread (L1).
+  return core_->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token.get(), lane_, lane_generation_,
+                                        slack_code);
+}
+bool LaneRef::cancel(TimerId id) const {
+  check("cancel");
+  const detail::LaneToken token(*lane_);
+  return core_->producer_ops().cancel(id, token.get());
+}
+int LaneRef::ready_fd() const {
+  check("ready_fd");
+  return lane_->efd;
+}
+std::size_t LaneRef::run_ready(std::size_t max) const {
+  check("run_ready");
+  return core_->lanes().run_lane(*lane_, max);
+}
+const Clock& LaneRef::clock() const {
+  check("clock");
+  return core_->clock();
+}
+
 }  // namespace chime

@@ -40,10 +40,14 @@
 #include "lanes.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -57,20 +61,31 @@ constexpr std::size_t kLaneBatch = 32;
 
 // An eventfd per thread that flushes on its lane's thread: the wheel thread
 // writes it when the flush is done, so the flusher polls it with its lanes.
-struct FlushNotifyFd {
-  int fd = -1;
-  ~FlushNotifyFd() {
-    if (fd >= 0) ::close(fd);
-  }
-  int get() {
-    if (fd < 0) {
-      fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-      if (fd < 0) throw std::system_error(errno, std::generic_category(), "chime::Runtime::flush: eventfd");
+// -1 until the thread's first such flush. A plain int, so that its first use
+// registers no destructor (glibc registers one with calloc and aborts the
+// process when that fails, out of memory): a pthread key's destructor closes
+// it when the thread exits instead (flush_notify_key). Only this thread
+// reads it; the wheel thread is handed the number (Completion::notify_fd)
+// and writes no more to it once the flush was served or abandoned.
+thread_local int tls_flush_notify_fd = -1;
+
+void close_flush_notify_fd(void* value) noexcept {
+  ::close(static_cast<int>(reinterpret_cast<std::intptr_t>(value)) - 1);  // value: fd + 1
+  tls_flush_notify_fd = -1;
+}
+
+// Made once per process: pthread_key_create allocates nothing. Throws
+// std::system_error if the process is out of keys (the next flush tries again).
+pthread_key_t flush_notify_key() {
+  static const pthread_key_t key = [] {
+    pthread_key_t k;
+    if (const int e = pthread_key_create(&k, close_flush_notify_fd); e != 0) {
+      throw std::system_error(e, std::generic_category(), "chime::Runtime::flush: pthread_key_create");
     }
-    return fd;
-  }
-};
-thread_local FlushNotifyFd tls_flush_notify;
+    return k;
+  }();
+  return key;
+}
 
 void drain_eventfd(int fd) noexcept {
   std::uint64_t count;
@@ -331,7 +346,21 @@ bool Lanes::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, 
   return true;
 }
 
-int lane_flush_notify_fd() { return tls_flush_notify.get(); }
+int lane_flush_notify_fd() {
+  if (tls_flush_notify_fd >= 0) [[likely]]
+    return tls_flush_notify_fd;
+  const pthread_key_t key = flush_notify_key();
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "chime::Runtime::flush: eventfd");
+  // May allocate (a key past the first 32): out of memory it fails, and the
+  // flush throws std::bad_alloc with nothing kept.
+  if (pthread_setspecific(key, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd) + 1)) != 0) {
+    ::close(fd);
+    throw std::bad_alloc();
+  }
+  tls_flush_notify_fd = fd;
+  return fd;
+}
 
 std::vector<LaneCore*> Lanes::all_lanes() {
   std::vector<LaneCore*> lanes;

@@ -195,19 +195,74 @@ void ProducerOps::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 
 // A reservation not committed: its slot (never published) and its count go back.
 void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
+  if (r.add_posted) {
+    withdraw_reserved_add(r);
+    return;
+  }
   free_unfiled(r.index, r.token);
   if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-// Publishes the reserved timer and posts its ADD. `must_post`: the caller
-// has already given up what this timer replaces (a Timer's re-arm), so out
-// of memory the ADD is retried until it is queued (as a re-arm's); else the
-// timer is taken back and std::bad_alloc thrown. StoppedError if shutdown
-// began meanwhile (the timer is withdrawn), unless shutdown already took it.
+// What a reserved timer needs beyond its slot, taken before its caller
+// gives anything up (a Timer's re-arm cancels the run it replaces only
+// after this, so an arm out of memory leaves the Timer as it was, G47): its
+// side record, if it needs one, and its ADD's place in the queue. The queue
+// cannot promise room for a later push, so the ADD is pushed now, before the
+// timer is published: the slot's word goes to the new generation in state
+// Writing first, and the wheel thread applies an ADD that meets a Writing
+// word again at its next pass (wheel_thread.cpp, apply). It files the timer
+// only after commit_schedule's S1 (Writing -> Pending, release) published
+// it, or finds it Cancelled (withdraw_reserved_add) and does nothing, the
+// slot being ours to free; a slot reused since has another generation,
+// which the ADD ignores. No id of the new generation exists before
+// commit_schedule returns it. Throws std::bad_alloc if either cannot be
+// had, with the slot still reserved and nothing queued.
+void ProducerOps::reserve_add(ScheduleReservation& r, bool periodic, bool needs_extra) {
+  if (needs_extra || config_.manual())
+    slab_.ensure_extra(r.index);  // a ManualClock: every timer has one (its call order)
+  TimerSlot& slot = slab_[r.index];
+  // relaxed: the slot is ours (reserved), as in commit_schedule.
+  const std::uint64_t old = slot.word.load(std::memory_order_relaxed);
+  const std::uint32_t g = StateWord::next_generation(old);
+  // (S0) relaxed: it publishes nothing; the push's release carries it to
+  // the wheel thread, which only looks at its state.
+  slot.word.store(StateWord::make(g, 0, SlotState::writing, periodic), std::memory_order_relaxed);
+  r.generation = g;
+  r.add_posted = true;
+  const Command add = Command::timer(CommandKind::add, r.index, g, due_now_reading());
+  if (!r.shard->seam.commands.try_push(add, shards_.token_for(*r.shard, r.token))) [[unlikely]] {
+    // Nothing queued names the new generation: the word is as it was, and
+    // the slot stays reserved.
+    r.add_posted = false;
+    slot.word.store(old, std::memory_order_relaxed);
+    throw std::bad_alloc();
+  }
+}
+
+// release_reservation after reserve_add: (K1) Writing -> Cancelled, then the
+// slot and the count go back; the queued ADD finds the word Cancelled, or
+// the slot reused at a later generation, and does nothing. Release: the
+// slot's next user writes after the wheel thread's acquire load of this
+// word (the free list orders the reuse, as after any cancel). Only a cancel
+// by a guessed id can have changed the word (C2, to Cancelling): the cancel
+// is then finished here, as a rescheduler finishes it (R3).
+void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
+  TimerSlot& slot = slab_[r.index];
+  std::uint64_t w = slot.word.load(std::memory_order_acquire);
+  CHIME_ASSERT(StateWord::generation(w) == r.generation, "a reserved ADD's slot at another generation");
+  slot.word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
+  free_unfiled(r.index, r.token);
+  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// Publishes the reserved timer and posts its ADD (unless reserve_add has:
+// then out of memory cannot stop it). Out of memory, the timer is taken
+// back and std::bad_alloc thrown. StoppedError if shutdown began meanwhile
+// (the timer is withdrawn), unless shutdown already took it.
 [[gnu::always_inline]] inline TimerId ProducerOps::commit_schedule_inline(const ScheduleReservation& r, TimePoint due,
                                                                           std::int64_t period_ns, Missed on_missed,
                                                                           Task&& task, LaneCore* lane,
-                                                                          std::uint32_t lane_generation, bool must_post,
+                                                                          std::uint32_t lane_generation,
                                                                           std::uint8_t slack_code) {
   WheelThread& shard = *r.shard;
   ProducerQueueToken* const token = r.token;
@@ -216,7 +271,7 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   TimerSlot& slot = slab_[index];
   // We own the slot: it came from the free list (acquire) or is fresh.
   const std::uint64_t old = slot.word.load(std::memory_order_relaxed);
-  const std::uint32_t g = StateWord::next_generation(old);
+  const std::uint32_t g = r.add_posted ? r.generation : StateWord::next_generation(old);
   const std::int64_t due_ns = due.time_since_epoch().count();
   // The callable goes into the slot when it fits. A periodic or lane timer,
   // or a callable too large for the slot, needs the slot's side record: its
@@ -226,23 +281,12 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   // A ManualClock: every timer has a side record, for its call order.
   const bool manual = config_.manual();
   if (period_ns != 0 || lane != nullptr || !task_in_slot || manual) [[unlikely]] {
-    if (must_post) {
-      retry_until_memory([&]() noexcept {
-        try {
-          slab_.ensure_extra(index);
-          return true;
-        } catch (const std::bad_alloc&) {
-          return false;
-        }
-      });
-    } else {
-      try {
-        slab_.ensure_extra(index);
-      } catch (const std::bad_alloc&) {
-        slot.task.reset();
-        release_reservation(r);
-        throw;
-      }
+    try {
+      slab_.ensure_extra(index);  // after reserve_add: made already
+    } catch (const std::bad_alloc&) {
+      slot.task.reset();
+      release_reservation(r);
+      throw;
     }
     SlotExtra& extra = slab_.extra(index);
     if (!task_in_slot) extra.task = std::move(task);
@@ -267,12 +311,22 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
   const std::uint64_t pending = StateWord::make(g, 0, SlotState::pending, period_ns != 0);
   // (S1) release: publishes the fields above with the word (to the wheel
   // thread, whose acquire load of the word pairs with it, and to any thread
-  // that acts on the id).
-  slot.word.store(pending, std::memory_order_release);
-  const Command add = Command::timer(CommandKind::add, index, g, due_now_reading());
-  if (must_post) {
-    shard.seam.commands.push_retrying(add, queue_token);
-  } else if (!shard.seam.commands.try_push(add, queue_token)) [[unlikely]] {
+  // that acts on the id). After reserve_add, from its Writing word (its ADD
+  // is queued): a CAS, which only a cancel by a guessed id (C2) can beat;
+  // that cancel is then finished here (R3) and the timer counts as accepted.
+  if (r.add_posted) {
+    std::uint64_t writing = StateWord::make(g, 0, SlotState::writing, period_ns != 0);
+    if (!slot.word.compare_exchange_strong(writing, pending, std::memory_order_release, std::memory_order_acquire))
+        [[unlikely]] {
+      finish_cancel(slot, writing, index, token);
+      counters_.add(Counter::scheduled);
+      return TimerId(index, g, config_.tag);
+    }
+  } else {
+    slot.word.store(pending, std::memory_order_release);
+  }
+  if (!r.add_posted && !shard.seam.commands.try_push(Command::timer(CommandKind::add, index, g, due_now_reading()),
+                                                     queue_token)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
     // back (nothing names the slot but us) and report the failure.
     if (take_back(slot, index, pending)) throw std::bad_alloc();
@@ -301,8 +355,7 @@ TimerId ProducerOps::schedule(TimePoint due, std::int64_t period_ns, Missed on_m
                               ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation,
                               std::uint8_t slack_code) {
   const ScheduleReservation r = reserve_schedule_inline(due, token, lane, 0);
-  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, false,
-                                slack_code);
+  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, slack_code);
 }
 
 ProducerOps::ScheduleReservation ProducerOps::reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
@@ -312,9 +365,8 @@ ProducerOps::ScheduleReservation ProducerOps::reserve_schedule(TimePoint due, Pr
 
 TimerId ProducerOps::commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns,
                                      Missed on_missed, Task&& task, LaneCore* lane, std::uint32_t lane_generation,
-                                     bool must_post, std::uint8_t slack_code) {
-  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, must_post,
-                                slack_code);
+                                     std::uint8_t slack_code) {
+  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, slack_code);
 }
 
 // One CAS decides it (C1, C2, C3 or C4) and nothing else happens on the

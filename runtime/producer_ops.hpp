@@ -66,23 +66,30 @@ class ProducerOps {
   TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
                    LaneCore* lane = nullptr, std::uint32_t lane_generation = 0,
                    std::uint8_t slack_code = SlackCode::runtime_default);
-  // schedule() in two steps, for a caller that must know the schedule will
-  // be accepted before it gives up something (chime::Timer's re-arm
-  // replaces its pending run only then). reserve_schedule throws what
-  // schedule throws before it takes a slot, and takes it; then exactly one
-  // of commit_schedule (throws only StoppedError, if shutdown began since)
-  // or release_reservation. `extra_pending`: timers the caller is about to
-  // end, by which max_pending may be exceeded until they have.
+  // schedule() in steps, for a caller that must know the schedule will be
+  // accepted before it gives up something (chime::Timer's re-arm replaces
+  // its pending run only then). reserve_schedule throws what schedule
+  // throws before it takes a slot, and takes it; reserve_add (optional)
+  // takes the rest the timer needs: its side record and its ADD's place in
+  // the queue, or throws std::bad_alloc, having taken neither; then exactly
+  // one of commit_schedule (throws only StoppedError, if shutdown began
+  // since, or, without reserve_add, std::bad_alloc) or release_reservation.
+  // `extra_pending`: timers the caller is about to end, by which
+  // max_pending may be exceeded until they have.
   struct ScheduleReservation {
     WheelThread* shard;
     ProducerQueueToken* token;
     std::uint32_t index;
+    // reserve_add: the ADD is queued, for this generation; the slot's word
+    // is Writing at it until commit_schedule publishes the timer.
+    bool add_posted = false;
+    std::uint32_t generation = 0;
   };
   ScheduleReservation reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                        std::size_t extra_pending);
+  void reserve_add(ScheduleReservation& r, bool periodic, bool needs_extra);
   TimerId commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
-                          std::uint8_t slack_code);
+                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, std::uint8_t slack_code);
   void release_reservation(const ScheduleReservation& r) noexcept;
 
  private:
@@ -90,8 +97,7 @@ class ProducerOps {
   ScheduleReservation reserve_schedule_inline(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                               std::size_t extra_pending);
   TimerId commit_schedule_inline(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, bool must_post,
-                                 std::uint8_t slack_code);
+                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, std::uint8_t slack_code);
 
  public:
   bool cancel(TimerId id, ProducerQueueToken* token);
@@ -155,6 +161,7 @@ class ProducerOps {
   bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
   bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
   void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
+  void withdraw_reserved_add(const ScheduleReservation& r) noexcept;
   void finish_cancel(TimerSlot& slot, std::uint64_t w, std::uint32_t index, ProducerQueueToken* token);  // K1, R3
 
   const RuntimeConfig& config_;

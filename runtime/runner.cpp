@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <type_traits>
 
 #include "runner.hpp"
 
@@ -54,6 +55,9 @@ namespace {
 // Runner and its id.
 thread_local const Runner* tls_running_callback_of = nullptr;
 thread_local TimerId tls_running_id;
+// Its first use registers no destructor (glibc registers one with calloc,
+// and aborts the process if that fails: a worker's first run out of memory).
+static_assert(std::is_trivially_destructible_v<TimerId>);
 
 void set_running_callback(const Runner* runner, TimerId id) noexcept {
   tls_running_callback_of = runner;

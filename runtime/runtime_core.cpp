@@ -119,22 +119,6 @@ RuntimeCore::~RuntimeCore() {
 
 // Every shard in turn, each with the same target: every timer due at or
 // before the call's clock reading has run, whatever its shard.
-namespace {
-// Each thread's flush and drain request, reused (no allocation per call):
-// taken while in use, given back when served. One given up on (out of
-// memory) belongs to the wheel thread, and the thread's next call makes a
-// new one.
-thread_local std::unique_ptr<FlushRequest> tls_flush_request;
-thread_local std::unique_ptr<DrainRequest> tls_drain_request;
-template <class Request>
-std::unique_ptr<Request> take_request(std::unique_ptr<Request>& cached) {
-  if (!cached) return std::make_unique<Request>();
-  std::unique_ptr<Request> r = std::move(cached);
-  r->reset();
-  return r;
-}
-}  // namespace
-
 void RuntimeCore::flush() {
   runner_.throw_if_in_callback("flush");
   if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
@@ -144,8 +128,8 @@ void RuntimeCore::flush() {
   const std::int64_t target_ns = config_.clock->now().time_since_epoch().count();
   for (auto& shard : shards_) {
     // On the heap: a flush that gives up on a wheel thread out of memory
-    // leaves it to that thread (Completion). Reused: one per thread.
-    std::unique_ptr<FlushRequest> request = take_request(tls_flush_request);
+    // leaves it to that thread (Completion). Reused (RequestPool).
+    std::unique_ptr<FlushRequest> request = flush_requests_.take();
     const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
     if (!lanes.empty() && !simulated_) request->completion.notify_fd = lane_flush_notify_fd();
     request->target_ns = target_ns;
@@ -170,7 +154,7 @@ void RuntimeCore::flush() {
       [[maybe_unused]] FlushRequest* const abandoned = request.release();  // the wheel thread deletes it
       throw WheelOutOfMemory();
     }
-    tls_flush_request = std::move(request);
+    flush_requests_.give_back(std::move(request));
   }
 }
 
@@ -182,7 +166,7 @@ std::size_t RuntimeCore::drain() {
   if (manual()) flush();
   std::size_t count = 0;
   for (auto& shard : shards_) {
-    std::unique_ptr<DrainRequest> request = take_request(tls_drain_request);  // as flush's
+    std::unique_ptr<DrainRequest> request = drain_requests_.take();  // as flush's
     const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
     CommandPoster::post_request_or_throw(*shard, CommandKind::drain, request.get());
     if (simulated_) [[unlikely]] {
@@ -198,7 +182,7 @@ std::size_t RuntimeCore::drain() {
       throw WheelOutOfMemory();
     }
     count += request->count;
-    tls_drain_request = std::move(request);
+    drain_requests_.give_back(std::move(request));
   }
   return count;
 }

@@ -40,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "chime/detail/assert.hpp"
@@ -175,6 +176,7 @@ struct FlushRequest {
   std::uint64_t mark = 0;      // dispatch count it must see completed
   bool seen = false;           // wheel thread: mark initialised
   Completion completion;
+  FlushRequest* next_free = nullptr;  // RequestPool's list, while no call uses it
   void reset() noexcept {
     target_ns = 0;
     mark = 0;
@@ -185,11 +187,56 @@ struct FlushRequest {
 struct DrainRequest {
   std::size_t count = 0;
   Completion completion;
+  DrainRequest* next_free = nullptr;  // RequestPool's list, while no call uses it
   void reset() noexcept {
     count = 0;
     completion.reset();
   }
 };
+// The flush or drain requests no call uses now, kept for reuse (no
+// allocation per call): a call takes one, and gives it back once it was
+// served. One a call gave up on (out of memory, Completion) is the wheel
+// thread's, which deletes it, and is not given back. The pool holds at most
+// as many as calls were in progress at once; the runtime frees them. On the
+// heap, not the caller's stack, since an abandoned request outlives its
+// call; in the runtime, not in a thread_local, since a thread_local that
+// owns memory has a destructor, and glibc registers that destructor with
+// calloc at the thread's first call, aborting the process if that fails.
+template <class Request>
+class RequestPool {
+ public:
+  RequestPool() = default;
+  ~RequestPool() {
+    while (head_ != nullptr) delete std::exchange(head_, head_->next_free);
+  }
+  RequestPool(const RequestPool&) = delete;
+  RequestPool& operator=(const RequestPool&) = delete;
+  // A request reset for a new call. Any thread. May allocate (std::bad_alloc
+  // when none is free and there is no memory for one).
+  std::unique_ptr<Request> take() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (head_ != nullptr) {
+        std::unique_ptr<Request> r(std::exchange(head_, head_->next_free));
+        r->next_free = nullptr;
+        r->reset();
+        return r;
+      }
+    }
+    return std::make_unique<Request>();
+  }
+  // A served request, for the next call. Any thread. Never allocates.
+  void give_back(std::unique_ptr<Request> r) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    r->next_free = head_;
+    head_ = r.release();
+  }
+
+ private:
+  std::mutex mutex_;
+  Request* head_ = nullptr;
+};
+
 // The lanes a thread runs (flush runs them while it waits): inline up to
 // kInline, so a flush allocates nothing in the usual case.
 struct ThreadLanes {
@@ -367,6 +414,9 @@ class RuntimeCore {
   std::atomic<bool> cancel_requested_{false};
   std::atomic<bool> shutdown_done_{false};
   std::mutex shutdown_mutex_;
+  // flush's and drain's requests (RequestPool).
+  RequestPool<FlushRequest> flush_requests_;
+  RequestPool<DrainRequest> drain_requests_;
 
   // Counters (runtime_stats.hpp).
   RuntimeCounters counters_;

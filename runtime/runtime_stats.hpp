@@ -26,6 +26,10 @@
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <type_traits>
+
+#include <pthread.h>
 
 #include "chime/runtime.hpp"
 #include "tuning.hpp"
@@ -46,39 +50,84 @@ inline std::atomic<std::uint32_t> free_stripes{(1u << kSharedStripe) - 1};
 // plain load and store (no locked instruction: on x86 a `lock add` on a
 // cache line this thread alone writes still costs ~20 cycles, three of them
 // per cancel); any further thread shares the last stripe and adds with
-// fetch_add. A thread gives its stripe back when it exits.
+// fetch_add. A thread takes its stripe at its first add and gives it back
+// when it exits.
+//
+// Out of memory: the thread_local is trivially destructible, so its first
+// use registers no destructor (glibc registers one with calloc and aborts
+// the process when that fails: a thread's first cancel out of memory would
+// abort). The stripe is given back by a pthread key's destructor instead:
+// the key is made once per process (pthread_key_create allocates nothing),
+// and pthread_setspecific, which may allocate for a key past the first 32,
+// reports a failure instead of aborting: the thread then shares the last
+// stripe and owns none, so no stripe is ever kept by a thread that exited.
+// glibc runs the key's destructors after the thread_locals' destructors; one
+// that counts later (another key's destructor) finds the shared stripe.
 //
 // Memory ordering: the stripe passes from its last owner to its next one
 // through free_stripes: the release fetch_or at exit pairs with the acquire
 // CAS that takes it, so the last owner's stores happen-before the next
 // owner's loads, and the single-writer add never loses a count.
 struct ThreadStripe {
-  std::size_t index = kSharedStripe;
-  ThreadStripe() noexcept {
-    std::uint32_t f = free_stripes.load(std::memory_order_relaxed);
-    while (f != 0) {
-      const std::uint32_t bit = f & (~f + 1);
-      if (free_stripes.compare_exchange_weak(f, f & ~bit, std::memory_order_acquire, std::memory_order_relaxed)) {
-        index = static_cast<std::size_t>(std::countr_zero(bit));
-        return;
-      }
-    }
-  }
-  ~ThreadStripe() {
-    const std::size_t owned = index;
-    // A thread_local destroyed after this one may still count: it then
-    // shares the last stripe, never the one given back.
-    index = kSharedStripe;
-    if (owned != kSharedStripe) free_stripes.fetch_or(1u << owned, std::memory_order_release);
-  }
-  ThreadStripe(const ThreadStripe&) = delete;
-  ThreadStripe& operator=(const ThreadStripe&) = delete;
+  static constexpr std::size_t kUnclaimed = kStripes;  // before the thread's first add
+  std::size_t index = kUnclaimed;
   bool exclusive() const noexcept { return index != kSharedStripe; }
 };
+static_assert(std::is_trivially_destructible_v<ThreadStripe>, "its first use registers no destructor");
+
+// Gives a thread's stripe back at its exit: the pthread key's destructor;
+// `value` is the stripe index + 1.
+inline void give_back_stripe(void* value) noexcept;
+
+inline ThreadStripe& this_thread_stripe_storage() noexcept {
+  thread_local ThreadStripe stripe;  // constant-initialized: no guard, no destructor
+  return stripe;
+}
+
+inline void give_back_stripe(void* value) noexcept {
+  const auto owned = reinterpret_cast<std::uintptr_t>(value) - 1;
+  this_thread_stripe_storage().index = kSharedStripe;  // a later add shares the last stripe
+  free_stripes.fetch_or(1u << owned, std::memory_order_release);
+}
+
+// The key whose destructor gives a thread's stripe back; nullopt if the
+// process is out of keys (then every thread shares the last stripe).
+inline const std::optional<pthread_key_t>& stripe_key() noexcept {
+  static const std::optional<pthread_key_t> key = []() noexcept -> std::optional<pthread_key_t> {
+    pthread_key_t k;
+    if (pthread_key_create(&k, give_back_stripe) != 0) return std::nullopt;
+    return k;
+  }();
+  return key;
+}
+
+// A thread's first add: takes a free stripe, if any, and registers its
+// give-back; the shared stripe if either fails. Never allocates but through
+// pthread_setspecific, whose failure it handles.
+[[gnu::noinline]] inline void claim_stripe(ThreadStripe& t) noexcept {
+  t.index = kSharedStripe;
+  const std::optional<pthread_key_t>& key = stripe_key();
+  if (!key) return;
+  std::uint32_t f = free_stripes.load(std::memory_order_relaxed);
+  while (f != 0) {
+    const std::uint32_t bit = f & (~f + 1);
+    if (free_stripes.compare_exchange_weak(f, f & ~bit, std::memory_order_acquire, std::memory_order_relaxed)) {
+      const auto owned = static_cast<std::size_t>(std::countr_zero(bit));
+      if (pthread_setspecific(*key, reinterpret_cast<void*>(static_cast<std::uintptr_t>(owned) + 1)) != 0) {
+        free_stripes.fetch_or(bit, std::memory_order_release);  // as at exit
+        return;
+      }
+      t.index = owned;
+      return;
+    }
+  }
+}
 
 inline const ThreadStripe& this_thread_stripe() noexcept {
-  thread_local const ThreadStripe stripe;
-  return stripe;
+  ThreadStripe& t = this_thread_stripe_storage();
+  if (t.index == ThreadStripe::kUnclaimed) [[unlikely]]
+    claim_stripe(t);
+  return t;
 }
 
 // Adds n to a counter of the calling thread's stripe (see ThreadStripe).

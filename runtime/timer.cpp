@@ -134,8 +134,10 @@ struct TimerHandleState {
 
   // An arm replaces the pending run only once the new one is sure to be
   // accepted: everything that can refuse it (the range, shutdown, the
-  // queue's bound, max_pending, memory for the slot) is checked and its slot
-  // reserved first, so an arm that throws leaves the Timer as it was.
+  // queue's bound, max_pending, memory for the slot, for its side record and
+  // for its ADD in the queue) is checked and reserved first (reserve_schedule,
+  // then reserve_add, which queues the ADD before the timer is published),
+  // so an arm that throws leaves the Timer as it was.
   void arm(const Arm& a) {
     std::lock_guard<std::mutex> lock(mutex);
     if (dying) return;  // an arm from a callback racing the destructor: dropped
@@ -157,8 +159,15 @@ struct TimerHandleState {
     }
     // The run it replaces ends below (or has already): max_pending may be
     // exceeded by it meanwhile.
-    const ProducerOps::ScheduleReservation r =
-        rt.producer_ops().reserve_schedule(a.due, nullptr, lane, replaces ? 1 : 0);
+    ProducerOps::ScheduleReservation r = rt.producer_ops().reserve_schedule(a.due, nullptr, lane, replaces ? 1 : 0);
+    try {
+      // A periodic or lane timer needs the slot's side record (the
+      // trampoline always fits in the slot).
+      rt.producer_ops().reserve_add(r, a.period_ns != 0, a.period_ns != 0 || lane != nullptr);
+    } catch (...) {
+      rt.producer_ops().release_reservation(r);
+      throw;
+    }
     if (current) {
       const CancelResult c = rt.producer_ops().try_cancel(current);
       if (c == CancelResult::running && last_run != current) {
@@ -173,7 +182,7 @@ struct TimerHandleState {
     // Only shutdown, begun since the reservation, can refuse it now: the
     // Timer is then disarmed, as shutdown would have left it.
     current = rt.producer_ops().commit_schedule(r, a.due, a.period_ns, a.on_missed, trampoline(), lane, lane_generation,
-                                                true, a.slack_code);
+                                                a.slack_code);
     periodic = a.period_ns != 0;
     slack_code = a.slack_code;
     stopped = false;

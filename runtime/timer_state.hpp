@@ -45,6 +45,10 @@
 //  ----------------  -----------------  -----------------------  -------------------------------
 //  (free, g-1)       {g,0,Pending}      producer: schedule_*     store (release), then the
 //                                       ADD, then a seq_cst fence (pairs with shutdown's)  (S1)
+//  (free, g-1)       {g,0,Writing}      a Timer's re-arm: reserve_add, then its ADD (which
+//                                       waits while Writing)  store (relaxed)              (S0)
+//  {g,0,Writing}     {g,0,Pending}      the same re-arm: S1 as a CAS (release), or back to
+//                                       Cancelled (withdraw_reserved_add)  store (release)
 //  {g,v,Pending}     {g,v,Writing}      producer: reschedule     CAS (acquire)              (R1)
 //  {g,v,Writing}     {g,v+1,Pending}    the same reschedule      CAS (release)              (R2)
 //  {g,v,Writing}     {g,v,Cancelling}   producer: cancel         CAS (acq_rel)  -> true     (C2)

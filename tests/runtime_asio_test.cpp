@@ -252,6 +252,37 @@ TEST_F(RuntimeAsio, lane_timer_wait_completes_on_the_io_thread_not_before_expiry
   });
 }
 
+// The driver and a LaneTimer follow the lane when its Lane is moved (G38
+// lets a Lane move under its sleepers): a timer of the moved lane and the
+// LaneTimer's wait both run inside io.run(), on the io thread.
+TEST_F(RuntimeAsio, the_driver_and_a_lane_timer_follow_the_lane_when_its_lane_is_moved) {
+  std::optional<chime::asio::LaneTimer> timer;
+  std::optional<chime::Lane> moved;
+  std::atomic<bool> done{false};
+  boost::system::error_code code = boost::asio::error::would_block;
+  on_io([&] {
+    timer.emplace(io, lane);
+    moved.emplace(std::move(lane));
+    timer->expires_at(at(2ms));
+    timer->async_wait([&](boost::system::error_code ec) {
+      code = ec;
+      done = true;
+    });
+  });
+  record_at(*moved, at(1ms), 0);
+  advance_to(clock, rt, at(3ms));
+  EXPECT_EQ(tags(), (std::vector<int>{0}));
+  EXPECT_EQ(runs.at(0).thread, io_id);
+  ASSERT_TRUE(eventually([&] { return done.load(); }));
+  EXPECT_FALSE(code);
+  on_io([&] {
+    driver.reset();  // before the lane it drives
+    timer.reset();
+    moved.reset();
+  });
+  io_thread.join();  // nothing is left pending: io.run() returns
+}
+
 // cancel() completes the pending wait with operation_aborted, exactly once.
 TEST_F(RuntimeAsio, lane_timer_cancel_completes_the_wait_with_operation_aborted_once) {
   std::unique_ptr<chime::asio::LaneTimer> timer;

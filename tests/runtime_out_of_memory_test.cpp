@@ -8,22 +8,57 @@
 // injected with chime_alloc::OutOfMemoryScope(Threads::others): every
 // allocation fails on every thread but the test's own, which keeps
 // scheduling and cancelling.
+//
+// A thread's first call of a kind out of memory (a_threads_first_...) is
+// checked in a child process: glibc registers a thread_local's destructor
+// (__cxa_thread_atexit_impl) with calloc and aborts the process when that
+// fails. glibc's own calloc call is not one the allocation counter can make
+// fail, so this binary's __cxa_thread_atexit_impl (below) stands in front of
+// glibc's and does what glibc does when its calloc fails as ours do.
 
 #include "alloc_counter.hpp"
 #include "runtime_test_support.hpp"
 
 #include <chime/lane.hpp>
 #include <chime/runtime.hpp>
+#include <chime/timer.hpp>
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <thread>
 #include <vector>
+
+namespace {
+using ThreadAtexit = int (*)(void (*)(void*), void*, void*);
+ThreadAtexit glibc_thread_atexit() {
+  static const auto real = reinterpret_cast<ThreadAtexit>(dlsym(RTLD_NEXT, "__cxa_thread_atexit_impl"));
+  return real;
+}
+const ThreadAtexit resolved_before_main = glibc_thread_atexit();  // dlsym is not called out of memory
+}  // namespace
+
+// Registers a thread_local's destructor (the C++ runtime calls it on a
+// thread_local's first use): glibc's, after a calloc-sized allocation that
+// fails where the test makes allocation fail, as glibc's calloc would.
+extern "C" int __cxa_thread_atexit_impl(void (*dtor)(void*), void* obj, void* dso_symbol) {
+  void* const probe = std::malloc(sizeof(void*) * 4);  // glibc's struct dtor_list
+  if (probe == nullptr) {
+    static constexpr char kMessage[] = "Fatal glibc error: failed to register TLS destructor: out of memory\n";
+    [[maybe_unused]] const ssize_t r = ::write(2, kMessage, sizeof kMessage - 1);
+    std::abort();
+  }
+  std::free(probe);
+  return glibc_thread_atexit()(dtor, obj, dso_symbol);
+}
 
 namespace {
 
@@ -218,6 +253,136 @@ TEST(RuntimeOutOfMemory, a_schedule_without_room_for_its_side_record_throws_and_
   EXPECT_EQ(small_runs.load(), 1);
   EXPECT_EQ(large_runs.load(), 1);
   EXPECT_EQ(rt.stats().pending, 0u);
+  rt.check_invariants();
+}
+
+// Runs `f` as the first call of a thread just started, out of memory on
+// every thread.
+template <class F>
+void first_call_on_a_new_thread_out_of_memory(F f) {
+  std::thread([&f] {
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::all);
+    f();
+  }).join();
+}
+
+// The child process of a_threads_first_call_out_of_memory_...: exits 0 iff
+// every call did what it must; an abort is the death test's failure.
+[[noreturn]] void first_calls_out_of_memory() {
+  chime::ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, 1)};
+  std::atomic<int> runs{0};
+  const auto count = [&runs] { runs.fetch_add(1); };
+  const TimerId cancelled = rt.schedule_at(at(10ms), count);
+  const TimerId try_cancelled = rt.schedule_at(at(10ms), count);
+  const TimerId earlier = rt.schedule_at(at(50ms), count);
+  rt.flush();  // filed; the runtime's threads have counted and flushed before
+  int failed = 0;
+  first_call_on_a_new_thread_out_of_memory([&] {
+    if (!rt.cancel(cancelled)) failed |= 1;
+  });
+  first_call_on_a_new_thread_out_of_memory([&] {
+    if (rt.try_cancel(try_cancelled) != chime::CancelResult::cancelled) failed |= 2;
+  });
+  first_call_on_a_new_thread_out_of_memory([&] {
+    try {
+      rt.flush();
+    } catch (const std::bad_alloc&) {
+    }
+  });
+  std::thread([&] {
+    const chime::Lane lane = rt.lane();  // this thread's: its flush runs the lane while it waits
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::all);
+    try {
+      rt.flush();
+    } catch (const std::bad_alloc&) {
+    }
+  }).join();
+  // An earlier due's command must arrive: out of memory it waits for room,
+  // so memory comes back (the scope ends) while it waits.
+  {
+    std::atomic<bool> go{false};
+    std::thread t([&] {
+      while (!go.load()) std::this_thread::yield();
+      if (!rt.reschedule_at(earlier, at(20ms))) failed |= 4;
+    });
+    {
+      const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
+      go.store(true);
+      std::this_thread::sleep_for(50ms);
+    }
+    t.join();
+  }
+  advance_to(clock, rt, at(20ms));
+  if (runs.load() != 1) failed |= 8;  // only `earlier` ran, at its new due: the cancels took effect
+  if (failed != 0) std::fprintf(stderr, "failed checks: %d\n", failed);
+  std::_Exit(failed == 0 ? 0 : 1);
+}
+
+// A thread's first cancel, try_cancel, earlier reschedule or flush out of
+// memory neither aborts the process nor loses its effect: a cancel takes
+// effect, a reschedule's new due holds, a flush (on a lane's thread too)
+// returns or throws std::bad_alloc (no chime thread_local registers a
+// destructor).
+TEST(RuntimeOutOfMemory, a_threads_first_call_out_of_memory_takes_effect_or_throws_bad_alloc) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(first_calls_out_of_memory(), testing::ExitedWithCode(0), "");
+}
+
+// Runs `arm` on a thread of its own while allocation fails on every thread
+// but this one, for at most 2 s (an arm that waits for memory then returns
+// once it is back); true iff it threw std::bad_alloc.
+template <class F>
+bool throws_bad_alloc_out_of_memory(F arm) {
+  std::atomic<int> outcome{0};  // 1: returned; 2: threw std::bad_alloc
+  {
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
+    std::thread t([&] {
+      try {
+        arm();
+        outcome.store(1);
+      } catch (const std::bad_alloc&) {
+        outcome.store(2);
+      }
+    });
+    for (const auto give_up = std::chrono::steady_clock::now() + 2s;
+         outcome.load() == 0 && std::chrono::steady_clock::now() < give_up;) {
+      std::this_thread::sleep_for(1ms);
+    }
+    t.detach();  // joined below, through `outcome`, once memory is back
+  }
+  while (outcome.load() == 0) std::this_thread::sleep_for(1ms);
+  return outcome.load() == 2;
+}
+
+// G47 (timer errors): a re-arm that cannot get memory for what the new
+// timer needs (its side record, room for its ADD in the queue) throws
+// std::bad_alloc and leaves the Timer as it was: its pending run is kept and
+// runs at its due.
+TEST(RuntimeOutOfMemory, a_re_arm_out_of_memory_throws_bad_alloc_and_keeps_the_pending_run) {
+  chime::ManualClock clock{kStart};
+  chime::RuntimeOptions options = manual_options(clock, 1);
+  options.reserve = 64;  // the slot chunk exists; its side array does not
+  Runtime rt{options};
+  std::atomic<int> runs{0};
+  chime::Timer timer(rt, [&runs] { runs.fetch_add(1); });
+  timer.arm_at(at(10ms));
+  rt.flush();
+  // A periodic timer needs the slot's side record, which its chunk lacks.
+  EXPECT_TRUE(throws_bad_alloc_out_of_memory([&] { timer.arm_every(5ms); }));
+  EXPECT_TRUE(timer.armed());
+  EXPECT_EQ(rt.stats().pending, 1u);
+  advance_to(clock, rt, at(10ms));
+  EXPECT_EQ(runs.load(), 1) << "the one-shot the failed arm would have replaced did not run";
+  EXPECT_FALSE(timer.armed());
+  // The side array is there now; a new thread's ADD needs a queue block.
+  timer.arm_every(10ms, chime::PeriodicOptions{at(20ms)});
+  rt.flush();
+  EXPECT_TRUE(throws_bad_alloc_out_of_memory([&] { timer.arm_every(5ms); }));
+  EXPECT_TRUE(timer.armed());
+  EXPECT_EQ(rt.stats().pending, 1u);
+  advance_to(clock, rt, at(20ms));
+  EXPECT_EQ(runs.load(), 2) << "the periodic timer the failed arm would have replaced did not run";
   rt.check_invariants();
 }
 

@@ -132,6 +132,26 @@ TEST_F(RuntimeUv, a_cancel_before_the_run_starts_wins) {
   EXPECT_EQ(tags(), (std::vector<int>{0}));
 }
 
+// The driver follows the lane when its Lane is moved (G38 lets a Lane move
+// under its sleepers): a timer of the moved lane runs inside uv_run, on the
+// loop's thread.
+TEST_F(RuntimeUv, the_driver_follows_the_lane_when_its_lane_is_moved) {
+  std::optional<chime::Lane> moved;
+  on_loop([&] { moved.emplace(std::move(lane)); });
+  moved->schedule_at(at(1ms), [this] {
+    const std::lock_guard<std::mutex> lock(mutex);
+    runs.push_back({0, std::this_thread::get_id(), at(1ms), clock.now()});
+  });
+  advance_to(clock, rt, at(2ms));
+  EXPECT_EQ(tags(), (std::vector<int>{0}));
+  EXPECT_EQ(runs.at(0).thread, loop_id);
+  EXPECT_EQ(driver->failure(), nullptr);
+  on_loop([&] {
+    driver.reset();  // before the lane it drives
+    moved.reset();
+  });
+}
+
 // close() from a lane callback stops the poll at once; the close callback
 // frees the handle on the loop's next iteration, so uv_run returns once the
 // test's own handle is closed and uv_loop_close finds nothing open. The lane

@@ -33,8 +33,9 @@
 // io_context); the lane's schedule, cancel and reschedule calls still come
 // from any thread.
 //
-// Lifetimes: the Runtime outlives the Lane, the Lane outlives its LaneDriver
-// and LaneTimers, and the io_context outlives every pending wait of a
+// Lifetimes: the Runtime outlives the Lane, the lane outlives its LaneDriver
+// and LaneTimers (they hold a chime::LaneRef, the lane itself, so the Lane
+// handle may be moved meanwhile, G38), and the io_context outlives every pending wait of a
 // LaneTimer (its completion is posted there): end the coroutines (cancel
 // their timers, let io.run() return) before destroying the lane, as the
 // example examples/asio_echo_idle.cpp does.
@@ -136,8 +137,8 @@ class LaneDriver {
 
  private:
   struct State {
-    State(boost::asio::io_context& io, Lane& l, std::size_t max) : lane(&l), max_per_wake(max), fd(io, dup_fd(l)) {}
-    Lane* lane;
+    State(boost::asio::io_context& io, Lane& l, std::size_t max) : lane(l), max_per_wake(max), fd(io, dup_fd(l)) {}
+    LaneRef lane;  // follows the lane when its Lane is moved
     std::size_t max_per_wake;
     boost::asio::posix::stream_descriptor fd;
     bool stopped = false;
@@ -172,7 +173,7 @@ class LaneDriver {
       return;
     }
     try {
-      s->lane->run_ready(s->max_per_wake);
+      s->lane.run_ready(s->max_per_wake);
     } catch (...) {
       s->stopped = true;
       boost::system::error_code ignored;
@@ -228,8 +229,9 @@ inline TimePoint saturating_after(TimePoint now, Duration delay) noexcept {
 // Schedules a LaneWaitOp for handler at due on the lane; returns its id, or
 // an empty id if the lane refused the schedule (the op, destroyed unrun,
 // has then posted operation_aborted).
-template <class Handler, class Executor>
-TimerId start_lane_wait(Lane& lane, TimePoint due, Handler handler, const Executor& fallback) {
+// `lane`: a Lane or a LaneRef.
+template <class LaneLike, class Handler, class Executor>
+TimerId start_lane_wait(LaneLike& lane, TimePoint due, Handler handler, const Executor& fallback) {
   auto ex = boost::asio::get_associated_executor(handler, fallback);
   auto work = boost::asio::prefer(std::move(ex), boost::asio::execution::outstanding_work.tracked);
   LaneWaitOp<Handler, decltype(work)> op(std::move(handler), std::move(work));
@@ -254,9 +256,10 @@ class LaneTimer {
  public:
   using executor_type = boost::asio::any_io_executor;
 
-  // Expiry: now. Thread: any. Blocking: no. Allocation: none.
-  LaneTimer(executor_type ex, Lane& lane) noexcept : ex_(std::move(ex)), lane_(&lane) {}
-  LaneTimer(boost::asio::io_context& io, Lane& lane) noexcept : LaneTimer(io.get_executor(), lane) {}
+  // Expiry: now. Thread: any. Blocking: no. Allocation: none. Throws
+  // std::logic_error for an empty Lane, or one whose Runtime is gone.
+  LaneTimer(executor_type ex, Lane& lane) : ex_(std::move(ex)), lane_(lane) {}
+  LaneTimer(boost::asio::io_context& io, Lane& lane) : LaneTimer(io.get_executor(), lane) {}
   LaneTimer(const LaneTimer&) = delete;
   LaneTimer& operator=(const LaneTimer&) = delete;
   // Cancels a pending wait (as cancel(); nothing if the runtime is gone).
@@ -278,9 +281,7 @@ class LaneTimer {
     expiry_ = due;
     return n;
   }
-  std::size_t expires_after(Duration delay) {
-    return expires_at(detail::saturating_after(lane_->clock().now(), delay));
-  }
+  std::size_t expires_after(Duration delay) { return expires_at(detail::saturating_after(lane_.clock().now(), delay)); }
 
   // Waits until the expiry (never earlier), then completes with success, or
   // with operation_aborted when cancelled: by cancel(), expires_*, another
@@ -303,18 +304,18 @@ class LaneTimer {
   std::size_t cancel() {
     if (!id_) return 0;
     const TimerId id = std::exchange(id_, TimerId{});
-    return lane_->cancel(id) ? 1 : 0;
+    return lane_.cancel(id) ? 1 : 0;
   }
 
  private:
   template <class Handler>
   void start(Handler handler) {
     cancel();
-    id_ = detail::start_lane_wait(*lane_, expiry_, std::move(handler), ex_);
+    id_ = detail::start_lane_wait(lane_, expiry_, std::move(handler), ex_);
   }
 
   executor_type ex_;
-  Lane* lane_;
+  LaneRef lane_;  // follows the lane when its Lane is moved
   TimePoint expiry_{};
   TimerId id_;
 };

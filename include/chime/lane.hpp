@@ -275,6 +275,7 @@ class Lane {
   friend class Runtime;
   friend class Timer;
   friend class LaneSleep;
+  friend class LaneRef;
   Lane(detail::RuntimeCore* core, detail::LaneCore* lane, std::shared_ptr<const detail::RuntimeAlive> alive) noexcept
       : core_(core), lane_(lane), alive_(std::move(alive)) {}
   // Throws std::logic_error for an empty Lane, or one whose Runtime is gone.
@@ -283,6 +284,35 @@ class Lane {
   detail::RuntimeCore* core_ = nullptr;
   detail::LaneCore* lane_ = nullptr;
   std::shared_ptr<const detail::RuntimeAlive> alive_;  // chime/runtime.hpp
+};
+
+// A reference to a lane itself, not to the Lane handle that owns it: it
+// stays valid while that handle is moved (as a Timer's or a sleep's does,
+// G38), so an adapter that holds one (chime/asio.hpp, chime/uv.hpp)
+// follows the lane wherever its Lane moves. It never closes the lane.
+// Every call throws std::logic_error once the lane was destroyed (its
+// generation moved on; runtime/lane_core.hpp) or its Runtime is gone;
+// otherwise each call is the Lane's of the same name (threads, blocking,
+// allocation, errors). Copyable.
+class LaneRef {
+ public:
+  // Empty: every call throws std::logic_error.
+  LaneRef() noexcept = default;
+  // Throws std::logic_error for an empty Lane, or one whose Runtime is gone.
+  explicit LaneRef(const Lane& lane);
+
+  TimerId schedule_at(TimePoint due, Task task, std::optional<Duration> slack = std::nullopt) const;
+  bool cancel(TimerId id) const;
+  int ready_fd() const;
+  std::size_t run_ready(std::size_t max = SIZE_MAX) const;
+  const Clock& clock() const;
+
+ private:
+  void check(const char* what) const;
+  detail::RuntimeCore* core_ = nullptr;
+  detail::LaneCore* lane_ = nullptr;
+  std::shared_ptr<const detail::RuntimeAlive> alive_;
+  std::uint32_t lane_generation_ = 0;
 };
 
 }  // namespace chime

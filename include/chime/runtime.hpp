@@ -120,8 +120,10 @@
 // G22 (out of memory): schedule_* throws std::bad_alloc and schedules nothing; commands that must arrive (a
 // periodic re-arm, a reschedule to an earlier due, shutdown's stop) are
 // retried every millisecond until memory is available; a cancel still
-// takes effect, and its timer's slot is freed when its due time comes. A
-// wheel thread out of memory neither dies nor waits for memory: what it
+// takes effect, and its timer's slot is freed when its due time comes. This
+// holds for a thread's first call too: no call makes a thread_local with a
+// destructor (glibc registers that with calloc and aborts the process when
+// it fails). A wheel thread out of memory neither dies nor waits for memory: what it
 // cannot file, fire or hand over stays where it is (commands in the queue,
 // alarms in the wheel, claimed runs in its batches) and it tries again every
 // millisecond, so every accepted timer runs exactly once when memory is

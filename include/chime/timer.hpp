@@ -53,9 +53,12 @@
 // std::out_of_range, a period <= 0 std::invalid_argument, after shutdown
 // chime::StoppedError, with the command queue at max_queue_depth or over
 // max_pending chime::CapacityError, all naming the values and all at the
-// arm call. An arm that throws leaves the Timer exactly as it was: its
-// pending run (one-shot or periodic) is kept, because the new timer is
-// validated and its slot reserved before the pending run is replaced. A
+// arm call; out of memory for what the new timer needs, std::bad_alloc. An
+// arm that throws leaves the Timer exactly as it was: its pending run
+// (one-shot or periodic) is kept, because the new timer is validated and
+// its slot, its side record and its ADD's place in the command queue are
+// reserved before the pending run is replaced, so an arm never waits for
+// memory. A
 // re-arm that replaces a pending run counts in max_pending in its place
 // (the two may exceed it by one until the replaced run has ended). The one
 // exception: an arm that races shutdown may throw StoppedError after its

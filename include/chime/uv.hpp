@@ -27,8 +27,10 @@
 // it lives in a heap block that the close callback frees. The LaneDriver
 // itself may be destroyed as soon as close() returned (its destructor
 // closes); the loop must run once more (uv_run, any mode) before
-// uv_loop_close, which returns UV_EBUSY until then. The Lane outlives the
-// LaneDriver (until close()); after close() no callback touches the lane.
+// uv_loop_close, which returns UV_EBUSY until then. The lane outlives the
+// LaneDriver (until close()), though its Lane handle may be moved meanwhile
+// (the driver holds a chime::LaneRef, the lane itself); after close() no
+// callback touches the lane.
 // The Runtime outlives the Lane. Detected: a Runtime destroyed first wakes
 // the poll (a lane's eventfd is written as the runtime frees it), whose
 // run_ready throws std::logic_error; the driver keeps it (failure()),
@@ -63,7 +65,7 @@ class LaneDriver {
   // or uv_poll_start fails; std::logic_error for an empty Lane or one whose
   // Runtime is gone.
   LaneDriver(uv_loop_t* loop, Lane& lane, std::size_t max_per_wake = SIZE_MAX)
-      : handle_(new Handle{{}, &lane, max_per_wake, 0, dup_fd(lane), {}}) {
+      : handle_(new Handle{{}, LaneRef(lane), max_per_wake, 0, dup_fd(lane), {}}) {
     handle_->poll.data = handle_;
     int rc = uv_poll_init(loop, &handle_->poll, handle_->fd);
     if (rc != 0) {
@@ -117,7 +119,7 @@ class LaneDriver {
  private:
   struct Handle {
     uv_poll_t poll;
-    Lane* lane;
+    LaneRef lane;  // the lane itself: follows it when its Lane is moved (G38)
     std::size_t max_per_wake;
     int error;
     int fd;                      // the duplicate of lane.ready_fd() the poll watches
@@ -139,7 +141,7 @@ class LaneDriver {
       return;
     }
     try {
-      h->lane->run_ready(h->max_per_wake);
+      h->lane.run_ready(h->max_per_wake);
     } catch (...) {
       h->failure = std::current_exception();
       uv_poll_stop(poll);
