@@ -50,6 +50,7 @@ enum class CommandKind : std::uint8_t {
   stop,        // Runtime::shutdown: `request` is a StopRequest*
   close_lane,  // a Lane is destroyed: `request` is a CloseLaneRequest*
   check,       // Runtime::check_invariants: `request` is a CheckRequest*
+  next_due,    // Runtime::next_due: `request` is a NextDueRequest*
 };
 
 struct Command {

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -78,6 +80,56 @@ bool Runtime::reschedule_after(TimerId id, Duration delay) {
 }
 TimerState Runtime::state(TimerId id) const noexcept { return core_->producer_ops().state(id); }
 void Runtime::flush() { core_->flush(); }
+std::optional<TimePoint> Runtime::next_due() { return core_->next_due(); }
+
+namespace {
+// The runtime's ManualClock, for the calls that step it; std::logic_error naming `what` on any other clock.
+ManualClock& manual_clock_of(const detail::RuntimeCore& core, const char* what) {
+  auto* clock = dynamic_cast<ManualClock*>(core.config().options.clock);
+  if (clock == nullptr) {
+    throw std::logic_error(std::string("chime::Runtime::") + what +
+                           ": the runtime's clock is not a ManualClock; only a ManualClock is stepped by the runtime");
+  }
+  return *clock;
+}
+// One step: the clock to `next` if it is later, then a flush. Returns the reading flushed at.
+TimePoint step_to(detail::RuntimeCore& core, ManualClock& clock, TimePoint next) {
+  if (next > clock.now()) clock.set(next);
+  const TimePoint reading = clock.now();
+  core.flush();
+  return reading;
+}
+}  // namespace
+
+std::optional<TimePoint> Runtime::advance_to_next() {
+  ManualClock& clock = manual_clock_of(*core_, "advance_to_next");
+  const std::optional<TimePoint> next = core_->next_due();
+  if (!next) return std::nullopt;
+  return step_to(*core_, clock, *next);
+}
+
+std::size_t Runtime::run_until(TimePoint t) {
+  ManualClock& clock = manual_clock_of(*core_, "run_until");
+  if (t < clock.now()) {
+    throw std::invalid_argument("chime::Runtime::run_until: " + std::to_string(t.time_since_epoch().count()) +
+                                " ns is before the clock's reading " +
+                                std::to_string(clock.now().time_since_epoch().count()) + " ns");
+  }
+  std::size_t steps = 0;
+  for (std::optional<TimePoint> next = core_->next_due(); next && *next <= t; next = core_->next_due()) {
+    step_to(*core_, clock, *next);
+    ++steps;
+  }
+  step_to(*core_, clock, t);
+  return steps + 1;
+}
+
+std::size_t Runtime::run_until_idle(std::size_t max_steps) {
+  manual_clock_of(*core_, "run_until_idle");
+  std::size_t steps = 0;
+  while (steps < max_steps && advance_to_next()) ++steps;
+  return steps;
+}
 std::size_t Runtime::drain() { return core_->drain(); }
 std::size_t Runtime::shutdown(ShutdownMode mode) { return core_->shutdown(mode); }
 Producer Runtime::producer() { return Producer(core_.get(), core_->shards().make_token()); }

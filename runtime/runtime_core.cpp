@@ -318,6 +318,21 @@ Stats RuntimeCore::stats() const {
   return s;
 }
 
+std::optional<TimePoint> RuntimeCore::next_due() {
+  runner_.throw_if_in_callback("next_due");
+  if (stopped_.load(std::memory_order_acquire)) return std::nullopt;
+  std::int64_t earliest = INT64_MAX;
+  for (auto& shard : shards_) {
+    NextDueRequest request;
+    post_request_and_wait(*shard, CommandKind::next_due, &request, request.completion);
+    // One posted as shutdown stopped the wheel thread is never answered: nothing is pending then.
+    if (!request.completion.is_done()) return std::nullopt;
+    earliest = std::min(earliest, request.due_ns);
+  }
+  if (earliest == INT64_MAX) return std::nullopt;
+  return TimePoint(Duration(earliest));
+}
+
 void RuntimeCore::check_invariants() {
   runner_.throw_if_in_callback("check_invariants");
   if (stopped_.load(std::memory_order_acquire)) return;  // the wheel thread is gone, or going

@@ -269,6 +269,13 @@ struct CheckRequest {
   std::string failure;
   Completion completion;
 };
+// Runtime::next_due: the wheel thread answers in a pass that emptied its
+// queue (every command posted before the request is applied) with the
+// earliest due of the timers it holds, INT64_MAX for none.
+struct NextDueRequest {
+  std::int64_t due_ns = INT64_MAX;
+  Completion completion;
+};
 struct StopRequest {
   ShutdownMode mode = ShutdownMode::cancel_pending;
   Completion completion;
@@ -302,6 +309,8 @@ class RuntimeCore {
   // runtime_core.cpp: posts a check the wheel thread runs
   // (check_on_wheel) and throws std::logic_error with what it found.
   void check_invariants();
+  // runtime_core.cpp: the earliest pending due over every shard (NextDueRequest).
+  std::optional<TimePoint> next_due();
   void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
   // The shards (shards.hpp): which one a post goes to; a Producer's token.
   Shards& shards() noexcept { return shards_; }

@@ -376,6 +376,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   sweep_zombies_if_many();
   wt().retired->flush();
   const bool settled = settle_flushes(completed_snapshot);
+  answer_next_dues();
   note_out_of_memory();
   // Runs dispatched by passes that did not empty the queue, or held for
   // want of memory, count towards the next settle: reset only after one.
@@ -413,6 +414,10 @@ void WheelThread::stop_passes() {
     if (d->completion.signal()) delete d;  // abandoned (Completion)
   }
   wt().drains.clear();
+  for (NextDueRequest* n : wt().next_dues) {
+    [[maybe_unused]] const bool abandoned = n->completion.signal();  // never: waited for; INT64_MAX, none
+  }
+  wt().next_dues.clear();
 }
 
 // Applies up to kMaxCommandsPerPass commands; returns true iff it applied
@@ -538,6 +543,9 @@ bool WheelThread::apply_batch(std::size_t begin, std::size_t end, bool& any) {
       case CommandKind::stop:
         s.stop = static_cast<StopRequest*>(c.request);
         break;
+      case CommandKind::next_due:
+        s.next_dues.push_back(static_cast<NextDueRequest*>(c.request));
+        break;
       case CommandKind::check: {
         auto* request = static_cast<CheckRequest*>(c.request);
         try {
@@ -574,21 +582,23 @@ std::size_t WheelThread::commands_with_room(const Command* c, std::size_t n) noe
   const auto timer_room = [&] {
     return std::min({spare(s.overdue), spare(s.deferred_adds), spare(s.reschedules_before_add)});
   };
-  const auto request_room = [&] { return std::min(spare(s.flushes), spare(s.drains)); };
+  const auto request_room = [&] { return std::min({spare(s.flushes), spare(s.drains), spare(s.next_dues)}); };
   // The common case: room for n commands of any kind already.
   if (timer_room() >= n && request_room() >= n) [[likely]]
     return n;
   const auto is_timer = [](CommandKind k) {
     return k == CommandKind::add || k == CommandKind::rearm || k == CommandKind::reschedule;
   };
-  const auto is_request = [](CommandKind k) { return k == CommandKind::flush || k == CommandKind::drain; };
+  const auto is_request = [](CommandKind k) {
+    return k == CommandKind::flush || k == CommandKind::drain || k == CommandKind::next_due;
+  };
   std::size_t timers = 0, requests = 0;
   for (std::size_t i = 0; i < n; ++i) {
     timers += is_timer(c[i].kind) ? 1 : 0;
     requests += is_request(c[i].kind) ? 1 : 0;
   }
   if (make_room(s.overdue, timers) & make_room(s.deferred_adds, timers) & make_room(s.reschedules_before_add, timers) &
-      make_room(s.flushes, requests) & make_room(s.drains, requests)) [[likely]] {
+      make_room(s.flushes, requests) & make_room(s.drains, requests) & make_room(s.next_dues, requests)) [[likely]] {
     return n;
   }
   s.pass_out_of_memory = true;
@@ -1446,6 +1456,31 @@ bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
   }
   wt().flushes.resize(kept);
   return true;
+}
+
+// Every timer this shard holds (the wheel, the overdue list, the ready
+// heap) by its current due: a touch moved it later without telling us.
+// O(filed timers).
+void WheelThread::answer_next_dues() {
+  WheelThreadState& s = wt();
+  if (s.next_dues.empty()) return;
+  std::int64_t earliest = INT64_MAX;
+  const auto look = [&](std::uint32_t index) {
+    const TimerSlot& slot = core_.slab()[index];
+    // acquire: pairs with S1/R2/F2's release, as consider's load.
+    const SlotState state = StateWord::state(slot.word.load(std::memory_order_acquire));
+    if (state == SlotState::pending || state == SlotState::writing) {
+      earliest = std::min(earliest, slot.due_ns.load(std::memory_order_relaxed));
+    }
+  };
+  for (const std::uint32_t index : s.overdue) look(index);
+  for (const WheelThreadState::ManualReady& r : s.manual_ready) look(r.index);
+  s.wheel.for_each(look);
+  for (NextDueRequest* request : s.next_dues) {
+    request->due_ns = earliest;
+    [[maybe_unused]] const bool abandoned = request->completion.signal();  // never: waited for
+  }
+  s.next_dues.clear();
 }
 
 void WheelThread::sleep(bool busy) {

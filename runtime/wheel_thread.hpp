@@ -154,6 +154,8 @@ class WheelThread {
   }
   // False, settling none, while runs are held for want of memory.
   bool settle_flushes(std::uint64_t completed_snapshot);
+  // Runtime::next_due: the earliest due this shard holds, to each request.
+  void answer_next_dues();
   void sleep(bool busy);
   void record_final_busy() noexcept;  // the thread's CPU time as it returns
 

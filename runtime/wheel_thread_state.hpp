@@ -42,6 +42,7 @@ namespace chime::detail {
 struct FlushRequest;
 struct DrainRequest;
 struct StopRequest;
+struct NextDueRequest;
 struct LaneCore;
 
 // The wheel's node of slot i: its TimerSlot::alarm. A shard's wheel
@@ -78,6 +79,7 @@ struct WheelThreadState {
     drain_buffer.reserve(kScratchCapacity);
     flushes.reserve(command_buffer.size());
     drains.reserve(command_buffer.size());
+    next_dues.reserve(command_buffer.size());
     touched_lanes.reserve(64);
     lane_spill.reserve(kScratchCapacity);  // as dispatch_batch: room for a pass's runs (hand_over)
   }
@@ -148,6 +150,7 @@ struct WheelThreadState {
   std::vector<FlushRequest*> flushes;
   std::vector<DrainRequest*> drains;
   StopRequest* stop = nullptr;
+  std::vector<NextDueRequest*> next_dues;    // answered by a pass that empties the queue (answer_next_dues)
   std::int64_t pass_min_due_ns = INT64_MAX;  // earliest due dispatched since the last settle_flushes
   bool awaiting_writer = false;              // this pass put a mid-reschedule timer on overdue
   // Passes in a row that waited for a reschedule's two stores (deferred_adds,

@@ -547,6 +547,37 @@ class Runtime {
   // and shutdown() wait until they slow down.
   void flush();
 
+  // The earliest due of a pending timer, over every shard and lane, once
+  // every command posted before the call is applied (a touch's later due
+  // counts); std::nullopt when none is pending, and after shutdown. A run
+  // already handed to a worker or a lane is not pending. Waits for a pass of
+  // each wheel thread, and looks at every timer it holds: O(pending timers).
+  // Throws std::logic_error from inside a callback. May block.
+  std::optional<TimePoint> next_due();
+
+  // Simulation on a ManualClock (G28): the runtime moves the clock from due
+  // to due, as Tokio's paused time auto-advances. Each throws
+  // std::logic_error if the runtime's clock is not a ManualClock, or from
+  // inside a callback. Call them from the one thread that moves the clock.
+  // A step is a flush at one reading: every timer due by then runs, in due
+  // order with ties in call order, and so does every timer a callback
+  // schedules due at or before that reading, in the same step, in its place
+  // in that order (on a Lane, after the lane's batch it came from).
+  //
+  // advance_to_next(): sets the clock to next_due() if that is later than
+  // its reading, then flushes. Returns the reading it flushed at, or
+  // std::nullopt (having done nothing) when no timer is pending.
+  std::optional<TimePoint> advance_to_next();
+  // run_until(t): steps from due to due while next_due() is at or before
+  // t, then sets the clock to t and flushes. Returns the steps taken, the
+  // last flush at t included. Throws std::invalid_argument if t is before
+  // the clock's reading.
+  std::size_t run_until(TimePoint t);
+  // run_until_idle(): advance_to_next() until no timer is pending, or
+  // max_steps steps (a periodic timer is always pending: bound it, or use
+  // run_until). Returns the steps taken.
+  std::size_t run_until_idle(std::size_t max_steps = SIZE_MAX);
+
   // Fires every pending timer now, before its due time (the one exception to
   // "never early"; excluded from the lateness histogram). Periodic timers run
   // once and keep their schedule. Returns the count once they are handed to
