@@ -971,6 +971,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
     core_.producer_ops().raise_due_limit(wt().wheel.now().time_since_epoch().count());
   }
   if (!wt().advance_cut_short) fire_past_due();
+  if (!wt().advance_cut_short) wt().advanced_to_ns = now_ns;
   // A wheel alarm runs iff its due is before the boundary, or at or before
   // the clock's time (a timer whose alarm fired is due by then, unless a
   // touch moved it later).
@@ -1031,6 +1032,7 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
     core_.producer_ops().raise_due_limit(s.wheel.now().time_since_epoch().count());
   }
   if (!s.advance_cut_short) fire_past_due();
+  if (!s.advance_cut_short) s.advanced_to_ns = now_ns;
   // room_for_advance made room on the overdue list for every fired alarm.
   for (const auto& fired : s.wheel_fired) s.overdue.push_back(fired.second);
   s.wheel_fired.clear();
@@ -1448,7 +1450,11 @@ bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
     for (const WheelThreadState::ManualReady& r : wt().manual_ready) {
       if (core_.slab()[r.index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
     }
-    if (completed_snapshot >= f->mark && !overdue_by_target) {
+    // And the wheel has advanced to its reading: an advance cut short or
+    // skipped for want of memory left what is due by then in the wheel,
+    // though it may have dispatched nothing (pass_min_due_ns).
+    const bool reached = wt().advanced_to_ns >= std::min(f->target_ns, config_.max_wheel_now_ns);
+    if (completed_snapshot >= f->mark && !overdue_by_target && reached) {
       if (f->completion.signal()) delete f;  // abandoned (Completion)
     } else {
       wt().flushes[kept++] = f;

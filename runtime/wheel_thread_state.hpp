@@ -94,6 +94,10 @@ struct WheelThreadState {
   std::vector<Overdue> overdue_order;                               // overdue timers by due time
   std::vector<Overdue> overdue_scratch;                             // sort_overdue's second buffer
   std::vector<std::pair<std::int64_t, std::uint32_t>> wheel_fired;  // this advance's alarms, by interval
+  // The clock reading the last advance reached in full (not cut short, not
+  // skipped for want of memory): a flush settles only once it is at or past
+  // the flush's reading (settle_flushes).
+  std::int64_t advanced_to_ns = INT64_MIN;
   std::int64_t application_now_ns = INT64_MIN;  // the clock at this batch's application; MIN: not read yet
   // A ManualClock (wheel_thread.cpp, "A manual clock"): the latest clock
   // reading a flush (or drain, or shutdown(fire_pending), which begin with

@@ -192,6 +192,32 @@ TEST(RuntimeOutOfMemory, firing_out_of_memory_loses_no_run_and_runs_none_twice) 
   }
 }
 
+// A flush returns only once every timer due by its reading has run, or
+// throws: an advance cut short for want of memory, whose fired part was only
+// zombies (so it dispatched nothing), leaves the due timers in the wheel,
+// and the flush does not settle on it.
+TEST(RuntimeOutOfMemory, a_flush_returns_only_once_every_timer_due_by_its_reading_ran) {
+  SettableClock clock{kStart};
+  Runtime rt{settable_options(clock, 1)};
+  std::atomic<int> ran{0};
+  constexpr int kZombies = 8192, kLive = 40000;
+  std::vector<TimerId> zombies;
+  for (int i = 0; i < kZombies; ++i) zombies.push_back(rt.schedule_at(at(5ms), [] {}));
+  for (int i = 0; i < kLive; ++i) rt.schedule_at(at(6ms), [&ran] { ran.fetch_add(1); });
+  rt.flush();  // filed
+  for (const TimerId id : zombies) ASSERT_TRUE(rt.cancel(id));
+  {
+    const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
+    clock.set(at(10ms));
+    const bool threw = throws_bad_alloc_in_bounded_time([&] { rt.flush(); });
+    if (!threw) EXPECT_EQ(ran.load(), kLive) << "flush returned with timers due by its reading not yet run";
+  }
+  flush_once_memory_is_back(rt);
+  EXPECT_EQ(ran.load(), kLive);
+  EXPECT_EQ(rt.stats().pending, 0u);
+  rt.check_invariants();
+}
+
 // A lane's runs come due (steady clock) while memory is out and the lane
 // is not run, so its ready queue must grow: the runs it cannot take wait on
 // the wheel thread, and every one runs once, on the lane, when memory is back.
