@@ -44,18 +44,23 @@
 //   goes out with that application (not on a ManualClock: G28); those
 //   applied in one pass go out in nondecreasing due order (ties: posting
 //   order), merged with the advance's timers in nondecreasing interval order.
+//   A periodic timer's missed runs coalesced into one (Missed::skip, delay)
+//   are ordered by the earliest of their dues; Firing::due is the latest.
 // G28 (manual clock; design.md, "Clocks"): on a ManualClock callbacks run
 //   only inside flush() (and drain(), shutdown(fire_pending), which begin
 //   with one), never between calls: flush() applies every command posted
 //   before it, then runs every timer whose due is at or before the clock's
-//   reading at the flush, with Firing::fired_at equal to that reading, and
-//   returns when those runs have ended. The runs start in due order, ties in
+//   reading at the flush, with Firing::fired_at equal to that reading (or,
+//   for a reading past the horizon, G23, the horizon's start, where the
+//   wheel stops), and returns when those runs have ended. The runs start in due order, ties in
 //   call order (the order of the schedule, reschedule or periodic re-arm
 //   that set the due; across threads, happens-before), one at a time,
 //   whatever `workers` is: each starts after the one before has returned,
 //   and sees what that one scheduled, cancelled or rescheduled. A timer a
 //   callback schedules due at or before the reading runs in the same flush,
-//   in its place. On a Lane, the lane's runs that come next in that order
+//   in its place. A periodic timer's missed runs that go out as one
+//   (Missed::skip, delay) take the place of the earliest of them; its
+//   Firing::due is the latest. On a Lane, the lane's runs that come next in that order
 //   go to it together and run in order on its thread; what one of them
 //   schedules comes after them. No slack, no interval rule, no "due now" at
 //   application: which timers run, their order, due, missed and fired_at
