@@ -43,7 +43,9 @@
 // span down ahead (TimingWheel::cascade_ahead, kCascadeAheadPerPass a
 // pass): while some of a span is left to move, the next pass comes at once
 // instead of a sleep (ahead_pending), so the wheel enters a span with
-// nothing left to cascade, every kCascadeAheadPerPass moves a pass. What
+// nothing left to cascade, every kCascadeAheadPerPass moves a pass; an
+// advance that has fired kRefilesPerAdvance touched alarms (to be re-filed
+// at their later dues) is cut short, and the next pass goes on at once. What
 // this does not bound: a wheel thread that sleeps through a whole span
 // (no alarm due in it) into one whose elements were never next: the
 // advance that enters it cascades them (one far batch of timers and an
@@ -138,6 +140,11 @@ constexpr std::int64_t kLingerNs = 1'000'000;
 // was 19 ms in one pass, docs/benchmarks.md, "Where the lateness tail
 // waits"). 1,024 moves take about 50-100 us.
 constexpr std::size_t kCascadeAheadPerPass = 1024;
+// Fired alarms an advance may re-file at a later due (touched timers) before
+// it is cut short: the same budget as the level moves, so a batch touched
+// later all at once is re-filed over several passes, which come at once
+// (sleep: advance_cut_short), not in one.
+constexpr std::size_t kRefilesPerAdvance = kCascadeAheadPerPass;
 // How far ahead the wheel thread asks for the slot lines it will act on
 // (apply_commands, advance_and_dispatch): a few misses in flight at once.
 constexpr std::size_t kPrefetchAhead = 8;
@@ -330,6 +337,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   wt().application_now_ns = INT64_MIN;
   wt().pass_out_of_memory = false;
   wt().advance_cut_short = false;
+  wt().pass_moves = 0;
   bool exhausted = false;
   busy = apply_commands(exhausted);
   const std::int64_t now = pass_clock();
@@ -352,6 +360,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   hand_over();
   // After the hand-off: no run waits for it.
   wt().ahead_pending = wt().wheel.cascade_ahead(kCascadeAheadPerPass);
+  wt().pass_moves += wt().wheel.moved_by_last_cascade_ahead();
   if (wt().deferred_adds.empty() && !wt().awaiting_writer) wt().writer_backoff.reset();  // no writer awaited
   if (!exhausted) {
     wt().retired->flush();
@@ -662,6 +671,11 @@ void WheelThread::record_fired(std::uint32_t index) {
   WheelThreadState& s = wt();
   s.wheel_fired.emplace_back(s.wheel.at(index).time_since_epoch().count(), index);
   if (s.wheel_fired.size() >= s.fired_limit && !grow_fired_limit()) throw AdvanceCutShort{};
+  // relaxed: a stale due only misjudges the budget; consider() decides.
+  if (core_.slab()[index].due_ns.load(std::memory_order_relaxed) > s.advance_to_ns &&
+      ++s.touched_fired >= kRefilesPerAdvance) [[unlikely]] {
+    throw AdvanceCutShort{};
+  }
 }
 
 // After a pass (main's loop): the pass's length and what its advance
@@ -670,7 +684,7 @@ void WheelThread::note_pass(std::int64_t started_ns) {
   const std::int64_t took = config_.steady_clock.now().time_since_epoch().count() - started_ns;
   if (took > seam.longest_pass_ns.load(std::memory_order_relaxed))
     seam.longest_pass_ns.store(took, std::memory_order_relaxed);
-  const std::uint64_t refiled = wt().wheel.moved_by_last_advance();
+  const std::uint64_t refiled = wt().pass_moves;
   if (refiled > seam.most_refiled_in_a_pass.load(std::memory_order_relaxed)) {
     seam.most_refiled_in_a_pass.store(refiled, std::memory_order_relaxed);
   }
@@ -957,14 +971,18 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   wt().overdue.clear();
   wt().awaiting_writer = false;
   wt().wheel_fired.clear();
+  wt().advance_to_ns = now_ns;
+  wt().touched_fired = 0;
   if (now_ns > wt().wheel.now().time_since_epoch().count()) {
     try {
       wt().wheel.advance_clock(TimePoint(Duration(now_ns)), [&](std::uint32_t index) { record_fired(index); });
     } catch (const AdvanceCutShort&) {
-      // Out of room: the wheel stopped at the start of the last fired
-      // alarm's interval; the rest of it, and what follows, fire next pass.
+      // Out of room, or a pass's budget of touched alarms fired: the wheel
+      // stopped at the start of the last fired alarm's interval; the rest
+      // of it, and what follows, fire next pass.
       wt().advance_cut_short = true;
     }
+    wt().pass_moves += wt().wheel.moved_by_last_advance();
     // Each shard raises it to its own wheel's limit, and one behind the
     // others files a due beyond its range at the last time it accepts
     // (file()).
@@ -1023,12 +1041,15 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
   if (!room_for_advance()) [[unlikely]]
     return;
   s.wheel_fired.clear();
+  s.advance_to_ns = now_ns;
+  s.touched_fired = 0;
   if (now_ns > s.wheel.now().time_since_epoch().count()) {
     try {
       s.wheel.advance_clock(TimePoint(Duration(now_ns)), [&](std::uint32_t index) { record_fired(index); });
     } catch (const AdvanceCutShort&) {
       s.advance_cut_short = true;  // the rest fires next step
     }
+    s.pass_moves += s.wheel.moved_by_last_advance();
     core_.producer_ops().raise_due_limit(s.wheel.now().time_since_epoch().count());
   }
   if (!s.advance_cut_short) fire_past_due();
@@ -1051,6 +1072,10 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
   }
   s.overdue.clear();
   s.awaiting_writer = false;
+  // An advance cut short has not fired every alarm due by now_ns: one still
+  // in the wheel may come before the heap's earliest. Nothing is claimed
+  // until it has (the next pass comes at once).
+  if (s.advance_cut_short) return;
   const std::int64_t boundary = s.wheel.now_interval_num_start().time_since_epoch().count();
   const std::uint64_t claimed = s.claimed;
   // The lane of the step's first run, if it is a lane's: the runs of that
@@ -1171,6 +1196,7 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
       case SlotState::pending: {
         const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
         if (due >= boundary && due > due_now_ns) {  // pushed later by a reschedule: re-file lazily
+          ++wt().pass_moves;
           file(index, slot, false);
           return;
         }

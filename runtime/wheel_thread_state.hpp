@@ -98,6 +98,14 @@ struct WheelThreadState {
   // skipped for want of memory): a flush settles only once it is at or past
   // the flush's reading (settle_flushes).
   std::int64_t advanced_to_ns = INT64_MIN;
+  // This pass's moves: alarms its advance moved between levels, the ones
+  // cascade_ahead moved down, and fired alarms re-filed at a later due (a
+  // touch); the most of them in a pass is ShardStats::most_refiled_in_a_pass.
+  std::uint64_t pass_moves = 0;
+  // Of this advance's fired alarms, those due later than it (touched: they
+  // will be re-filed); at kRefilesPerAdvance the advance is cut short.
+  std::size_t touched_fired = 0;
+  std::int64_t advance_to_ns = INT64_MIN;
   std::int64_t application_now_ns = INT64_MIN;  // the clock at this batch's application; MIN: not read yet
   // A ManualClock (wheel_thread.cpp, "A manual clock"): the latest clock
   // reading a flush (or drain, or shutdown(fire_pending), which begin with

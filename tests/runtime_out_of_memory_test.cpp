@@ -210,7 +210,9 @@ TEST(RuntimeOutOfMemory, a_flush_returns_only_once_every_timer_due_by_its_readin
     const OutOfMemory out_of_memory(OutOfMemory::Threads::others);
     clock.set(at(10ms));
     const bool threw = throws_bad_alloc_in_bounded_time([&] { rt.flush(); });
-    if (!threw) EXPECT_EQ(ran.load(), kLive) << "flush returned with timers due by its reading not yet run";
+    if (!threw) {
+      EXPECT_EQ(ran.load(), kLive) << "flush returned with timers due by its reading not yet run";
+    }
   }
   flush_once_memory_is_back(rt);
   EXPECT_EQ(ran.load(), kLive);

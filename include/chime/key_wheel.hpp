@@ -423,6 +423,7 @@ class KeyWheel {
   // allocates.
   bool cascade_ahead(std::size_t budget) {
     check_not_removing("cascade_ahead");
+    const std::size_t initial_budget = budget;
     bool more = false;
     for (int j = 0; j + 1 < num_levels_;) {
       if (((ahead_levels_ >> j) & 1) == 0 && !start_ahead(j)) {
@@ -443,8 +444,11 @@ class KeyWheel {
       }
       ++j;
     }
+    moved_by_last_cascade_ahead_ = initial_budget - budget;
     return more;
   }
+  // Elements the last cascade_ahead moved down (at most its budget).
+  std::size_t moved_by_last_cascade_ahead() const noexcept { return moved_by_last_cascade_ahead_; }
 
   // Elements the last increase_min_allowed_key that raised the minimum
   // re-filed from a higher level to a lower one (its cascading work; the
@@ -1465,6 +1469,7 @@ class KeyWheel {
   mutable std::uint32_t min_cache_ = detail::kNilIndex;
   mutable Key min_cache_key_ = 0;  // the key of min_cache_ while it is an element
   std::size_t moved_by_last_increase_ = 0;
+  std::size_t moved_by_last_cascade_ahead_ = 0;
   bool removing_ = false;
 };
 

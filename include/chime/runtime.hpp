@@ -258,9 +258,11 @@ struct ShardStats {
   // (Stats::refused_overload is the shards' sum).
   std::uint64_t refused_overload = 0;
   // The longest pass of the shard's wheel thread so far (steady clock: the
-  // work between two sleeps, not the sleeps), and the most alarms one pass
-  // moved between the wheel's levels: how close "no pass does unbounded
-  // work" (design.md, "Slack") runs. 0 with no wheel thread started.
+  // work between two sleeps, not the sleeps), and the most moves one pass
+  // made (alarms moved between the wheel's levels by its advance and by
+  // moving the next span down ahead, and fired alarms re-filed at a later
+  // due): how close "no pass does unbounded work" (design.md, "Slack")
+  // runs. 0 with no wheel thread started.
   Duration longest_pass{0};
   std::uint64_t most_refiled_in_a_pass = 0;
 };

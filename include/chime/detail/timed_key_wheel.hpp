@@ -82,6 +82,8 @@ class TimedKeyWheel {
   // of the wheel (its cascading work, KeyWheel::moved_by_last_increase).
   // Never allocates.
   std::size_t moved_by_last_advance() const noexcept { return queue_.moved_by_last_increase(); }
+  // What the last cascade_ahead moved down (KeyWheel::moved_by_last_cascade_ahead).
+  std::size_t moved_by_last_cascade_ahead() const noexcept { return queue_.moved_by_last_cascade_ahead(); }
 
   // The least time to which the clock can be advanced so that an alarm fires:
   // interval_start(min) + alarm_precision() for the earliest alarm time min,
