@@ -204,6 +204,12 @@ std::size_t enqueue_in_blocks(Queue& queue, moodycamel::ProducerToken& token, st
   }
   return done;
 }
+// The ready heap's order (a ManualClock, "A manual clock" above): `a`
+// runs after `b`; the heap's front runs first. Call orders are unique, so
+// no two timers tie.
+bool ready_later(const WheelThreadState::ManualReady& a, const WheelThreadState::ManualReady& b) noexcept {
+  return a.due != b.due ? a.due > b.due : a.order > b.order;
+}
 // Thrown from an advance's handle_fired to cut the advance short: the fired
 // list is at fired_limit and cannot grow (TimingWheel::advance_clock keeps
 // every alarm not yet fired).
@@ -1061,9 +1067,7 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
     s.pass_out_of_memory = true;
     return;
   }
-  const auto later = [](const WheelThreadState::ManualReady& a, const WheelThreadState::ManualReady& b) {
-    return a.due != b.due ? a.due > b.due : a.order > b.order;
-  };
+  const auto later = ready_later;
   if (s.manual_ready_stale) refresh_manual_ready();
   for (const std::uint32_t index : s.overdue) {
     s.manual_ready.push_back(
@@ -1120,10 +1124,7 @@ void WheelThread::refresh_manual_ready() {
     r.due = core_.slab()[r.index].due_ns.load(std::memory_order_relaxed);
     r.order = core_.slab().extra(r.index).order;
   }
-  std::make_heap(s.manual_ready.begin(), s.manual_ready.end(),
-                 [](const WheelThreadState::ManualReady& a, const WheelThreadState::ManualReady& b) {
-                   return a.due != b.due ? a.due > b.due : a.order > b.order;
-                 });
+  std::make_heap(s.manual_ready.begin(), s.manual_ready.end(), ready_later);
   s.manual_ready_stale = false;
 }
 
