@@ -300,7 +300,7 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
     extra.lane.store(lane, std::memory_order_relaxed);
     if (lane != nullptr && lane_generation == 0) lane_generation = lane->generation.load(std::memory_order_relaxed);
     extra.lane_generation = lane != nullptr ? lane_generation : 0;
-    if (manual) extra.order = config_.call_order.take();  // published by S1, as the due
+    if (manual) extra.order.store(config_.call_order.take(), std::memory_order_relaxed);  // published by S1
   }
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.slack_code = slack_code;
@@ -666,7 +666,7 @@ bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   const unsigned own_shard = slot->shard.load(std::memory_order_relaxed);
   slot->due_ns.store(due_ns, std::memory_order_relaxed);
   // A ManualClock: the new due's call order (call_order.hpp), ours from R1 as the due.
-  if (config_.manual()) slab_.extra(id.slot()).order = config_.call_order.take();
+  if (config_.manual()) slab_.extra(id.slot()).order.store(config_.call_order.take(), std::memory_order_relaxed);
   std::uint64_t expected = w;
   // (R2) release: publishes the new due with the new version; the wheel
   // thread's acquire load of the word, then its load of due, then its claim

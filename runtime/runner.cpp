@@ -313,7 +313,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
                                                                  : base + extra.period_ns;
   slot.due_ns.store(next, std::memory_order_relaxed);
   // A ManualClock: the next run's call order (call_order.hpp), published by F2 as the due.
-  if (config_.manual()) extra.order = config_.call_order.take();
+  if (config_.manual()) extra.order.store(config_.call_order.take(), std::memory_order_relaxed);
   bool rearmed = false;
   // On the wheel thread the re-arm is filed right here, so F2 also sets the
   // filed bit (A1 in the same CAS); elsewhere the wheel thread's A1 sets it

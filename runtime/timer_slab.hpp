@@ -129,9 +129,12 @@ struct SlotExtra {
   std::uint8_t on_missed = static_cast<std::uint8_t>(Missed::skip);  // periodic timers: Missed as a byte
   // A ManualClock (every timer has a side record there): the number of the
   // call that set the current due (call_order.hpp). Written with the due,
-  // by whoever owns it (timer_state.hpp); read by the wheel thread after an
-  // acquire load of a word that published it.
-  std::uint64_t order = 0;
+  // by whoever owns it (timer_state.hpp), and published with it (S1, R2,
+  // F2). Atomic, every access relaxed, as `due_ns`: the wheel thread reads
+  // it for a timer it holds while a reschedule may be writing it; the key
+  // it reads then is stale, and the RESCHEDULE (or, for a touch, the
+  // changed due) makes it read again (wheel_thread.cpp, advance_manual).
+  std::atomic<std::uint64_t> order{0};
   Task task;  // kTaskOutOfLine: a callable whose captures do not fit the slot
 
   Missed missed_rule() const noexcept { return static_cast<Missed>(on_missed); }

@@ -1070,8 +1070,8 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
   const auto later = ready_later;
   if (s.manual_ready_stale) refresh_manual_ready();
   for (const std::uint32_t index : s.overdue) {
-    s.manual_ready.push_back(
-        {core_.slab()[index].due_ns.load(std::memory_order_relaxed), core_.slab().extra(index).order, index});
+    s.manual_ready.push_back({core_.slab()[index].due_ns.load(std::memory_order_relaxed),
+                              core_.slab().extra(index).order.load(std::memory_order_relaxed), index});
     std::push_heap(s.manual_ready.begin(), s.manual_ready.end(), later);
   }
   s.overdue.clear();
@@ -1103,7 +1103,7 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
     const std::uint64_t w = slot.word.load(std::memory_order_acquire);
     const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
     if (StateWord::state(w) == SlotState::pending && due != next.due) {
-      s.manual_ready.push_back({due, core_.slab().extra(next.index).order, next.index});
+      s.manual_ready.push_back({due, core_.slab().extra(next.index).order.load(std::memory_order_relaxed), next.index});
       std::push_heap(s.manual_ready.begin(), s.manual_ready.end(), later);
       continue;
     }
@@ -1122,7 +1122,7 @@ void WheelThread::refresh_manual_ready() {
   WheelThreadState& s = wt();
   for (WheelThreadState::ManualReady& r : s.manual_ready) {
     r.due = core_.slab()[r.index].due_ns.load(std::memory_order_relaxed);
-    r.order = core_.slab().extra(r.index).order;
+    r.order = core_.slab().extra(r.index).order.load(std::memory_order_relaxed);
   }
   std::make_heap(s.manual_ready.begin(), s.manual_ready.end(), ready_later);
   s.manual_ready_stale = false;
