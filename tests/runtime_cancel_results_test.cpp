@@ -400,8 +400,10 @@ auto waits_for_the_other(Runtime& rt, std::atomic<int>& started, const TimerId& 
 // after the other): A first, which waits for B to start, then B on the other worker. Every wait is bounded, so
 // a missed detection fails the death test instead of hanging it.
 void two_callbacks_wait_for_each_other() {
-  ManualClock clock{kStart};
-  Runtime rt{manual_options(clock, 2)};
+  // Not a ManualClock, whose runs never overlap (G28): there B would wait
+  // for A to return, and the two could not wait for each other.
+  chime_test::SettableClock clock{kStart};
+  Runtime rt{chime_test::settable_options(clock, 2)};
   // Written before the flushes that dispatch the runs: the flush commands
   // carry the happens-before to the callbacks that read them.
   TimerId a_id;

@@ -152,8 +152,10 @@ TEST(RuntimeNextDue, run_until_idle_drives_a_simulation_to_its_end_with_the_same
       std::lock_guard<std::mutex> lock(m);
       log.push_back(std::to_string((clock.now() - kStart) / 1ms) + " " + s);
     };
+    std::vector<std::shared_ptr<std::function<void(int)>>> attempts;
     for (int client = 0; client < 3; ++client) {
       auto attempt = std::make_shared<std::function<void(int)>>();
+      attempts.push_back(attempt);
       *attempt = [&, client, attempt](int n) {
         note("client " + std::to_string(client) + " attempt " + std::to_string(n));
         if (n < 4) rt.schedule_after(Duration(1ms) * (1 << n), [attempt, n] { (*attempt)(n + 1); });
@@ -161,6 +163,7 @@ TEST(RuntimeNextDue, run_until_idle_drives_a_simulation_to_its_end_with_the_same
       rt.schedule_after(1ms, [attempt] { (*attempt)(0); });
     }
     const std::size_t steps = rt.run_until_idle();
+    for (const auto& attempt : attempts) *attempt = nullptr;  // each held itself
     EXPECT_EQ(steps, 5u) << "dues 1, 2, 4, 8, 16 ms: the clients' attempts tie";
     EXPECT_EQ(log.size(), 15u);
     EXPECT_EQ(clock.now(), at(16ms));
