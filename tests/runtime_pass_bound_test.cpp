@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <thread>
 #include <vector>
@@ -65,7 +66,16 @@ TEST(RuntimePassBound, level_one_and_two_boundaries_under_load_refile_at_most_on
     // One pass's budgets (kCascadeAheadPerPass moves down ahead, and as
     // many touched re-files): entering a level-2 span unprepared would
     // re-file the few thousand timers due in it.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(CHIME_TEST_SANITIZED)
+    // Not under a sanitizer: its slowdown holds the wheel thread off the
+    // CPU past a 12.8 ms span, and the advance that enters that span then
+    // cascades it whole, the case the bound does not cover (state-machine.md,
+    // "No pass does unbounded work"). The figure is still reported.
+    std::printf("shard %zu: most moves in a pass %llu (not checked under a sanitizer)\n", k,
+                static_cast<unsigned long long>(s.shards[k].most_refiled_in_a_pass));
+#else
     EXPECT_LE(s.shards[k].most_refiled_in_a_pass, 2048u) << "shard " << k;
+#endif
     EXPECT_GT(s.shards[k].longest_pass, Duration::zero()) << "shard " << k;
   }
 }
