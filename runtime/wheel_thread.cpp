@@ -958,6 +958,30 @@ bool WheelThread::due_now_at_application(std::int64_t due, std::optional<std::in
   return due <= wt().application_now_ns;
 }
 
+// Advances the wheel to now_ns and fires the current interval's past
+// alarms onto wheel_fired (record_fired), unless cut short (out of room, or
+// a pass's budget of touched alarms): then the wheel stopped at the start
+// of the last fired alarm's interval, and the rest of it, and what follows,
+// fire next pass. Each shard raises the due limit to its own wheel's, and
+// one behind the others files a due beyond its range at the last time it
+// accepts (file()).
+void WheelThread::fire_due_alarms(std::int64_t now_ns) {
+  WheelThreadState& s = wt();
+  s.advance_to_ns = now_ns;
+  s.touched_fired = 0;
+  if (now_ns > s.wheel.now().time_since_epoch().count()) {
+    try {
+      s.wheel.advance_clock(TimePoint(Duration(now_ns)), [&](std::uint32_t index) { record_fired(index); });
+    } catch (const AdvanceCutShort&) {
+      s.advance_cut_short = true;
+    }
+    s.pass_moves += s.wheel.moved_by_last_advance();
+    core_.producer_ops().raise_due_limit(s.wheel.now().time_since_epoch().count());
+  }
+  if (!s.advance_cut_short) fire_past_due();
+  if (!s.advance_cut_short) s.advanced_to_ns = now_ns;
+}
+
 void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   // Overdue timers (due before the wheel's interval, or due now at their
   // application) go in nondecreasing due order, ties in the order they were
@@ -977,25 +1001,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   wt().overdue.clear();
   wt().awaiting_writer = false;
   wt().wheel_fired.clear();
-  wt().advance_to_ns = now_ns;
-  wt().touched_fired = 0;
-  if (now_ns > wt().wheel.now().time_since_epoch().count()) {
-    try {
-      wt().wheel.advance_clock(TimePoint(Duration(now_ns)), [&](std::uint32_t index) { record_fired(index); });
-    } catch (const AdvanceCutShort&) {
-      // Out of room, or a pass's budget of touched alarms fired: the wheel
-      // stopped at the start of the last fired alarm's interval; the rest
-      // of it, and what follows, fire next pass.
-      wt().advance_cut_short = true;
-    }
-    wt().pass_moves += wt().wheel.moved_by_last_advance();
-    // Each shard raises it to its own wheel's limit, and one behind the
-    // others files a due beyond its range at the last time it accepts
-    // (file()).
-    core_.producer_ops().raise_due_limit(wt().wheel.now().time_since_epoch().count());
-  }
-  if (!wt().advance_cut_short) fire_past_due();
-  if (!wt().advance_cut_short) wt().advanced_to_ns = now_ns;
+  fire_due_alarms(now_ns);
   // A wheel alarm runs iff its due is before the boundary, or at or before
   // the clock's time (a timer whose alarm fired is due by then, unless a
   // touch moved it later).
@@ -1047,19 +1053,7 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
   if (!room_for_advance()) [[unlikely]]
     return;
   s.wheel_fired.clear();
-  s.advance_to_ns = now_ns;
-  s.touched_fired = 0;
-  if (now_ns > s.wheel.now().time_since_epoch().count()) {
-    try {
-      s.wheel.advance_clock(TimePoint(Duration(now_ns)), [&](std::uint32_t index) { record_fired(index); });
-    } catch (const AdvanceCutShort&) {
-      s.advance_cut_short = true;  // the rest fires next step
-    }
-    s.pass_moves += s.wheel.moved_by_last_advance();
-    core_.producer_ops().raise_due_limit(s.wheel.now().time_since_epoch().count());
-  }
-  if (!s.advance_cut_short) fire_past_due();
-  if (!s.advance_cut_short) s.advanced_to_ns = now_ns;
+  fire_due_alarms(now_ns);
   // room_for_advance made room on the overdue list for every fired alarm.
   for (const auto& fired : s.wheel_fired) s.overdue.push_back(fired.second);
   s.wheel_fired.clear();

@@ -116,6 +116,7 @@ class WheelThread {
   void reclaim(TimerSlot& slot, std::uint32_t index);
   void advance_and_dispatch(std::int64_t now_ns);
   void fire_past_due();
+  void fire_due_alarms(std::int64_t now_ns);
   void advance_manual(std::int64_t now_ns);
   void refresh_manual_ready();
   // A ManualClock: a run of this shard is claimed and not yet completed
