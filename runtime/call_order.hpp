@@ -17,6 +17,12 @@
 // happens-before another, the first takes the smaller number. Two calls not
 // ordered by happens-before take them in some order; a simulation that
 // wants a fixed order orders its calls.
+//
+// taken(): how many numbers have been taken, read relaxed. A flush that
+// steps several shards (RuntimeCore::flush_in_call_order) compares it
+// before a run and after it: the run's completion is acquired first, so a
+// number its callback took is seen (coherence of the one atomic), and an
+// unchanged count means no call set a due in between.
 #pragma once
 
 #include <atomic>
@@ -28,6 +34,7 @@ class CallOrder {
  public:
   // Any thread.
   std::uint64_t take() noexcept { return next_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t taken() const noexcept { return next_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<std::uint64_t> next_{0};

@@ -118,7 +118,9 @@ RuntimeCore::~RuntimeCore() {
 }
 
 // Every shard in turn, each with the same target: every timer due at or
-// before the call's clock reading has run, whatever its shard.
+// before the call's clock reading has run, whatever its shard. A
+// ManualClock with several shards: one order over all of them
+// (flush_in_call_order).
 void RuntimeCore::flush() {
   runner_.throw_if_in_callback("flush");
   if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
@@ -126,36 +128,98 @@ void RuntimeCore::flush() {
   // runs them while it waits (lanes.cpp).
   const ThreadLanes lanes = lanes_.lanes_of_this_thread();
   const std::int64_t target_ns = config_.clock->now().time_since_epoch().count();
-  for (auto& shard : shards_) {
-    // On the heap: a flush that gives up on a wheel thread out of memory
-    // leaves it to that thread (Completion). Reused (RequestPool).
-    std::unique_ptr<FlushRequest> request = flush_requests_.take();
-    const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
-    if (!lanes.empty() && !simulated_) request->completion.notify_fd = lane_flush_notify_fd();
-    request->target_ns = target_ns;
-    CommandPoster::post_request_or_throw(*shard, CommandKind::flush, request.get());
-    bool served = true;
-    if (simulated_) [[unlikely]] {
-      // Passes that give up (simulate_until throws) may leave the request
-      // in a shard's held commands: it is leaked, never freed under them.
-      try {
-        Simulation::simulate_until(request->completion, lanes, shards_, lanes_);
-      } catch (...) {
-        [[maybe_unused]] FlushRequest* const leaked = request.release();
-        throw;
-      }
-    } else if (lanes.empty()) {
-      served = request->completion.wait_or_abandon(shard->seam.exited,
-                                                   [&] { return shard->out_of_memory_too_long(waiting_since); });
-    } else {
-      served = lanes_.run_flush_on_lanes(*request, lanes, *shard, waiting_since);
-    }
-    if (!served) [[unlikely]] {
-      [[maybe_unused]] FlushRequest* const abandoned = request.release();  // the wheel thread deletes it
-      throw WheelOutOfMemory();
-    }
-    flush_requests_.give_back(std::move(request));
+  if (manual() && shards_.size() > 1) {
+    flush_in_call_order(lanes, target_ns);
+    return;
   }
+  for (auto& shard : shards_) {
+    std::unique_ptr<FlushRequest> request = flush_requests_.take();
+    request->target_ns = target_ns;
+    post_flush_and_wait(*shard, lanes, request);
+  }
+}
+
+// A ManualClock with several shards (G28): the runs of every shard in one
+// (due, call order) order, one at a time. Each shard is asked for its
+// earliest run by the target (a look: a stepped request that claims
+// nothing); the shard with the earliest runs, one step after another, those
+// below every other shard's earliest, until a callback (or any call) sets a
+// due. Then every shard is looked at again: what was set may be anywhere.
+// Otherwise only the stepped shard's earliest has changed (the others'
+// only later, by a cancel or a touch: a key too early only makes a step
+// stop sooner). Done when no shard has a run left by the target. Between
+// two steps no run of any shard is in flight: a step is served only once
+// its runs have completed. One such flush at a time (stepped_flush_mutex_).
+void RuntimeCore::flush_in_call_order(const ThreadLanes& lanes, std::int64_t target_ns) {
+  std::lock_guard<std::mutex> lock(stepped_flush_mutex_);
+  std::vector<std::optional<ReadyKey>> earliest(shards_.size());
+  const auto step = [&](std::size_t k, ReadyKey below) {
+    std::unique_ptr<FlushRequest> request = flush_requests_.take();
+    request->target_ns = target_ns;
+    request->stepped = true;
+    request->below = below;
+    return post_flush_and_wait(*shards_[k], lanes, request);
+  };
+  const auto look_at_all_but = [&](std::size_t skip) {
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      if (k != skip) earliest[k] = step(k, ReadyKey{});
+    }
+  };
+  std::uint64_t looked_at = config_.call_order.taken();
+  look_at_all_but(SIZE_MAX);
+  for (;;) {
+    std::size_t first = SIZE_MAX;
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      if (earliest[k] && (first == SIZE_MAX || *earliest[k] < *earliest[first])) first = k;
+    }
+    if (first == SIZE_MAX) return;
+    ReadyKey below{INT64_MAX, UINT64_MAX};
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      if (k != first && earliest[k] && *earliest[k] < below) below = *earliest[k];
+    }
+    earliest[first] = step(first, below);
+    if (const std::uint64_t taken = config_.call_order.taken(); taken != looked_at) {
+      looked_at = taken;
+      look_at_all_but(first);
+    }
+  }
+}
+
+// Posts a flush request and waits until its shard has served it, running
+// this thread's lanes meanwhile; gives it back to the pool, and returns what
+// a stepped request found (FlushRequest::earliest). Throws WheelOutOfMemory
+// if the shard has been out of memory too long: the request is then the
+// wheel thread's.
+std::optional<ReadyKey> RuntimeCore::post_flush_and_wait(WheelThread& shard, const ThreadLanes& lanes,
+                                                         std::unique_ptr<FlushRequest>& request) {
+  // On the heap: a flush that gives up on a wheel thread out of memory
+  // leaves it to that thread (Completion). Reused (RequestPool).
+  const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
+  if (!lanes.empty() && !simulated_) request->completion.notify_fd = lane_flush_notify_fd();
+  CommandPoster::post_request_or_throw(shard, CommandKind::flush, request.get());
+  bool served = true;
+  if (simulated_) [[unlikely]] {
+    // Passes that give up (simulate_until throws) may leave the request
+    // in a shard's held commands: it is leaked, never freed under them.
+    try {
+      Simulation::simulate_until(request->completion, lanes, shards_, lanes_);
+    } catch (...) {
+      [[maybe_unused]] FlushRequest* const leaked = request.release();
+      throw;
+    }
+  } else if (lanes.empty()) {
+    served = request->completion.wait_or_abandon(shard.seam.exited,
+                                                 [&] { return shard.out_of_memory_too_long(waiting_since); });
+  } else {
+    served = lanes_.run_flush_on_lanes(*request, lanes, shard, waiting_since);
+  }
+  if (!served) [[unlikely]] {
+    [[maybe_unused]] FlushRequest* const abandoned = request.release();  // the wheel thread deletes it
+    throw WheelOutOfMemory();
+  }
+  const std::optional<ReadyKey> earliest = request->earliest;
+  flush_requests_.give_back(std::move(request));
+  return earliest;
 }
 
 std::size_t RuntimeCore::drain() {

@@ -171,16 +171,43 @@ class WheelOutOfMemory : public std::bad_alloc {
   }
 };
 
+// A timer's place in a ManualClock flush: its due, then its call order
+// (call_order.hpp). No two timers share one.
+struct ReadyKey {
+  std::int64_t due = INT64_MIN;
+  std::uint64_t order = 0;
+  friend bool operator<(const ReadyKey& a, const ReadyKey& b) noexcept {
+    return a.due != b.due ? a.due < b.due : a.order < b.order;
+  }
+};
+
 struct FlushRequest {
   std::int64_t target_ns = 0;  // the clock's time at the call
   std::uint64_t mark = 0;      // dispatch count it must see completed
   bool seen = false;           // wheel thread: mark initialised
+  // A step of a ManualClock flush over several shards
+  // (RuntimeCore::flush_in_call_order; wheel_thread.cpp, "A manual clock"):
+  // the shard advances to target_ns and claims only runs whose key is below
+  // `below` (the other shards' earliest), and none once a call has set a
+  // due since its first claim for this request (the count in call_order,
+  // order_at_claim). Served when it can claim no more, with its earliest
+  // ready key by target_ns in `earliest` (none: nothing left by then).
+  bool stepped = false;
+  ReadyKey below{};  // the default: claim nothing, only look
+  bool claimed = false;
+  std::uint64_t order_at_claim = 0;
+  std::optional<ReadyKey> earliest;
   Completion completion;
   FlushRequest* next_free = nullptr;  // RequestPool's list, while no call uses it
   void reset() noexcept {
     target_ns = 0;
     mark = 0;
     seen = false;
+    stepped = false;
+    below = ReadyKey{};
+    claimed = false;
+    order_at_claim = 0;
+    earliest.reset();
     completion.reset();
   }
 };
@@ -312,6 +339,9 @@ class RuntimeCore {
   // runtime_core.cpp: the earliest pending due over every shard (NextDueRequest).
   std::optional<TimePoint> next_due();
   void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
+  void flush_in_call_order(const ThreadLanes& lanes, std::int64_t target_ns);
+  std::optional<ReadyKey> post_flush_and_wait(WheelThread& shard, const ThreadLanes& lanes,
+                                              std::unique_ptr<FlushRequest>& request);
   // The shards (shards.hpp): which one a post goes to; a Producer's token.
   Shards& shards() noexcept { return shards_; }
   const Clock& clock() const noexcept { return *config_.clock; }
@@ -423,6 +453,7 @@ class RuntimeCore {
   std::atomic<bool> cancel_requested_{false};
   std::atomic<bool> shutdown_done_{false};
   std::mutex shutdown_mutex_;
+  std::mutex stepped_flush_mutex_;  // one flush_in_call_order at a time
   // flush's and drain's requests (RequestPool).
   RequestPool<FlushRequest> flush_requests_;
   RequestPool<DrainRequest> drain_requests_;

@@ -66,7 +66,11 @@
 // waits until that run has completed, so what its callback scheduled,
 // cancelled or rescheduled is applied before the next timer is chosen. A
 // timer a callback schedules due by the reading runs in the same flush, in
-// its order. drain() and shutdown(fire_pending) begin with a flush. So which
+// its order. With several shards the flush steps them itself, with stepped
+// requests that let a shard claim only what comes before every other
+// shard's next (FlushRequest::stepped; settle_stepped_flush;
+// RuntimeCore::flush_in_call_order): one order over every shard. drain()
+// and shutdown(fire_pending) begin with a flush. So which
 // timers run, in which order, with which due, missed and fired_at, depends
 // only on the calls; and producers never wake the wheel for a due (sleep's
 // bound).
@@ -1074,12 +1078,23 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
   // in the wheel may come before the heap's earliest. Nothing is claimed
   // until it has (the next pass comes at once).
   if (s.advance_cut_short) return;
+  // A stepped flush (several shards) allows runs below its `below` only,
+  // and none once a call has set a due since its first claim: the flush
+  // then looks at every shard again (RuntimeCore::flush_in_call_order).
+  ReadyKey below{INT64_MAX, UINT64_MAX};
+  const std::uint64_t taken = config_.call_order.taken();
+  for (const FlushRequest* f : s.flushes) {
+    if (!f->stepped) continue;
+    if (f->claimed && f->order_at_claim != taken) return;
+    below = std::min(below, f->below);
+  }
   const std::int64_t boundary = s.wheel.now_interval_num_start().time_since_epoch().count();
   const std::uint64_t claimed = s.claimed;
   // The lane of the step's first run, if it is a lane's: the runs of that
   // lane next in order go with it, as one batch its thread runs in order.
   const LaneCore* batch_lane = nullptr;
   while (!s.manual_ready.empty() && !s.awaiting_writer) {
+    if (!(ReadyKey{s.manual_ready.front().due, s.manual_ready.front().order} < below)) break;
     if (s.claimed != claimed) {
       const std::uint32_t top = s.manual_ready.front().index;
       if (batch_lane == nullptr || !core_.slab()[top].on_lane() ||
@@ -1104,10 +1119,37 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
     const std::uint64_t before = s.claimed;
     consider(next.index, boundary, now_ns, now_ns);
     if (s.claimed != before && before == claimed) {
+      for (FlushRequest* f : s.flushes) {
+        f->claimed = true;
+        f->order_at_claim = taken;
+      }
       if (!slot.on_lane()) break;  // a worker's run (or the wheel thread's): alone
       batch_lane = core_.slab().lane_of(slot, next.index);
     }
   }
+}
+
+// A stepped flush (FlushRequest::stepped) is served once its shard can
+// claim nothing more for it: no run in flight, the wheel at its target,
+// and the ready heap empty, its earliest at or past `below`, or a due set
+// since its first claim. It answers with the earliest ready key by its
+// target. A key read before a touch moved its timer later only makes the
+// flush step this shard once more (the step re-files it).
+bool WheelThread::settle_stepped_flush(FlushRequest& f, std::uint64_t completed_snapshot) {
+  const WheelThreadState& s = wt();
+  if (manual_run_in_flight(completed_snapshot) || s.advance_cut_short || s.awaiting_writer || !s.overdue.empty()) {
+    return false;
+  }
+  if (s.advanced_to_ns < std::min(f.target_ns, config_.max_wheel_now_ns)) return false;
+  std::optional<ReadyKey> earliest;
+  if (!s.manual_ready.empty() && s.manual_ready.front().due <= f.target_ns) {
+    earliest = ReadyKey{s.manual_ready.front().due, s.manual_ready.front().order};
+  }
+  const bool may_claim = earliest && *earliest < f.below &&
+                         (!f.claimed || f.order_at_claim == config_.call_order.taken());
+  if (may_claim) return false;
+  f.earliest = earliest;
+  return true;
 }
 
 // The ready heap's keys read again, after a reschedule moved a due earlier
@@ -1454,6 +1496,14 @@ bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
   const std::uint64_t dispatched = wt().dispatched;
   std::size_t kept = 0;
   for (FlushRequest* f : wt().flushes) {
+    if (f->stepped) {
+      if (!settle_stepped_flush(*f, completed_snapshot)) {
+        wt().flushes[kept++] = f;
+      } else if (f->completion.signal()) {
+        delete f;  // abandoned (Completion)
+      }
+      continue;
+    }
     // A flush is done when every run dispatched up to and including the pass
     // that first saw it has completed, and so has every run due at or before
     // its target that a later pass dispatched while it waited (periodic
@@ -1573,9 +1623,19 @@ void WheelThread::sleep(bool busy) {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P2) and (F-W)
   bool skip = seam.commands.size_approx() != 0;
   if (waiting_for_runs) {
+    // A stepped flush waits only for its shard's run in flight: the pass
+    // after that run settles it or takes the next step.
     std::uint64_t need = 0;
-    for (FlushRequest* f : wt().flushes) need = std::max(need, f->mark);
-    if (seam.completed.load(std::memory_order_acquire) >= need) skip = true;
+    bool marked = false;
+    bool stepped = false;
+    for (FlushRequest* f : wt().flushes) {
+      stepped |= f->stepped;
+      if (f->stepped) continue;
+      marked = true;
+      need = std::max(need, f->mark);
+    }
+    if (marked && seam.completed.load(std::memory_order_acquire) >= need) skip = true;
+    if (stepped && !manual_run_in_flight(seam.completed.load(std::memory_order_acquire))) skip = true;
     if (ready && config_.manual() && !manual_run_in_flight(seam.completed.load(std::memory_order_acquire))) skip = true;
   }
   if (!skip) {

@@ -155,6 +155,7 @@ class WheelThread {
   }
   // False, settling none, while runs are held for want of memory.
   bool settle_flushes(std::uint64_t completed_snapshot);
+  bool settle_stepped_flush(FlushRequest& f, std::uint64_t completed_snapshot);
   // Runtime::next_due: the earliest due this shard holds, to each request.
   void answer_next_dues();
   void sleep(bool busy);

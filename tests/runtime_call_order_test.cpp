@@ -39,34 +39,56 @@ using chime_test::manual_options;
 // Where the timers go and where their callbacks run.
 enum class Delivery { inline_on_wheel, one_worker, two_workers, lane };
 
-std::string delivery_name(const testing::TestParamInfo<Delivery>& info) {
-  switch (info.param) {
+struct Case {
+  Delivery delivery;
+  unsigned shards;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  std::string name;
+  switch (info.param.delivery) {
     case Delivery::inline_on_wheel:
-      return "workers_0";
+      name = "workers_0";
+      break;
     case Delivery::one_worker:
-      return "workers_1";
+      name = "workers_1";
+      break;
     case Delivery::two_workers:
-      return "workers_2";
+      name = "workers_2";
+      break;
     case Delivery::lane:
-      return "lane";
+      name = "lane";
+      break;
   }
-  return "unknown";
+  return name + "_shards_" + std::to_string(info.param.shards);
 }
 
-// A runtime on a ManualClock and the one handle every schedule of a case
-// goes through: the Runtime, or a Lane this thread runs (its flushes run the
-// lane's callbacks on this thread).
+// A runtime on a ManualClock and the handles the schedules of a case go
+// through, in turn: one Producer per shard (Producers bind to the shards
+// round-robin), or one Lane per shard that this thread runs (its flushes run
+// the lanes' callbacks on this thread). With one shard that is the Runtime,
+// or one Lane.
 struct Sim {
-  explicit Sim(Delivery d) : clock(kStart + 1000s) {
+  explicit Sim(Case c) : clock(kStart + 1000s) {
+    const Delivery d = c.delivery;
     const unsigned workers = d == Delivery::one_worker ? 1 : d == Delivery::two_workers ? 2 : 0;
-    rt.emplace(manual_options(clock, workers));
-    if (d == Delivery::lane) lane.emplace(rt->lane());
+    chime::RuntimeOptions o = manual_options(clock, workers);
+    o.shards = c.shards;
+    rt.emplace(o);
+    for (unsigned k = 0; k < c.shards; ++k) {
+      if (d == Delivery::lane) {
+        lanes.push_back(rt->lane());
+      } else if (c.shards > 1) {
+        producers.push_back(rt->producer());
+      }
+    }
   }
-  TimerId schedule_after(Duration delay, chime::Task task) {
-    return lane ? lane->schedule_after(delay, std::move(task)) : rt->schedule_after(delay, std::move(task));
-  }
+  TimerId schedule_after(Duration delay, chime::Task task) { return schedule_at(clock.now() + delay, std::move(task)); }
   TimerId schedule_at(TimePoint due, chime::Task task) {
-    return lane ? lane->schedule_at(due, std::move(task)) : rt->schedule_at(due, std::move(task));
+    const std::size_t k = next++;
+    if (!lanes.empty()) return lanes[k % lanes.size()].schedule_at(due, std::move(task));
+    if (!producers.empty()) return producers[k % producers.size()].schedule_at(due, std::move(task));
+    return rt->schedule_at(due, std::move(task));
   }
   void step(Duration d) {
     clock.advance(d);
@@ -74,10 +96,12 @@ struct Sim {
   }
   ManualClock clock;
   std::optional<Runtime> rt;
-  std::optional<chime::Lane> lane;
+  std::vector<chime::Producer> producers;
+  std::vector<chime::Lane> lanes;
+  std::size_t next = 0;
 };
 
-class RuntimeCallOrder : public testing::TestWithParam<Delivery> {};
+class RuntimeCallOrder : public testing::TestWithParam<Case> {};
 
 // The probe's case: 100 timers filed, then cancelled (zombies whose slots
 // are freed when their alarms come up), and one callback that schedules 100
@@ -157,9 +181,11 @@ TEST_P(RuntimeCallOrder, a_callback_schedules_into_the_same_flush_in_due_and_cal
     s.schedule_at(t0 + 10ms, [&] { order.push_back("B"); });
     s.schedule_at(reading, [&] { order.push_back("D"); });
     s.step(20ms);
-    const std::vector<std::string> expected = GetParam() == Delivery::lane
-                                                  ? std::vector<std::string>{"A", "B", "D", "C", "E"}
-                                                  : std::vector<std::string>{"A", "C", "B", "D", "E"};
+    // One lane: A, B and D are its next runs, one batch. A lane per shard:
+    // a batch takes only runs before every other shard's earliest.
+    const bool one_lane = GetParam().delivery == Delivery::lane && GetParam().shards == 1;
+    const std::vector<std::string> expected = one_lane ? std::vector<std::string>{"A", "B", "D", "C", "E"}
+                                                       : std::vector<std::string>{"A", "C", "B", "D", "E"};
     ASSERT_EQ(order, expected) << "repetition " << rep;
   }
 }
@@ -183,19 +209,30 @@ TEST_P(RuntimeCallOrder, a_callback_cancels_a_tie_that_comes_after_it) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Deliveries, RuntimeCallOrder,
-                         testing::Values(Delivery::inline_on_wheel, Delivery::one_worker, Delivery::two_workers,
-                                         Delivery::lane),
-                         delivery_name);
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (const unsigned shards : {1u, 2u, 3u}) {
+    for (const Delivery d : {Delivery::inline_on_wheel, Delivery::one_worker, Delivery::two_workers, Delivery::lane}) {
+      cases.push_back({d, shards});
+    }
+  }
+  return cases;
+}
+
+// Several shards: one order over all of them (RuntimeCore::flush_in_call_order).
+INSTANTIATE_TEST_SUITE_P(DeliveriesAndShards, RuntimeCallOrder, testing::ValuesIn(all_cases()), case_name);
 
 // One thread through two Producers (which post to two sub-queues): ties run
 // in the order of the calls, not of the queues.
+// With two shards the two Producers post to two shards.
 TEST(RuntimeCallOrderThreads, one_thread_through_two_producers_gets_ties_in_call_order) {
   for (int rep = 0; rep < 50; ++rep) {
     ManualClock clock{kStart};
     std::vector<int> order;
     std::mutex m;
-    Runtime rt(manual_options(clock, 1));
+    chime::RuntimeOptions o = manual_options(clock, 1);
+    o.shards = rep % 2 == 0 ? 1 : 2;
+    Runtime rt(o);
     chime::Producer p0 = rt.producer();
     chime::Producer p1 = rt.producer();
     for (int i = 1; i <= 4; ++i) {
@@ -207,7 +244,44 @@ TEST(RuntimeCallOrderThreads, one_thread_through_two_producers_gets_ties_in_call
     }
     clock.advance(1ms);
     rt.flush();
-    ASSERT_EQ(order, (std::vector<int>{1, 2, 3, 4})) << "repetition " << rep;
+    ASSERT_EQ(order, (std::vector<int>{1, 2, 3, 4})) << "repetition " << rep << ", shards " << o.shards;
+  }
+}
+
+// Timers through four Producers, which the shards take round-robin: one due
+// order over every shard, whatever their number; and the same runs when
+// another runtime's Producers moved the round-robin first.
+TEST(RuntimeCallOrderThreads, timers_through_four_producers_run_in_one_due_order_over_every_shard) {
+  for (const unsigned shards : {1u, 2u, 4u}) {
+    for (int rep = 0; rep < 6; ++rep) {
+      ManualClock clock{kStart};
+      std::vector<std::int64_t> ran;
+      std::mutex m;
+      chime::RuntimeOptions o = manual_options(clock, rep % 3);
+      o.shards = shards;
+      std::optional<Runtime> other;
+      if (rep % 2 == 1) {
+        other.emplace(o);
+        for (int k = 0; k < rep; ++k) (void)other->producer();
+      }
+      Runtime rt(o);
+      std::vector<chime::Producer> producers;
+      for (int k = 0; k < 4 + rep % 2; ++k) producers.push_back(rt.producer());
+      const int dues_us[] = {50, 200, 500, 100, 300, 400, 401, 402, 200, 50};
+      for (int i = 0; i < 10; ++i) {
+        const std::int64_t due = dues_us[i] * 1000 + i;  // the call's number: a tie's order
+        producers[i % producers.size()].schedule_at(
+            at(std::chrono::microseconds(dues_us[i])), [&ran, &m, due](const chime::Firing&) {
+              std::lock_guard<std::mutex> lock(m);
+              ran.push_back(due);
+            });
+      }
+      clock.advance(1ms);
+      rt.flush();
+      std::vector<std::int64_t> expected = {50'000, 50'009, 100'003, 200'001, 200'008,
+                                            300'004, 400'005, 401'006, 402'007, 500'002};
+      ASSERT_EQ(ran, expected) << shards << " shards, repetition " << rep;
+    }
   }
 }
 
@@ -219,7 +293,9 @@ TEST(RuntimeCallOrderThreads, two_threads_taking_turns_get_ties_in_the_order_of_
     ManualClock clock{kStart};
     std::vector<int> order;
     std::mutex m;
-    Runtime rt(manual_options(clock, 2));
+    chime::RuntimeOptions o = manual_options(clock, 2);
+    o.shards = rep % 2 == 0 ? 1 : 2;  // two: the threads' Producers post to two shards
+    Runtime rt(o);
     std::atomic<int> turn{0};  // the call number whose turn it is
     auto poster = [&](int parity) {
       chime::Producer p = rt.producer();

@@ -66,7 +66,8 @@
 //   application: which timers run, their order, due, missed and fired_at
 //   depend only on the sequence of calls, from one thread or several.
 //   With RuntimeOptions::shards > 1 (a ManualClock has one shard unless
-//   asked), this holds for each shard's timers; the shards run in turn.
+//   asked) the order is one over every shard; a lane's batch then holds
+//   only its runs before every other shard's next.
 // G14 (periodic): a periodic timer's runs never overlap; its n-th run is due at
 //   first + n * period (fixed rate, no drift).
 // G15 (no allocation per timer): no heap allocation per timer in steady state: timers live in a slab of
