@@ -464,6 +464,22 @@ foreach(f IN LISTS files)
   endif()
 endforeach()
 
+# Every guarantee ID has a row in docs/guarantees.md: a table line whose first cell names it
+# (`| G16 (bounded memory) | tests ... |`), so no promise is left without the tests that check it.
+file(READ "${SOURCE_DIR}/docs/guarantees.md" guarantees_text)
+string(REGEX REPLACE "[][;\\]" " " guarantees_text "${guarantees_text}")
+string(REGEX MATCHALL "\n\\| [^|\n]+\\|" guarantee_first_cells "${guarantees_text}")
+set(guarantees_with_rows)
+foreach(cell IN LISTS guarantee_first_cells)
+  string(REGEX MATCHALL "G[0-9]+" ids_in_cell "${cell}")
+  list(APPEND guarantees_with_rows ${ids_in_cell})
+endforeach()
+foreach(id IN LISTS guarantee_ids)
+  if(NOT id IN_LIST guarantees_with_rows)
+    chime_problem("docs/guarantees.md: ${id} (defined in ${gdef_${id}}) has no row naming the tests that check it")
+  endif()
+endforeach()
+
 list(LENGTH scanned n_scanned)
 list(LENGTH problems n_problems)
 foreach(p IN LISTS problems)

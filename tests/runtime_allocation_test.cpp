@@ -15,9 +15,12 @@
 #include "alloc_counter.hpp"
 #include "runtime_test_support.hpp"
 
+#include <chime/keyed_timers.hpp>
 #include <chime/lane.hpp>
 #include <chime/runtime.hpp>
 #include <chime/task.hpp>
+#include <chime/timer.hpp>
+#include <chime/timing_wheel.hpp>
 
 #include <gtest/gtest.h>
 
@@ -340,6 +343,90 @@ TEST(RuntimeAllocation, filed_then_cancelled_timers_are_reclaimed_without_growin
     EXPECT_GE(s.zombie_sweeps - sweeps_before, 30u) << "workers " << workers << ": 60,000 zombies were not swept";
     EXPECT_EQ(s.pending, 4'000u);
   }
+}
+
+// G6 (wheel allocation): a TimingWheel in steady state allocates nothing:
+// after a warm-up of the same pattern, adds, removes, reschedules and
+// advances that fire reuse the nodes the warm-up grew.
+TEST(RuntimeAllocation, a_timing_wheel_in_steady_state_never_allocates) {
+  using Wheel = chime::TimingWheel<int>;
+  Wheel wheel(chime::WheelConfig{.alarm_precision = std::chrono::microseconds(100)}, kStart);
+  std::vector<Wheel::Alarm> alarms;
+  alarms.reserve(4'096);
+  std::size_t fired = 0;
+  chime::TimePoint now = kStart;
+  const auto round = [&] {
+    for (int i = 0; i < 2'000; ++i) alarms.push_back(wheel.add(now + std::chrono::microseconds(100 + i * 37), i));
+    for (std::size_t i = 0; i < alarms.size(); i += 2) wheel.remove(alarms[i]);
+    for (std::size_t i = 1; i < alarms.size(); i += 4) wheel.reschedule(alarms[i], now + 500ms);
+    alarms.clear();
+    now += 1s;
+    wheel.advance_clock(now, [&](Wheel::Alarm) { ++fired; });
+  };
+  for (int r = 0; r < 3; ++r) round();  // warm-up: the same pattern
+  std::size_t n = 0;
+  {
+    CountScope scope;
+    for (int r = 0; r < 10; ++r) round();
+    n = scope.count();
+  }
+  EXPECT_EQ(fired, 13u * 1'000u);
+  EXPECT_EQ(n, 0u) << n << " heap allocations in 10 steady-state rounds of 2,000 alarms";
+}
+
+// G43 (timer allocation): re-arming a Timer (earlier, later, after a run)
+// allocates nothing in steady state: each arm's task is the handle's
+// trampoline, stored inline in the slot.
+TEST(RuntimeAllocation, re_arming_a_timer_never_allocates) {
+  ManualClock clock{kStart};
+  chime::RuntimeOptions o = manual_options(clock, 1);
+  o.reserve = 1024;
+  Runtime rt(o);
+  std::atomic<int> ran{0};
+  std::vector<chime::Timer> timers;
+  for (int i = 0; i < 100; ++i) timers.emplace_back(rt, [&ran] { ran.fetch_add(1, std::memory_order_relaxed); });
+  const auto round = [&] {
+    for (chime::Timer& t : timers) t.arm_after(10ms);
+    for (chime::Timer& t : timers) t.arm_after(20ms);  // later
+    for (chime::Timer& t : timers) t.arm_after(5ms);   // earlier
+    clock.advance(6ms);
+    rt.flush();  // every one runs once
+  };
+  for (int r = 0; r < 20; ++r) round();  // warm-up
+  std::size_t n = 0;
+  {
+    CountScope scope;
+    for (int r = 0; r < 50; ++r) round();
+    n = scope.count();
+  }
+  EXPECT_EQ(ran.load(), 70 * 100);
+  EXPECT_EQ(n, 0u) << n << " heap allocations for 15,000 Timer arms and 5,000 runs in steady state";
+}
+
+// G53 (keyed touch): moving a pending key later allocates nothing.
+TEST(RuntimeAllocation, moving_a_keyed_timer_later_never_allocates) {
+  ManualClock clock{kStart};
+  chime::RuntimeOptions o = manual_options(clock, 1);
+  o.reserve = 1024;
+  Runtime rt(o);
+  std::atomic<int> executed{0};
+  chime::KeyedTimers<int, int> timers(rt, [&](const int&, int&&) { executed.fetch_add(1); });
+  for (int k = 0; k < 500; ++k) timers.set(k, k, 1s);
+  for (int k = 0; k < 500; ++k) EXPECT_TRUE(timers.move(k, 2s));  // warm-up
+  std::size_t n = 0;
+  bool all_pending = true;
+  {
+    CountScope scope;
+    for (int r = 0; r < 20; ++r) {
+      for (int k = 0; k < 500; ++k) all_pending &= timers.move(k, std::chrono::seconds(3 + r));
+    }
+    n = scope.count();
+  }
+  EXPECT_TRUE(all_pending);
+  EXPECT_EQ(n, 0u) << n << " heap allocations for 10,000 moves later";
+  clock.advance(1h);
+  rt.flush();
+  EXPECT_EQ(executed.load(), 500);
 }
 
 }  // namespace
