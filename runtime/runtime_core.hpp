@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// runtime/runtime_core.hpp: the runtime's shared state and the three roles
+// runtime/runtime_core.hpp: the runtime's shared state and the five roles
 // that act on it.
 //
 // What this is: everything behind chime::Runtime (a pimpl): the state the

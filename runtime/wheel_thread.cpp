@@ -1807,7 +1807,4 @@ bool WheelThread::simulate_pass() {
   return queued || busy || end == PassEnd::more_commands || wt().dispatched != dispatched ||
          (may_fire() && (!wt().overdue.empty() || !wt().manual_ready.empty()));
 }
-
-// One pass of every shard still running, in shard order (a fixed order: a
-// run replays exactly). True iff any did something.
 }  // namespace chime::detail
