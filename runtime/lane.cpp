@@ -54,55 +54,6 @@ Lane::~Lane() {
   if (lane_ != nullptr && runtime_alive()) core_->lanes().close_lane(lane_);
 }
 
-TimerId Lane::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
-  check("schedule_at");
-  const std::uint8_t slack_code = core_->producer_ops().slack_code(slack, "schedule_at");
-  const detail::LaneToken token(*lane_);
-  return core_->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token.get(), lane_, 0, slack_code);
-}
-TimerId Lane::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
-  check("schedule_after");
-  const std::uint8_t slack_code = core_->producer_ops().slack_code_after(slack, delay, "schedule_after");
-  const detail::LaneToken token(*lane_);
-  return core_->producer_ops().schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task),
-                                        token.get(), lane_, 0, slack_code);
-}
-TimerId Lane::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
-  check("schedule_every");
-  const detail::LaneToken token(*lane_);
-  return detail::schedule_periodic(*core_, period, std::move(task), options, token.get(), lane_, slack);
-}
-bool Lane::cancel(TimerId id) {
-  check("cancel");
-  // One CAS, no command; the token only takes back the slot of a timer
-  // cancelled before the wheel thread filed it (on the lane's thread).
-  const detail::LaneToken token(*lane_);
-  return core_->producer_ops().cancel(id, token.get());
-}
-CancelResult Lane::try_cancel(TimerId id) {
-  check("try_cancel");
-  return core_->producer_ops().try_cancel(id);
-}
-CancelResult Lane::cancel_and_wait(TimerId id) {
-  check("cancel_and_wait");
-  return core_->producer_ops().cancel_and_wait(id);
-}
-// On the lane's thread a run of this lane already in its ready queue is
-// taken back and re-filed (R4, producer_ops.cpp): the reschedule wins.
-bool Lane::reschedule_at(TimerId id, TimePoint due) {
-  check("reschedule_at");
-  const detail::LaneToken token(*lane_);
-  return core_->producer_ops().reschedule(id, due, token.get(), lane_);
-}
-bool Lane::reschedule_after(TimerId id, Duration delay) {
-  check("reschedule_after");
-  const detail::LaneToken token(*lane_);
-  return core_->producer_ops().reschedule(id, detail::saturating_after(core_->now(), delay), token.get(), lane_);
-}
-TimerState Lane::state(TimerId id) const {
-  check("state");
-  return core_->producer_ops().state(id);
-}
 int Lane::ready_fd() const {
   check("ready_fd");
   return lane_->efd;
@@ -115,11 +66,11 @@ std::size_t Lane::wait_and_run(TimePoint deadline) {
   check("wait_and_run");
   return core_->lanes().wait_and_run(*lane_, deadline);
 }
-LaneSleep Lane::sleep_for(Duration delay, std::optional<Duration> slack) {
+LaneSleep Lane::sleep_for(Duration delay, ScheduleOptions options) {
   check("sleep_for");
   // Without a slack of its own, the default for this delay, measured here.
   return LaneSleep(*this, detail::saturating_after(core_->now(), delay),
-                   slack ? slack : core_->producer_ops().default_slack(delay));
+                   options.slack ? options.slack : core_->producer_ops().default_slack(delay));
 }
 const Clock& Lane::clock() const {
   check("clock");
@@ -147,9 +98,9 @@ void LaneRef::check(const char* what) const {
   }
 }
 
-TimerId LaneRef::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) const {
+TimerId LaneRef::schedule_at(TimePoint due, Task task, ScheduleOptions options) const {
   check("schedule_at");
-  const std::uint8_t slack_code = core_->producer_ops().slack_code(slack, "schedule_at");
+  const std::uint8_t slack_code = core_->producer_ops().slack_code(options.slack, "schedule_at");
   const detail::LaneToken token(*lane_);
   // With the generation this reference was made with: a timer of a lane
   // destroyed meanwhile is cancelled by the wheel thread (L1).

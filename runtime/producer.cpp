@@ -24,7 +24,6 @@
 
 namespace chime {
 
-using detail::schedule_periodic;
 
 namespace detail {
 namespace {
@@ -72,34 +71,6 @@ void Producer::fail(const char* what) const {
     throw std::logic_error(std::string("chime::Producer::") + what + " on a moved-from Producer");
   }
   detail::throw_runtime_gone("Producer");
-}
-
-TimerId Producer::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
-  detail::RuntimeCore& c = core("schedule_at");
-  return c.producer_ops().schedule(due, 0, Missed::skip, std::move(task), token_.get(), nullptr, 0,
-                                   c.producer_ops().slack_code(slack, "schedule_at"));
-}
-TimerId Producer::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
-  detail::RuntimeCore& c = core("schedule_after");
-  return c.producer_ops().schedule(detail::saturating_after(c.now(), delay), 0, Missed::skip, std::move(task),
-                                   token_.get(), nullptr, 0,
-                                   c.producer_ops().slack_code_after(slack, delay, "schedule_after"));
-}
-
-TimerId Producer::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
-  return schedule_periodic(core("schedule_every"), period, std::move(task), options, token_.get(), nullptr, slack);
-}
-bool Producer::cancel(TimerId id) { return core("cancel").producer_ops().cancel(id, token_.get()); }
-CancelResult Producer::try_cancel(TimerId id) { return core("try_cancel").producer_ops().try_cancel(id); }
-CancelResult Producer::cancel_and_wait(TimerId id) {
-  return core("cancel_and_wait").producer_ops().cancel_and_wait(id);
-}
-bool Producer::reschedule_at(TimerId id, TimePoint due) {
-  return core("reschedule_at").producer_ops().reschedule(id, due, token_.get());
-}
-bool Producer::reschedule_after(TimerId id, Duration delay) {
-  detail::RuntimeCore& c = core("reschedule_after");
-  return c.producer_ops().reschedule(id, detail::saturating_after(c.now(), delay), token_.get());
 }
 
 }  // namespace chime

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 // runtime/runtime.cpp: chime::Runtime (include/chime/runtime.hpp): thin
-// forwards to RuntimeCore (runtime_core.cpp), and the free helpers the
-// public classes share (saturating_after, schedule_periodic).
+// forwards to RuntimeCore (runtime_core.cpp), the timer operations of
+// Runtime, Producer and Lane (detail::TimerOperations), and the free
+// helpers the public classes share (saturating_after).
 #include <pthread.h>
 #include <time.h>
 
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "chime/lane.hpp"
+#include "lane_token.hpp"
 #include "runtime_core.hpp"
 #include "simulation.hpp"
 
@@ -38,20 +40,70 @@ void throw_runtime_gone(const char* what) {
 }  // namespace detail
 
 namespace detail {
-TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
-                          ProducerQueueToken* token, LaneCore* lane, std::optional<Duration> slack) {
-  const std::uint8_t slack_code = core.producer_ops().slack_code(slack, "schedule_every");
+
+// ---- The timer operations of Runtime, Producer and Lane (TimerOperations) ----
+//
+// A lane's calls post through the lane's own token (lane_token.hpp): taken
+// here, for the call. A Lane's reschedule on the lane's thread may take its
+// ready run back (R4, producer_ops.cpp): it passes its lane.
+
+namespace {
+// The token a call posts through: the Producer's, the lane's, or none (the
+// calling thread's shard's).
+struct CallToken {
+  explicit CallToken(const OpsTarget& t) {
+    if (t.token == nullptr && t.lane != nullptr) lane_token.emplace(*t.lane);
+  }
+  ProducerQueueToken* get(const OpsTarget& t) const { return lane_token ? lane_token->get() : t.token; }
+  std::optional<LaneToken> lane_token;
+};
+}  // namespace
+
+TimerId ops_schedule_at(const OpsTarget& t, TimePoint due, Task&& task, const ScheduleOptions& options) {
+  const std::uint8_t slack_code = t.core->producer_ops().slack_code(options.slack, "schedule_at");
+  const CallToken token(t);
+  return t.core->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token.get(t), t.lane, 0, slack_code);
+}
+
+TimerId ops_schedule_after(const OpsTarget& t, Duration delay, Task&& task, const ScheduleOptions& options) {
+  const std::uint8_t slack_code = t.core->producer_ops().slack_code_after(options.slack, delay, "schedule_after");
+  const CallToken token(t);
+  return t.core->producer_ops().schedule(saturating_after(t.core->now(), delay), 0, Missed::skip, std::move(task),
+                                         token.get(t), t.lane, 0, slack_code);
+}
+
+TimerId ops_schedule_every(const OpsTarget& t, Duration period, Task&& task, const PeriodicOptions& options) {
+  const std::uint8_t slack_code = t.core->producer_ops().slack_code(options.slack, "schedule_every");
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime: schedule_every needs a positive period, got " + std::to_string(period.count()) +
                                 " ns");
   }
-  const TimePoint first = options.first_due ? *options.first_due : detail::saturating_after(core.now(), period);
-  return core.producer_ops().schedule(first, period.count(), options.on_missed, std::move(task), token, lane, 0,
-                                      slack_code);
+  const TimePoint first = options.first_due ? *options.first_due : saturating_after(t.core->now(), period);
+  const CallToken token(t);
+  return t.core->producer_ops().schedule(first, period.count(), options.on_missed, std::move(task), token.get(t),
+                                         t.lane, 0, slack_code);
 }
-}  // namespace detail
 
-using detail::schedule_periodic;
+// One CAS, no command; the token only takes back the slot of a timer
+// cancelled before the wheel thread filed it.
+bool ops_cancel(const OpsTarget& t, TimerId id) {
+  const CallToken token(t);
+  return t.core->producer_ops().cancel(id, token.get(t));
+}
+CancelResult ops_try_cancel(const OpsTarget& t, TimerId id) { return t.core->producer_ops().try_cancel(id); }
+CancelResult ops_cancel_and_wait(const OpsTarget& t, TimerId id) { return t.core->producer_ops().cancel_and_wait(id); }
+
+bool ops_reschedule_at(const OpsTarget& t, TimerId id, TimePoint due) {
+  const CallToken token(t);
+  return t.core->producer_ops().reschedule(id, due, token.get(t), t.lane);
+}
+bool ops_reschedule_after(const OpsTarget& t, TimerId id, Duration delay) {
+  const CallToken token(t);
+  return t.core->producer_ops().reschedule(id, saturating_after(t.core->now(), delay), token.get(t), t.lane);
+}
+TimerState ops_state(const OpsTarget& t, TimerId id) noexcept { return t.core->producer_ops().state(id); }
+
+}  // namespace detail
 
 // ---- chime::Runtime ----
 
@@ -59,26 +111,6 @@ Runtime::Runtime() : Runtime(Options{}) {}
 Runtime::Runtime(Options options) : core_(std::make_unique<detail::RuntimeCore>(std::move(options))) {}
 Runtime::~Runtime() = default;
 
-TimerId Runtime::schedule_at(TimePoint due, Task task, std::optional<Duration> slack) {
-  return core_->producer_ops().schedule(due, 0, Missed::skip, std::move(task), nullptr, nullptr, 0,
-                                        core_->producer_ops().slack_code(slack, "schedule_at"));
-}
-TimerId Runtime::schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
-  return core_->producer_ops().schedule(detail::saturating_after(core_->now(), delay), 0, Missed::skip, std::move(task),
-                                        nullptr, nullptr, 0,
-                                        core_->producer_ops().slack_code_after(slack, delay, "schedule_after"));
-}
-TimerId Runtime::schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
-  return schedule_periodic(*core_, period, std::move(task), options, nullptr, nullptr, slack);
-}
-bool Runtime::cancel(TimerId id) { return core_->producer_ops().cancel(id, nullptr); }
-CancelResult Runtime::try_cancel(TimerId id) { return core_->producer_ops().try_cancel(id); }
-CancelResult Runtime::cancel_and_wait(TimerId id) { return core_->producer_ops().cancel_and_wait(id); }
-bool Runtime::reschedule_at(TimerId id, TimePoint due) { return core_->producer_ops().reschedule(id, due, nullptr); }
-bool Runtime::reschedule_after(TimerId id, Duration delay) {
-  return core_->producer_ops().reschedule(id, detail::saturating_after(core_->now(), delay), nullptr);
-}
-TimerState Runtime::state(TimerId id) const noexcept { return core_->producer_ops().state(id); }
 void Runtime::flush() { core_->flush(); }
 std::optional<TimePoint> Runtime::next_due() { return core_->next_due(); }
 

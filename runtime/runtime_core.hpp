@@ -75,10 +75,6 @@ class RuntimeCore;
 // its Runtime on this thread; that RuntimeCore stores itself here and
 // starts no thread. simulation.cpp.
 extern thread_local RuntimeCore** tls_simulation_request;
-// schedule_every's checks and first due, then schedule. runtime.cpp.
-TimerId schedule_periodic(RuntimeCore& core, Duration period, Task&& task, const PeriodicOptions& options,
-                          ProducerQueueToken* token, LaneCore* lane = nullptr,
-                          std::optional<Duration> slack = std::nullopt);
 // This thread's eventfd that a flush's completion writes (lanes.cpp).
 int lane_flush_notify_fd();
 

@@ -238,7 +238,7 @@ TEST(KeyedTimersRace, concurrent_set_move_remove_keep_every_value_accounted_for)
           mine->known_gone = false;
         }
       } else if (op < 80) {
-        const bool moved = timers.move(key, random_delay(rng));
+        const bool moved = timers.reschedule_after(key, random_delay(rng));
         check_drops(tracker, "move", key, 0);
         if (mine != nullptr) {
           if (mine->known_gone && moved) tracker.fail("move on an own key known gone returned true");

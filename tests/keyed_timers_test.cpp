@@ -165,7 +165,7 @@ TEST_F(KeyedTimers, move_later_does_not_fire_at_old_time_and_fires_at_new_time) 
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 10ms);
   advance_to(5ms);
-  EXPECT_TRUE(timers.move(1, 20ms));  // due at 25 ms
+  EXPECT_TRUE(timers.reschedule_after(1, 20ms));  // due at 25 ms
   advance_to(11ms);
   EXPECT_EQ(log_.count(), 0u);
   EXPECT_TRUE(timers.contains(1));
@@ -183,7 +183,7 @@ TEST_F(KeyedTimers, repeated_moves_later_keep_the_key_pending) {
   timers.set(1, "idle", 10ms);
   for (int t = 5; t <= 100; t += 5) {
     advance_to(std::chrono::milliseconds(t));
-    ASSERT_TRUE(timers.move(1, 10ms)) << "at " << t << " ms";
+    ASSERT_TRUE(timers.reschedule_after(1, 10ms)) << "at " << t << " ms";
   }
   EXPECT_EQ(log_.count(), 0u);
   advance_to(111ms);
@@ -195,7 +195,7 @@ TEST_F(KeyedTimers, move_earlier_fires_earlier) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
   timers.set(1, "x", 100ms);
   advance_to(2ms);
-  EXPECT_TRUE(timers.move(1, 5ms));  // due at 7 ms
+  EXPECT_TRUE(timers.reschedule_after(1, 5ms));  // due at 7 ms
   advance_to(6ms);
   EXPECT_EQ(log_.count(), 0u);
   advance_to(7ms);
@@ -207,16 +207,16 @@ TEST_F(KeyedTimers, move_earlier_fires_earlier) {
 // move returns true iff the key was pending: false for unknown, fired and removed keys.
 TEST_F(KeyedTimers, move_returns_true_iff_key_was_pending) {
   chime::KeyedTimers<int, std::string> timers(runtime_, log_.execute());
-  EXPECT_FALSE(timers.move(1, 10ms));
+  EXPECT_FALSE(timers.reschedule_after(1, 10ms));
   timers.set(1, "x", 10ms);
   timers.set(2, "y", 50ms);
-  EXPECT_TRUE(timers.move(1, 10ms));
+  EXPECT_TRUE(timers.reschedule_after(1, 10ms));
   advance_to(11ms);
   EXPECT_EQ(log_.count(), 1u);
-  EXPECT_FALSE(timers.move(1, 10ms));
+  EXPECT_FALSE(timers.reschedule_after(1, 10ms));
   EXPECT_FALSE(timers.contains(1)) << "a failed move must not make the key pending";
   EXPECT_TRUE(timers.remove(2));
-  EXPECT_FALSE(timers.move(2, 10ms));
+  EXPECT_FALSE(timers.reschedule_after(2, 10ms));
   advance_to(100ms);
   EXPECT_EQ(log_.count(), 1u);
 }
@@ -257,7 +257,7 @@ TEST_F(KeyedTimers, contains_and_size_track_pending_keys) {
   timers.remove(2);
   EXPECT_FALSE(timers.contains(2));
   EXPECT_EQ(timers.size(), 1u);
-  timers.move(3, 1ms);
+  timers.reschedule_after(3, 1ms);
   advance_to(20ms);
   EXPECT_EQ(timers.size(), 0u);
   EXPECT_FALSE(timers.contains(3));

@@ -412,13 +412,13 @@ TEST(RuntimeAllocation, moving_a_keyed_timer_later_never_allocates) {
   std::atomic<int> executed{0};
   chime::KeyedTimers<int, int> timers(rt, [&](const int&, int&&) { executed.fetch_add(1); });
   for (int k = 0; k < 500; ++k) timers.set(k, k, 1s);
-  for (int k = 0; k < 500; ++k) EXPECT_TRUE(timers.move(k, 2s));  // warm-up
+  for (int k = 0; k < 500; ++k) EXPECT_TRUE(timers.reschedule_after(k, 2s));  // warm-up
   std::size_t n = 0;
   bool all_pending = true;
   {
     CountScope scope;
     for (int r = 0; r < 20; ++r) {
-      for (int k = 0; k < 500; ++k) all_pending &= timers.move(k, std::chrono::seconds(3 + r));
+      for (int k = 0; k < 500; ++k) all_pending &= timers.reschedule_after(k, std::chrono::seconds(3 + r));
     }
     n = scope.count();
   }

@@ -346,7 +346,7 @@ TEST(RuntimeMisuse, handles_outliving_their_runtime_throw_logic_error_and_destro
   expect_runtime_gone([&] { producer.schedule_after(1ms, [] {}); }, "Producer::schedule_after");
   expect_runtime_gone([&] { producer.cancel(producer_id); }, "Producer::cancel");
   expect_runtime_gone([&] { keyed.set(2, 20, 1ms); }, "KeyedTimers::set");
-  expect_runtime_gone([&] { keyed.move(1, 1ms); }, "KeyedTimers::move");
+  expect_runtime_gone([&] { keyed.reschedule_after(1, 1ms); }, "KeyedTimers::reschedule_after");
   EXPECT_TRUE(keyed.remove(1)) << "the key's value is still there to remove";
   EXPECT_EQ(runs, 0);
   // The destructors of keyed, producer, lane_timer, lane and timer run now, after the runtime's.

@@ -119,7 +119,7 @@ TEST_P(RuntimeTimerSlack, by_default_a_long_timer_keeps_the_interval_rule) {
 TEST_P(RuntimeTimerSlack, a_per_timer_slack_overrides_the_default_for_that_timer_only) {
   Runtime rt{options()};
   const TimePoint due = kStart + 40ms + 300us;
-  rt.schedule_at(due, rec.task(1), 50us);
+  rt.schedule_at(due, rec.task(1), {.slack = 50us});
   rt.schedule_after(40ms + 300us, rec.task(2));
   step(rt, grid_after(due, 15));
   ASSERT_EQ(rec.count(), 1u);
@@ -135,7 +135,7 @@ TEST_P(RuntimeTimerSlack, runtime_options_slack_at_the_precision_is_the_interval
   Runtime rt{options(kPrecision)};
   const TimePoint due = kStart + 1200us;
   rt.schedule_after(1200us, rec.task(1));
-  rt.schedule_after(1200us, rec.task(2), 50us);  // its own slack still applies
+  rt.schedule_after(1200us, rec.task(2), {.slack = 50us});  // its own slack still applies
   step(rt, grid_after(due, 15));
   ASSERT_EQ(rec.count(), 1u);
   EXPECT_EQ(rec.runs()[0].tag, 2);
@@ -166,16 +166,16 @@ TEST_P(RuntimeTimerSlack, timer_arms_and_lane_schedules_take_a_per_timer_slack) 
   Runtime rt{options()};
   chime::Timer timer(rt, rec.task(1));
   const TimePoint due = kStart + 40ms + 300us;
-  timer.arm_at(due, 50us);
+  timer.arm_at(due, {.slack = 50us});
   chime::Lane lane = rt.lane();
-  lane.schedule_at(due, rec.task(2), 50us);
+  lane.schedule_at(due, rec.task(2), {.slack = 50us});
   step(rt, grid_after(due, 15));
   lane.run_ready();
   ASSERT_EQ(rec.count(), 2u) << "a Timer or Lane timer with 50 us of slack waited for its interval's end";
   // A re-arm with another slack replaces the run's slack, not only its due.
   const TimePoint due2 = kStart + 80ms + 300us;
-  timer.arm_at(due2, 50us);
-  timer.arm_at(due2, kPrecision);  // the interval rule
+  timer.arm_at(due2, {.slack = 50us});
+  timer.arm_at(due2, {.slack = kPrecision});  // the interval rule
   step(rt, grid_after(due2, 15));
   EXPECT_EQ(rec.count(), 2u) << "the re-arm kept the old slack";
   step(rt, kStart + 81ms);
@@ -187,15 +187,15 @@ TEST_P(RuntimeTimerSlack, timer_arms_and_lane_schedules_take_a_per_timer_slack) 
 TEST_P(RuntimeTimerSlack, a_negative_slack_throws_invalid_argument_naming_it) {
   Runtime rt{options()};
   try {
-    rt.schedule_after(1ms, rec.task(), -5us);
+    rt.schedule_after(1ms, rec.task(), {.slack = -5us});
     FAIL() << "no exception";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("schedule_after"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("-5000"), std::string::npos) << e.what();
   }
   chime::Timer timer(rt, rec.task());
-  EXPECT_THROW(timer.arm_after(1ms, -1ns), std::invalid_argument);
-  EXPECT_THROW(rt.schedule_every(1ms, rec.task(), {}, -1ns), std::invalid_argument);
+  EXPECT_THROW(timer.arm_after(1ms, {.slack = -1ns}), std::invalid_argument);
+  EXPECT_THROW(rt.schedule_every(1ms, rec.task(), {.slack = -1ns}), std::invalid_argument);
   EXPECT_EQ(rt.stats().scheduled, 0u);
 }
 
@@ -228,7 +228,7 @@ TEST_P(RuntimeTimerSlack, random_dues_and_slacks_run_never_early_and_by_their_fi
         break;
     }
     const TimePoint due = kStart + delay;
-    rt.schedule_at(due, rec.task(i), slack);
+    rt.schedule_at(due, rec.task(i), {.slack = slack});
     // By the fire time: its grid's point, or its interval's end; the
     // default slack is at most the precision, on a grid that may cross it.
     const TimePoint interval_end = kStart + (delay / kPrecision + 1) * kPrecision;

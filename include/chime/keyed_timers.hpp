@@ -6,7 +6,7 @@
 // What it is: a thread-safe map from Key to a pending {value, due time}.
 // When a key's time comes, `execute(key, std::move(value))` runs on one of the
 // runtime's workers and the key is gone. The typical use is idle-connection
-// timeouts: `set(conn, handle, 30s)` on accept, `move(conn, 30s)` on every
+// timeouts: `set(conn, handle, 30s)` on accept, `reschedule_after(conn, 30s)` on every
 // packet (the hot path), `remove(conn)` on close; `execute` closes the idle
 // ones.
 //
@@ -19,16 +19,16 @@
 //   only for a key that was pending when it fired, with the value it held then.
 // G51 (keyed never early): by the runtime's clock, a key set or moved with `delay` at
 //   time t does not execute before the runtime would fire a timer scheduled
-//   with schedule_after(delay) at t (see runtime.hpp); after `move(key, d)`
+//   with schedule_after(delay) at t (see runtime.hpp); after `reschedule_after(key, d)`
 //   returns true, the key does not execute at its old time unless that is
 //   also its new one (earlier or later both work).
 // G52 (keyed return values): return values are linearizable per key: each call takes effect at one
 //   instant inside it, under the key's shard mutex, and a fire takes effect at
 //   the instant its callback removes the key from the map. `set` returns true
-//   iff the key was not pending; `move` and `remove` return true iff it was.
-//   Concurrent `move`s of one key: the key ends with the due time of one of
+//   iff the key was not pending; `reschedule_after` and `remove` return true iff it was.
+//   Concurrent `reschedule_after`s of one key: the key ends with the due time of one of
 //   them.
-// G53 (keyed touch): `move` to a later time (the idle-timeout "touch") takes the key's shard
+// G53 (keyed touch): `reschedule_after` to a later time (the idle-timeout "touch") takes the key's shard
 //   mutex once for a lookup, then calls Runtime::reschedule_after, which for a
 //   later due time is a lock-free CAS pair that never involves the wheel
 //   thread. Nothing allocates on that path.
@@ -54,7 +54,7 @@
 // in the runtime without allocation), hashable by Hash and comparable by
 // KeyEqual (both default-constructed). Value is MoveConstructible and
 // MoveAssignable. The KeyedTimers must be destroyed before its Runtime
-// (detected in every build: set and move afterwards throw std::logic_error;
+// (detected in every build: set and reschedule_after afterwards throw std::logic_error;
 // remove, contains, drain and the destructor touch nothing of the runtime;
 // a call racing the Runtime's destruction is not detected), and not from
 // inside its own `execute` (it would wait for itself; this is detected and
@@ -62,11 +62,11 @@
 // destructor except from this object's own `execute` callbacks, which the
 // destructor waits for.
 //
-// Error model: `set` and `move` propagate the runtime's exceptions
+// Error model: `set` and `reschedule_after` propagate the runtime's exceptions
 // (chime::StoppedError after Runtime::shutdown, std::out_of_range for a delay
 // beyond the wheel's range, chime::CapacityError over max_pending or with
 // the command queue at max_queue_depth); when one
-// is thrown the key is left not pending (a throwing `move` on the fast path
+// is thrown the key is left not pending (a throwing `reschedule_after` on the fast path
 // changes nothing). An exception from `execute` propagates to the runtime,
 // which passes it to RuntimeOptions::on_error; the key counts as fired. An
 // exception from `drain`'s fn propagates; the drained keys not yet passed to
@@ -89,18 +89,18 @@
 //   timer after unlocking. F locked first: it took the old value (set then
 //   inserts; returns true). set locked first: F finds a newer version and does
 //   nothing, so the old value (destroyed by set) never executes.
-// - move vs fire: move reads {id, version} under the lock and reschedules id
+// - reschedule_after vs fire: it reads {id, version} under the lock and reschedules id
 //   outside it. If reschedule succeeds, F had not started, so k fires only at
-//   the new time. If it fails, F may be in flight: move relocks; if k is gone
+//   the new time. If it fails, F may be in flight: it relocks; if k is gone
 //   (F or a remove won) it returns false; if k has another version (a set or
-//   move came between) it returns true, ordered before that one; otherwise it
+//   reschedule came between) it returns true, ordered before that one; otherwise it
 //   gives k a fresh version and schedules a new timer, and the in-flight F
 //   finds a newer version and does nothing.
 // - remove vs fire: remove extracts the entry under the lock, then cancels
 //   outside it. F locked first: k is gone, remove returns false. remove locked
 //   first: F finds no entry and does nothing, even if the cancel lost.
-// - set/move vs the window where k's timer is being scheduled (id invalid): a
-//   second set or move gives k a fresh version and its own timer; the first
+// - set/reschedule_after vs the window where k's timer is being scheduled (id invalid): a
+//   second set or reschedule gives k a fresh version and its own timer; the first
 //   one, at its second lock, sees the version changed and cancels its timer.
 //   A remove or drain in that window erases k; the first one finds k gone and
 //   cancels its timer. Its F, if it ran meanwhile, found k gone or newer.
@@ -115,7 +115,7 @@
 //   shared state they touch lives until the last one is gone (see Core).
 // - drain vs fire: like remove, for every entry of a shard at once.
 //
-// Memory ordering: everything a thread did before `set(k, ...)` or a `move(k)`
+// Memory ordering: everything a thread did before `set(k, ...)` or a `reschedule_after(k)`
 // that returned true happens-before `execute` for k runs (the shard mutex,
 // plus the runtime's schedule/run ordering). Everything an `execute` did
 // happens-before the destructor returns (the running count: a seq_cst
@@ -238,7 +238,7 @@ class KeyedTimers {
   // command (its queue may allocate a block). On the rare path where the
   // key's timer already fired but its callback has not run yet, schedules a
   // new timer (may allocate, like set).
-  bool move(const Key& key, Duration delay) {
+  bool reschedule_after(const Key& key, Duration delay) {
     check_runtime();
     Shard& s = shard_for(key);
     TimerId id;
@@ -254,7 +254,7 @@ class KeyedTimers {
     // only at its new due time.
     if (id && runtime_->reschedule_after(id, delay)) return true;
     // The timer is in flight (its callback will find a newer version), or is
-    // being scheduled by a concurrent set/move (id invalid), or a concurrent
+    // being scheduled by a concurrent set/reschedule_after (id invalid), or a concurrent
     // set/remove/drain cancelled it.
     std::uint64_t fresh;
     TimerId stale;
@@ -269,6 +269,9 @@ class KeyedTimers {
     if (stale && stale != id) cancel_quietly(stale);
     arm(s, key, fresh, delay);
     return true;
+  }
+  [[deprecated("renamed: reschedule_after(key, delay)")]] bool move(const Key& key, Duration delay) {
+    return reschedule_after(key, delay);
   }
 
   // Removes a pending key; its value is destroyed on this thread and never

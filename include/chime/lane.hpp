@@ -205,7 +205,7 @@ class [[nodiscard]] LaneSleep {
   LaneSleepResumer* resumer_ = nullptr;
 };
 
-class Lane {
+class Lane : public detail::TimerOperations<Lane> {
  public:
   // Empty: every call but operator bool throws std::logic_error.
   Lane() noexcept = default;
@@ -221,21 +221,12 @@ class Lane {
   // (the close command). Never throws.
   ~Lane();
 
-  // The nine timer operations: runtime.hpp's table, and the differences above.
-  TimerId schedule_at(TimePoint due, Task task, std::optional<Duration> slack = std::nullopt);
-  TimerId schedule_after(Duration delay, Task task, std::optional<Duration> slack = std::nullopt);
-  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {},
-                         std::optional<Duration> slack = std::nullopt);
-  bool cancel(TimerId id);
-  CancelResult try_cancel(TimerId id);
-  CancelResult cancel_and_wait(TimerId id);
-  // True iff the timer was pending, or (on the lane's thread only) its run
-  // was in this lane's ready queue and has been taken back, and it now has
-  // the new due time; false once its run started, or for a run handed over
-  // when called on another thread.
-  bool reschedule_at(TimerId id, TimePoint due);
-  bool reschedule_after(TimerId id, Duration delay);
-  TimerState state(TimerId id) const;
+  // The nine timer operations (detail::TimerOperations, runtime.hpp): its
+  // table, and the differences above. reschedule_*: true iff the timer was
+  // pending, or (on the lane's thread only) its run was in this lane's ready
+  // queue and has been taken back, and it now has the new due time; false
+  // once its run started, or for a run handed over when called on another
+  // thread.
 
   // An eventfd (non-blocking, close-on-exec), owned by the lane: readable
   // whenever a run is ready. Add it to epoll/poll for reading; do not read
@@ -262,9 +253,17 @@ class Lane {
   // scheduled at the co_await (errors then: as schedule_at). Never blocks,
   // never allocates.
   // `slack`: as schedule_at's (design.md, "Slack").
-  LaneSleep sleep_for(Duration delay, std::optional<Duration> slack = std::nullopt);
-  LaneSleep sleep_until(TimePoint due, std::optional<Duration> slack = std::nullopt) noexcept {
-    return LaneSleep(*this, due, slack);
+  LaneSleep sleep_for(Duration delay, ScheduleOptions options = {});
+  LaneSleep sleep_until(TimePoint due, ScheduleOptions options = {}) noexcept {
+    return LaneSleep(*this, due, options.slack);
+  }
+  [[deprecated("pass the slack in ScheduleOptions: sleep_for(delay, {.slack = s})")]] LaneSleep sleep_for(
+      Duration delay, std::optional<Duration> slack) {
+    return sleep_for(delay, ScheduleOptions{.slack = slack});
+  }
+  [[deprecated("pass the slack in ScheduleOptions: sleep_until(due, {.slack = s})")]] LaneSleep sleep_until(
+      TimePoint due, std::optional<Duration> slack) noexcept {
+    return sleep_until(due, ScheduleOptions{.slack = slack});
   }
 
   // The runtime's clock. Any thread. Never blocks, never allocates.
@@ -276,6 +275,11 @@ class Lane {
   friend class Timer;
   friend class LaneSleep;
   friend class LaneRef;
+  friend class detail::TimerOperations<Lane>;
+  detail::OpsTarget ops_target(const char* what) const {
+    check(what);
+    return {core_, nullptr, lane_};
+  }
   Lane(detail::RuntimeCore* core, detail::LaneCore* lane, std::shared_ptr<const detail::RuntimeAlive> alive) noexcept
       : core_(core), lane_(lane), alive_(std::move(alive)) {}
   // Throws std::logic_error for an empty Lane, or one whose Runtime is gone.
@@ -301,7 +305,11 @@ class LaneRef {
   // Throws std::logic_error for an empty Lane, or one whose Runtime is gone.
   explicit LaneRef(const Lane& lane);
 
-  TimerId schedule_at(TimePoint due, Task task, std::optional<Duration> slack = std::nullopt) const;
+  TimerId schedule_at(TimePoint due, Task task, ScheduleOptions options = {}) const;
+  [[deprecated("pass the slack in ScheduleOptions: schedule_at(due, task, {.slack = s})")]] TimerId schedule_at(
+      TimePoint due, Task task, std::optional<Duration> slack) const {
+    return schedule_at(due, std::move(task), ScheduleOptions{.slack = slack});
+  }
   bool cancel(TimerId id) const;
   int ready_fd() const;
   std::size_t run_ready(std::size_t max = SIZE_MAX) const;

@@ -167,6 +167,8 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "chime/clock.hpp"
@@ -207,9 +209,17 @@ enum class ShutdownMode { cancel_pending, fire_pending };
 // the default; see docs/benchmarks.md for the comparison.
 enum class CommandQueueBackend { moodycamel, boost_lockfree };
 
+// A one-shot schedule's options (schedule_at, schedule_after; Timer::arm_at,
+// arm_after; a Lane's sleeps): schedule_at(due, task, {.slack = 50us}).
+struct ScheduleOptions {
+  std::optional<Duration> slack{};  // G25; empty: RuntimeOptions::slack, or the default for the delay
+};
+
+// A periodic timer's options (schedule_every, Timer::arm_every).
 struct PeriodicOptions {
   std::optional<TimePoint> first_due{};  // empty: now + period
   Missed on_missed = Missed::skip;
+  std::optional<Duration> slack{};  // G25, of every run; empty: RuntimeOptions::slack, or the default for the period
 };
 
 // One cumulative bucket of a histogram: `count` values were <= `le`.
@@ -318,7 +328,7 @@ struct RuntimeOptions {
   // than d + s plus the OS's wake-up latency (G10), and timers whose dues
   // fall in one cell of the same slack grid share a wake-up. Each schedule
   // call (Runtime, Producer, Lane), Timer::arm_* and Lane's sleeps take a
-  // slack of their own (a trailing std::optional<Duration>); this field is
+  // slack of their own (ScheduleOptions::slack, PeriodicOptions::slack); this field is
   // a fixed slack for every timer that gives none; zero means not set, and
   // then a timer's slack is clamp(D / 16, 50 us, precision) of its delay D
   // (the due minus the clock in the call; for schedule_at, when its shard's
@@ -380,13 +390,135 @@ struct RuntimeAlive {
 }  // namespace detail
 
 class Runtime;
+class Producer;
 class Lane;  // chime/lane.hpp
 template <class Key, class Value, class Hash, class KeyEqual>
 class KeyedTimers;  // chime/keyed_timers.hpp
 
-// The timer operations' contract. Runtime, Lane (chime/lane.hpp) and, but
-// for state, Producer have these nine; the table holds for each of them,
-// and Producer and Lane say only how theirs differ.
+namespace detail {
+struct LaneCore;
+// Where a handle's timer operations go: its runtime, the queue token it
+// posts through (null: the calling thread's shard's) and the lane its
+// timers run on (null: the workers).
+struct OpsTarget {
+  RuntimeCore* core;
+  ProducerQueueToken* token;
+  LaneCore* lane;
+};
+// The operations behind TimerOperations, one function each for every
+// handle (runtime/runtime.cpp). `what` names the call in errors.
+TimerId ops_schedule_at(const OpsTarget& t, TimePoint due, Task&& task, const ScheduleOptions& options);
+TimerId ops_schedule_after(const OpsTarget& t, Duration delay, Task&& task, const ScheduleOptions& options);
+TimerId ops_schedule_every(const OpsTarget& t, Duration period, Task&& task, const PeriodicOptions& options);
+bool ops_cancel(const OpsTarget& t, TimerId id);
+CancelResult ops_try_cancel(const OpsTarget& t, TimerId id);
+CancelResult ops_cancel_and_wait(const OpsTarget& t, TimerId id);
+bool ops_reschedule_at(const OpsTarget& t, TimerId id, TimePoint due);
+bool ops_reschedule_after(const OpsTarget& t, TimerId id, Duration delay);
+TimerState ops_state(const OpsTarget& t, TimerId id) noexcept;
+
+// The nine timer operations, declared once for Runtime, Producer and Lane
+// (each derives from TimerOperations<itself> and says, in ops_target(what),
+// where its calls go, throwing std::logic_error naming `what` if it cannot
+// be used). The operations' table below is their contract.
+template <class Handle>
+class TimerOperations {
+ public:
+  // Schedules a one-shot timer; a due time in the past is due now (G13).
+  // CapacityError at max_queue_depth names the depth and the bound: the
+  // wheel thread is behind, so retry later or shed the work (G18). Thread,
+  // blocking, allocation, errors: the operations' table below.
+  TimerId schedule_at(TimePoint due, Task task, ScheduleOptions options = {}) {
+    return ops_schedule_at(target("schedule_at"), due, std::move(task), options);
+  }
+  TimerId schedule_after(Duration delay, Task task, ScheduleOptions options = {}) {
+    return ops_schedule_after(target("schedule_after"), delay, std::move(task), options);
+  }
+  // Fixed-rate periodic timer (G14).
+  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {}) {
+    return ops_schedule_every(target("schedule_every"), period, std::move(task), options);
+  }
+
+  // Returns true iff this call stopped at least one run from starting: a
+  // one-shot's callback has not started and never will (a run handed to a
+  // worker but not started is skipped); a periodic timer's further runs
+  // will not start, though a run already in progress finishes (try_cancel
+  // would say `cancelled`, or `running` for that periodic timer). False for
+  // a one-shot that fired or started, a timer cancelled before (a second
+  // cancel returns false), or a stale/invalid id. The wheel thread reclaims
+  // a filed timer's slot lazily (G16); a timer it has not filed yet is freed
+  // by this call: its slot goes back to the shared free list, which takes a
+  // chunk of list containers (under a mutex) when none is empty; if that
+  // allocation fails the slot stays out of use (never reused twice, no timer
+  // lost).
+  bool cancel(TimerId id) { return ops_cancel(target("cancel"), id); }
+
+  // The same decision, with the outcome told apart (CancelResult above):
+  // `running` means a run is in progress now, so what its callback uses must
+  // not be freed yet.
+  CancelResult try_cancel(TimerId id) { return ops_try_cancel(target("try_cancel"), id); }
+
+  // Like try_cancel; when the result is `running` it returns only after that
+  // run has returned, so the caller may then free what the callback uses
+  // (the Linux kernel's timer_delete_sync). Waiting blocks on a futex, never
+  // spins; when there is no run to wait for it costs what try_cancel costs.
+  // Called from the timer's own callback it does not wait (it would wait for
+  // itself) and returns `running`. Deadlock the caller can still build: two
+  // callbacks each waiting for the other's timer (debug builds abort with a
+  // message on that form); a callback waiting for a timer whose callback
+  // blocks on something the first holds.
+  CancelResult cancel_and_wait(TimerId id) { return ops_cancel_and_wait(target("cancel_and_wait"), id); }
+
+  // True iff the timer was still pending and now has the new due time. A
+  // run already handed to a worker or a lane, not started yet, is past
+  // rescheduling (false; state() still says pending): only a Lane's own
+  // reschedule_*, on the lane's thread, takes its handed run back. A
+  // later due time is one CAS pair on the state word and never involves the
+  // wheel thread (G19); an earlier one also posts a command.
+  bool reschedule_at(TimerId id, TimePoint due) { return ops_reschedule_at(target("reschedule_at"), id, due); }
+  bool reschedule_after(TimerId id, Duration delay) {
+    return ops_reschedule_after(target("reschedule_after"), id, delay);
+  }
+
+  // pending (a run handed to a worker but not started is still pending),
+  // running (a run is in progress, cancelled meanwhile or not), fired,
+  // cancelled (once a cancelled timer's last run returned); unknown for a
+  // reused slot, an id never issued, an id from another runtime, or the
+  // default id. noexcept on a Runtime; a Producer or Lane that cannot be
+  // used throws std::logic_error.
+  TimerState state(TimerId id) const noexcept(std::is_same_v<Handle, Runtime>) {
+    return ops_state(static_cast<const Handle&>(*this).ops_target("state"), id);
+  }
+
+  // The spellings with a trailing slack, kept for one release.
+  [[deprecated("pass the slack in ScheduleOptions: schedule_at(due, task, {.slack = s})")]] TimerId schedule_at(
+      TimePoint due, Task task, std::optional<Duration> slack) {
+    return schedule_at(due, std::move(task), ScheduleOptions{.slack = slack});
+  }
+  [[deprecated("pass the slack in ScheduleOptions: schedule_after(delay, task, {.slack = s})")]] TimerId
+  schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
+    return schedule_after(delay, std::move(task), ScheduleOptions{.slack = slack});
+  }
+  [[deprecated("pass the slack in PeriodicOptions: schedule_every(period, task, {.slack = s})")]] TimerId
+  schedule_every(Duration period, Task task, PeriodicOptions options, std::optional<Duration> slack) {
+    options.slack = slack;
+    return schedule_every(period, std::move(task), options);
+  }
+
+ protected:
+  TimerOperations() = default;
+  ~TimerOperations() = default;
+  TimerOperations(const TimerOperations&) = default;
+  TimerOperations& operator=(const TimerOperations&) = default;
+
+ private:
+  OpsTarget target(const char* what) { return static_cast<Handle&>(*this).ops_target(what); }
+};
+}  // namespace detail
+
+// The timer operations' contract. Runtime, Producer and Lane (chime/lane.hpp)
+// have these nine, declared once (detail::TimerOperations above); the table
+// holds for each of them, and Producer and Lane say only how theirs differ.
 //
 //   operation            thread  blocks        allocates      throws          returns
 //   schedule_at,         any     never (a)     not in steady  (c)             the TimerId
@@ -428,13 +560,12 @@ class KeyedTimers;  // chime/keyed_timers.hpp
 //   block, when one is needed, is one of this Producer's queue;
 // - cancel: a slot it frees goes to its own cache (32 at a time go back to
 //   the shared list as one batch);
-// - no state(): Runtime::state answers for any id;
 // - every call throws std::logic_error on a moved-from Producer or once its
 //   Runtime is gone (G20). A Producer must not outlive its Runtime: its
 //   destructor then touches nothing of the runtime (its queue token, a few
 //   hundred bytes, is leaked); a call racing the Runtime's destruction is
 //   not detected.
-class Producer {
+class Producer : public detail::TimerOperations<Producer> {
  public:
   // Never block, never allocate. Giving a token back (move-assigning over a
   // Producer, the destructor) returns its cached free slots to the runtime:
@@ -443,18 +574,13 @@ class Producer {
   Producer& operator=(Producer&&) noexcept;
   ~Producer();
 
-  TimerId schedule_at(TimePoint due, Task task, std::optional<Duration> slack = std::nullopt);
-  TimerId schedule_after(Duration delay, Task task, std::optional<Duration> slack = std::nullopt);
-  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {},
-                         std::optional<Duration> slack = std::nullopt);
-  bool cancel(TimerId id);
-  CancelResult try_cancel(TimerId id);
-  CancelResult cancel_and_wait(TimerId id);
-  bool reschedule_at(TimerId id, TimePoint due);
-  bool reschedule_after(TimerId id, Duration delay);
+  // The nine timer operations (detail::TimerOperations): the table above,
+  // and the differences above.
 
  private:
   friend class Runtime;
+  friend class detail::TimerOperations<Producer>;
+  detail::OpsTarget ops_target(const char* what) const { return {&core(what), token_.get(), nullptr}; }
   Producer(detail::RuntimeCore* core, std::unique_ptr<detail::ProducerQueueToken> token);
   // Throws if the Runtime is gone or this Producer was moved from. Inline:
   // one load on every call (an out-of-line call costs 36 instructions per
@@ -470,7 +596,7 @@ class Producer {
   std::shared_ptr<const detail::RuntimeAlive> alive_;
 };
 
-class Runtime {
+class Runtime : public detail::TimerOperations<Runtime> {
  public:
   using Options = RuntimeOptions;
 
@@ -488,61 +614,7 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Schedules a one-shot timer; a due time in the past is due now (G13).
-  // CapacityError at max_queue_depth names the depth and the bound: the
-  // wheel thread is behind, so retry later or shed the work (G18). Thread,
-  // blocking, allocation, errors: the operations' table above.
-  TimerId schedule_at(TimePoint due, Task task, std::optional<Duration> slack = std::nullopt);
-  TimerId schedule_after(Duration delay, Task task, std::optional<Duration> slack = std::nullopt);
-  // Fixed-rate periodic timer (G14).
-  TimerId schedule_every(Duration period, Task task, PeriodicOptions options = {},
-                         std::optional<Duration> slack = std::nullopt);
-
-  // Returns true iff this call stopped at least one run from starting: a
-  // one-shot's callback has not started and never will (a run handed to a
-  // worker but not started is skipped); a periodic timer's further runs
-  // will not start, though a run already in progress finishes (try_cancel
-  // would say `cancelled`, or `running` for that periodic timer). False for
-  // a one-shot that fired or started, a timer cancelled before (a second
-  // cancel returns false), or a stale/invalid id. The wheel thread reclaims
-  // a filed timer's slot lazily (G16); a timer it has not filed yet is freed
-  // by this call: its slot goes back to the shared free list, which takes a
-  // chunk of list containers (under a mutex) when none is empty; if that
-  // allocation fails the slot stays out of use (never reused twice, no timer
-  // lost).
-  bool cancel(TimerId id);
-
-  // The same decision, with the outcome told apart (CancelResult above):
-  // `running` means a run is in progress now, so what its callback uses must
-  // not be freed yet.
-  CancelResult try_cancel(TimerId id);
-
-  // Like try_cancel; when the result is `running` it returns only after that
-  // run has returned, so the caller may then free what the callback uses
-  // (the Linux kernel's timer_delete_sync). Waiting blocks on a futex, never
-  // spins; when there is no run to wait for it costs what try_cancel costs.
-  // Called from the timer's own callback it does not wait (it would wait for
-  // itself) and returns `running`. Deadlock the caller can still build: two
-  // callbacks each waiting for the other's timer (debug builds abort with a
-  // message on that form); a callback waiting for a timer whose callback
-  // blocks on something the first holds.
-  CancelResult cancel_and_wait(TimerId id);
-
-  // True iff the timer was still pending and now has the new due time. A
-  // run already handed to a worker or a lane, not started yet, is past
-  // rescheduling (false; state() still says pending): only a Lane's own
-  // reschedule_*, on the lane's thread, takes its handed run back. A
-  // later due time is one CAS pair on the state word and never involves the
-  // wheel thread (G19); an earlier one also posts a command.
-  bool reschedule_at(TimerId id, TimePoint due);
-  bool reschedule_after(TimerId id, Duration delay);
-
-  // pending (a run handed to a worker but not started is still pending),
-  // running (a run is in progress, cancelled meanwhile or not), fired,
-  // cancelled (once a cancelled timer's last run returned); unknown for a
-  // reused slot, an id never issued, an id from another runtime, or the
-  // default id.
-  TimerState state(TimerId id) const noexcept;
+  // The nine timer operations (detail::TimerOperations): the table above.
 
   // Returns once every command posted before the call is applied, the wheel
   // has advanced to the clock's time at the call, and every callback handed
@@ -633,6 +705,8 @@ class Runtime {
  private:
   friend class Timer;  // chime/timer.hpp: arms through the core
   friend class Lane;   // chime/lane.hpp
+  friend class detail::TimerOperations<Runtime>;
+  detail::OpsTarget ops_target(const char*) const noexcept { return {core_.get(), nullptr, nullptr}; }
   template <class Key, class Value, class Hash, class KeyEqual>
   friend class KeyedTimers;  // chime/keyed_timers.hpp: the alive token
   // Shared with the handles that check it (detail::RuntimeAlive).

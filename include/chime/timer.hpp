@@ -126,11 +126,25 @@ class Timer {
   // Never waits for a run. No allocation in steady state (as
   // Runtime::schedule_at: a slab or queue growth). Throws as listed under
   // Errors above.
-  void arm_at(TimePoint due, std::optional<Duration> slack = std::nullopt);
-  void arm_after(Duration delay, std::optional<Duration> slack = std::nullopt);
+  void arm_at(TimePoint due, ScheduleOptions options = {});
+  void arm_after(Duration delay, ScheduleOptions options = {});
   // Arm a fixed-rate periodic run (Runtime::schedule_every), replacing a
   // pending run. As arm_at; also std::invalid_argument for a period <= 0.
-  void arm_every(Duration period, PeriodicOptions options = {}, std::optional<Duration> slack = std::nullopt);
+  void arm_every(Duration period, PeriodicOptions options = {});
+  // The spellings with a trailing slack, kept for one release.
+  [[deprecated("pass the slack in ScheduleOptions: arm_at(due, {.slack = s})")]] void arm_at(
+      TimePoint due, std::optional<Duration> slack) {
+    arm_at(due, ScheduleOptions{.slack = slack});
+  }
+  [[deprecated("pass the slack in ScheduleOptions: arm_after(delay, {.slack = s})")]] void arm_after(
+      Duration delay, std::optional<Duration> slack) {
+    arm_after(delay, ScheduleOptions{.slack = slack});
+  }
+  [[deprecated("pass the slack in PeriodicOptions: arm_every(period, {.slack = s})")]] void arm_every(
+      Duration period, PeriodicOptions options, std::optional<Duration> slack) {
+    options.slack = slack;
+    arm_every(period, options);
+  }
 
   // True iff a pending run was prevented (a pending run, or an arm waiting
   // for the run in progress to return). Does not wait for a run in progress.
