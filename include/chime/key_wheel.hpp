@@ -26,16 +26,17 @@
 //   bursty), it leaves nothing: no increase of one key re-files an element
 //   (see "Moving the next span down ahead" below).
 //   `moved_by_last_increase()` reports what the last increase re-filed.
-// G9 (bounded increase): `bounded_increase_limit(key)`: O(levels), and O(1)
-//   for a key in now's level-0 block. The largest k <= key such that
+//   `bounded_increase_limit(key)`: O(levels), and O(1) for a key in now's
+//   level-0 block. The largest k <= key such that
 //   `increase_min_allowed_key(k)` re-files nothing, except when no such k
 //   passes min_allowed_key(): then min_allowed_key() while cascade_ahead
 //   has the blocking elements to move (the next cascade_ahead(budget >= 1)
 //   moves at least one), so a caller that alternates cascade_ahead(budget)
 //   and an increase to the limit reaches key, moving at most budget
 //   elements a step, and removes what one increase to key would, in the
-//   same order. It stops only before a slot that holds elements: empty
-//   spans, and the far keys of a sparse wheel, cost no step.
+//   same order (elements added between the steps: as the order rule
+//   below). It stops only before a slot that holds elements: empty spans,
+//   and the far keys of a sparse wheel, cost no step.
 // - Elements are removed in nondecreasing key order. Among equal keys, those
 //   added while their key was within level 0 (now's block, or the next block
 //   once cascade_ahead has moved it there) go in insertion order; elements
