@@ -43,14 +43,23 @@
 // span down ahead (TimingWheel::cascade_ahead, kCascadeAheadPerPass a
 // pass): while some of a span is left to move, the next pass comes at once
 // instead of a sleep (ahead_pending), so the wheel enters a span with
-// nothing left to cascade, every kCascadeAheadPerPass moves a pass; an
-// advance that has fired kRefilesPerAdvance touched alarms (to be re-filed
-// at their later dues) is cut short, and the next pass goes on at once. What
-// this does not bound: a wheel thread that sleeps through a whole span
-// (no alarm due in it) into one whose elements were never next: the
-// advance that enters it cascades them (one far batch of timers and an
-// empty span before it). Each shard's longest pass and the most alarms one
-// pass re-filed are in ShardStats (note_pass).
+// nothing left to cascade, every kCascadeAheadPerPass moves a pass. An
+// advance never cascades: it goes only as far as bounded_advance_limit,
+// short of the first slot above the lowest level that still holds alarms
+// (fire_due_alarms). A wheel thread that wakes late (held off the CPU, or
+// asleep through spans with nothing due) thus crosses the spans between in
+// one advance but stops before the first one whose alarms were not moved
+// down yet; the advance counts as cut short, and the passes that follow at
+// once move those alarms down a budget at a time and go on, each pass's
+// advance moving nothing between levels. An advance that has fired
+// kRefilesPerAdvance touched alarms (to be re-filed at their later dues) is
+// cut short too, and the next pass goes on at once. A flush settles only
+// once an advance reached its reading in full (advanced_to_ns), so it waits
+// for the catch-up. A pass's moves are then at most kCascadeAheadPerPass
+// plus kRefilesPerAdvance. Still not bounded: what is due (a pass fires all
+// of it), and a zombie sweep (one pass over the wheel, when cancelled
+// timers exceed a quarter of the filed ones). Each shard's longest pass and
+// the most moves one pass made are in ShardStats (note_pass).
 //
 // A manual clock (ManualClock; design.md, "Clocks"): no timer runs between
 // calls. Passes apply commands whenever they come, but advance the wheel and
@@ -964,9 +973,10 @@ bool WheelThread::due_now_at_application(std::int64_t due, std::optional<std::in
 
 // Advances the wheel to now_ns and fires the current interval's past
 // alarms onto wheel_fired (record_fired), unless cut short (out of room, or
-// a pass's budget of touched alarms): then the wheel stopped at the start
-// of the last fired alarm's interval, and the rest of it, and what follows,
-// fire next pass. Each shard raises the due limit to its own wheel's, and
+// a pass's budget of touched alarms: then the wheel stopped at the start of
+// the last fired alarm's interval; or a slot above the lowest level in the
+// way whose alarms are not all moved down ahead yet: then it stopped before
+// that slot), and the rest, and what follows, fire next pass. Each shard raises the due limit to its own wheel's, and
 // one behind the others files a due beyond its range at the last time it
 // accepts (file()).
 void WheelThread::fire_due_alarms(std::int64_t now_ns) {
@@ -974,8 +984,15 @@ void WheelThread::fire_due_alarms(std::int64_t now_ns) {
   s.advance_to_ns = now_ns;
   s.touched_fired = 0;
   if (now_ns > s.wheel.now().time_since_epoch().count()) {
+    // Never into a slot above the lowest level whose alarms are not all
+    // moved down ahead yet (after a late wake-up, one advance can cross
+    // several spans): stop before it, and the next pass comes at once, after
+    // this pass's cascade_ahead has moved more of it ("No pass does
+    // unbounded work" above).
+    const TimePoint to = s.wheel.bounded_advance_limit(TimePoint(Duration(now_ns)));
+    if (to.time_since_epoch().count() < now_ns) s.advance_cut_short = true;
     try {
-      s.wheel.advance_clock(TimePoint(Duration(now_ns)), [&](std::uint32_t index) { record_fired(index); });
+      s.wheel.advance_clock(to, [&](std::uint32_t index) { record_fired(index); });
     } catch (const AdvanceCutShort&) {
       s.advance_cut_short = true;
     }
@@ -1011,8 +1028,9 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   // touch moved it later).
   const std::int64_t wheel_due_now = now_ns;
   // An advance cut short stopped at the start of its last fired alarm's
-  // interval; every alarm it fired is before the interval of now_ns, which
-  // is the boundary it would have reached.
+  // interval, or at its bounded_advance_limit; every alarm it fired is
+  // before the interval of now_ns, which is the boundary it would have
+  // reached.
   const std::int64_t boundary = (wt().advance_cut_short ? wt().wheel.interval_start(TimePoint(Duration(now_ns)))
                                                         : wt().wheel.now_interval_num_start())
                                     .time_since_epoch()

@@ -135,7 +135,8 @@ struct WheelThreadState {
   // Out of memory (wheel_thread.cpp, "Out of memory"): this pass could not
   // make room for all its work (since when passes have been:
   // ShardSeam::out_of_memory_since_ns); the most alarms this advance may
-  // fire before it is cut short; whether it was.
+  // fire before it is cut short; whether it was (also when it stopped at
+  // its bounded_advance_limit, short of a slot not yet moved down ahead).
   bool pass_out_of_memory = false;
   // command_buffer[held_commands_begin, held_commands_end): popped, not yet
   // applied for want of room (apply_batch); applied first next pass.

@@ -1084,3 +1084,158 @@ TEST(KeyWheel, one_key_increases_refile_nothing_when_cascade_ahead_keeps_up) {
                          << " re-filed " << worst << " elements";
   }
 }
+
+// Steps `w` up to `key` as a caller whose increases must stay bounded does: an increase to
+// bounded_increase_limit(key), then cascade_ahead(budget), until min_allowed_key() is key.
+struct BoundedSteps {
+  std::vector<std::pair<Key, int>> removed;  // in the order handed out
+  std::size_t steps = 0;
+  std::size_t most_moves = 0;           // in one step: the increase's re-files plus cascade_ahead's moves
+  std::size_t most_increase_moves = 0;  // the increases' re-files alone
+  bool stalled = false;                 // a step made no progress and cascade_ahead moved nothing
+};
+BoundedSteps bounded_increase(IntWheel& w, Key key, std::size_t budget) {
+  BoundedSteps r;
+  while (w.min_allowed_key() < key && !r.stalled) {
+    ++r.steps;
+    const Key before = w.min_allowed_key();
+    const Key to = w.bounded_increase_limit(key);
+    EXPECT_GE(to, before);
+    EXPECT_LE(to, key);
+    w.increase_min_allowed_key(to, [&](Elt e) { r.removed.emplace_back(w.key(e), w.value(e)); });
+    const std::size_t increase_moves = to > before ? w.moved_by_last_increase() : 0;
+    w.cascade_ahead(budget);
+    r.most_increase_moves = std::max(r.most_increase_moves, increase_moves);
+    r.most_moves = std::max(r.most_moves, increase_moves + w.moved_by_last_cascade_ahead());
+    r.stalled = to == before && w.moved_by_last_cascade_ahead() == 0;
+  }
+  return r;
+}
+
+TEST(KeyWheel, bounded_increase_limit_is_the_key_itself_when_nothing_is_in_the_way) {
+  IntWheel w(LevelBits::create({4, 4, 4}));
+  EXPECT_EQ(w.bounded_increase_limit(0), 0u);
+  EXPECT_EQ(w.bounded_increase_limit(w.max_allowed_key()), w.max_allowed_key());  // empty
+  w.add(5, 5);
+  w.add(300, 300);                                 // level 2 (now's level-1 span is [0, 256))
+  EXPECT_EQ(w.bounded_increase_limit(15), 15u);    // in now's level-0 block
+  EXPECT_EQ(w.bounded_increase_limit(255), 255u);  // level 1 is empty
+  EXPECT_EQ(w.bounded_increase_limit(256), 255u);  // entering [256, 512) would cascade 300
+  EXPECT_EQ(w.bounded_increase_limit(4000), 255u);
+  w.increase_min_allowed_key(255, [](Elt) {});
+  EXPECT_EQ(w.bounded_increase_limit(4000), 255u);  // no progress: 300's slot is next to move down
+  EXPECT_TRUE(w.cascade_ahead(0));                  // nothing moved with no budget
+  EXPECT_FALSE(w.cascade_ahead(1));                 // 300 to level 1; level 0 takes [256, 272), empty
+  EXPECT_EQ(w.moved_by_last_cascade_ahead(), 1u);
+  EXPECT_INVARIANTS(w);
+  EXPECT_EQ(w.bounded_increase_limit(4000), 287u);  // 300's level-1 slot [288, 304) is in the way
+  EXPECT_EQ(removed_keys(w, 4000), (std::vector<Key>{300}));
+  EXPECT_INVARIANTS(w);
+}
+
+// The guarantee of bounded_increase_limit: with elements at every level and jumps of many spans
+// at once, stepping by the limit and cascade_ahead(budget) re-files at most `budget` elements a
+// step (the increases none), always makes progress, and removes exactly what one increase to the
+// same key removes from a wheel given the same calls, in the same order.
+TEST(KeyWheel, bounded_increases_move_at_most_the_budget_a_step_and_remove_what_one_increase_would) {
+  for (const std::vector<int>& bits :
+       std::vector<std::vector<int>>{{2, 2, 2, 2}, {3, 2, 2}, {4, 3, 3, 10}, {1, 1, 1, 1, 1}, {2, 1, 3}, {4, 4}}) {
+    SCOPED_TRACE(::testing::PrintToString(bits));
+    IntWheel bounded(LevelBits::create(bits));
+    IntWheel reference(LevelBits::create(bits));
+    std::mt19937_64 rng(bits.size() * 131 + static_cast<std::size_t>(bits[0]));
+    int next_value = 0;
+    auto add_to_both = [&](std::size_t n) {
+      const Key lo = bounded.min_allowed_key(), hi = bounded.max_allowed_key();
+      ASSERT_EQ(reference.max_allowed_key(), hi);
+      for (std::size_t i = 0; i < n; ++i) {
+        // Half of them near now, the rest anywhere in range: every level holds some.
+        const Key span = i % 2 == 0 ? std::min<Key>(hi - lo, 64) : hi - lo;
+        const Key k = lo + rng() % (span + 1);
+        bounded.add(k, next_value);
+        reference.add(k, next_value);
+        ++next_value;
+      }
+    };
+    const std::size_t budget = 7;
+    add_to_both(3000);
+    std::size_t total_steps = 0, most_moves = 0;
+    for (int jump = 0; jump < 40; ++jump) {
+      const Key now = bounded.min_allowed_key();
+      const Key room = bounded.max_allowed_key() - now;
+      const Key key = now + 1 + rng() % std::max<Key>(room / 3, 1);
+      const BoundedSteps r = bounded_increase(bounded, key, budget);
+      ASSERT_FALSE(r.stalled) << "jump " << jump << ": no progress at " << bounded.min_allowed_key();
+      ASSERT_EQ(bounded.min_allowed_key(), key);
+      EXPECT_EQ(r.most_increase_moves, 0u) << "jump " << jump;
+      EXPECT_LE(r.most_moves, budget) << "jump " << jump;
+      std::vector<std::pair<Key, int>> expected;
+      reference.increase_min_allowed_key(key,
+                                         [&](Elt e) { expected.emplace_back(reference.key(e), reference.value(e)); });
+      ASSERT_EQ(r.removed, expected) << "jump " << jump << " to " << key;
+      ASSERT_EQ(bounded.size(), reference.size());
+      ASSERT_NO_THROW(bounded.check_invariants()) << "jump " << jump;
+      total_steps += r.steps;
+      most_moves = std::max(most_moves, r.most_moves);
+      if (jump % 10 == 9) {
+        // Adds between jumps reach level 0 by different routes in the two wheels (one has
+        // spans moved down ahead), so equal keys may come out in another order: the jump that
+        // follows is compared by keys in order and by the set of elements.
+        add_to_both(300);
+        std::vector<std::pair<Key, int>> a, b;
+        const Key far = bounded.min_allowed_key() + (bounded.max_allowed_key() - bounded.min_allowed_key()) / 2;
+        const BoundedSteps r2 = bounded_increase(bounded, far, budget);
+        ASSERT_FALSE(r2.stalled);
+        EXPECT_EQ(r2.most_increase_moves, 0u);
+        EXPECT_LE(r2.most_moves, budget);
+        reference.increase_min_allowed_key(far, [&](Elt e) { b.emplace_back(reference.key(e), reference.value(e)); });
+        a = r2.removed;
+        std::vector<Key> ka, kb;
+        for (const auto& p : a) ka.push_back(p.first);
+        for (const auto& p : b) kb.push_back(p.first);
+        ASSERT_EQ(ka, kb) << "keys in nondecreasing order";
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        ASSERT_EQ(a, b) << "the same elements";
+      }
+    }
+    EXPECT_GT(total_steps, 40u) << "the jumps were bounded in steps";
+    EXPECT_GT(most_moves, 0u);
+  }
+}
+
+// Only a slot that holds elements stops an increase: an empty wheel reaches any key in one step,
+// and a sparse one (a few elements far apart, on high levels) in a few steps per element, not
+// one per span crossed.
+TEST(KeyWheel, bounded_increase_limit_lets_an_empty_or_sparse_wheel_reach_a_far_key_in_a_few_steps) {
+  {
+    IntWheel w;
+    const Key far = w.max_allowed_key();
+    const BoundedSteps r = bounded_increase(w, far, 1024);
+    EXPECT_EQ(r.steps, 1u);
+    EXPECT_EQ(w.min_allowed_key(), far);
+  }
+  for (const std::vector<int>& bits :
+       std::vector<std::vector<int>>{{11, 10, 10, 10, 10, 10}, {4, 3, 3, 10}, {2, 2, 2, 2}}) {
+    SCOPED_TRACE(::testing::PrintToString(bits));
+    IntWheel w(LevelBits::create(bits));
+    std::mt19937_64 rng(7);
+    const Key far = w.max_allowed_key();
+    constexpr int kElements = 6;
+    std::vector<Key> keys;
+    for (int i = 0; i < kElements; ++i) keys.push_back(1 + rng() % far);
+    for (int i = 0; i < kElements; ++i) w.add(keys[i], i);
+    std::sort(keys.begin(), keys.end());
+    const BoundedSteps r = bounded_increase(w, far, 1024);
+    ASSERT_FALSE(r.stalled);
+    EXPECT_EQ(w.min_allowed_key(), far);
+    // At most a step before each non-empty slot an element passes through on its way down.
+    EXPECT_LE(r.steps, 2 * bits.size() * kElements + 1);
+    EXPECT_EQ(r.most_increase_moves, 0u);
+    std::vector<Key> removed;
+    for (const auto& p : r.removed) removed.push_back(p.first);
+    keys.erase(std::remove_if(keys.begin(), keys.end(), [far](Key k) { return k >= far; }), keys.end());
+    EXPECT_EQ(removed, keys);
+    EXPECT_INVARIANTS(w);
+  }
+}

@@ -1413,3 +1413,38 @@ TEST(TimingWheel, cascade_ahead_once_per_interval_leaves_no_advance_any_alarm_to
     }
   }
 }
+
+// One advance_clock far ahead against advances to bounded_advance_limit with cascade_ahead(budget)
+// between them: the same alarms fire in the same order, no bounded advance moves an alarm between
+// levels, each step moves at most the budget, and the steps reach the target time.
+TEST(TimingWheel, bounded_advances_fire_what_one_advance_fires_and_move_at_most_the_budget) {
+  IntWheel one(config(1, LevelBits::create({2, 2, 2, 4})), T(0));
+  IntWheel bounded(config(1, LevelBits::create({2, 2, 2, 4})), T(0));
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 2000; ++i) {
+    const std::int64_t t = static_cast<std::int64_t>(rng() % 1000);
+    one.add(T(t), i);
+    bounded.add(T(t), i);
+  }
+  std::vector<int> expected, got;
+  one.advance_clock(T(900), [&](Alarm a) { expected.push_back(one.value(a)); });
+  EXPECT_GT(one.moved_by_last_advance(), 100u);
+  constexpr std::size_t kBudget = 10;
+  std::size_t steps = 0;
+  while (bounded.now() < T(900)) {
+    ASSERT_LT(++steps, 10'000u);
+    const chime::TimePoint to = bounded.bounded_advance_limit(T(900));
+    ASSERT_GE(to, bounded.now());
+    const bool moves = to > bounded.now();
+    bounded.advance_clock(to, [&](Alarm a) { got.push_back(bounded.value(a)); });
+    if (moves) {
+      EXPECT_EQ(bounded.moved_by_last_advance(), 0u) << "step " << steps;
+    }
+    bounded.cascade_ahead(kBudget);
+    EXPECT_LE(bounded.moved_by_last_cascade_ahead(), kBudget);
+  }
+  EXPECT_EQ(bounded.now(), T(900));
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(bounded.size(), one.size());
+  EXPECT_INVARIANTS(bounded);
+}

@@ -136,8 +136,8 @@ struct NodeInterval {
 }  // namespace detail
 
 // The clock and interval queries, the earliest and latest times,
-// cascade_ahead and moved_by_last_advance are detail::TimedKeyWheel's
-// (detail/timed_key_wheel.hpp), as in TimingWheel.
+// cascade_ahead, bounded_advance_limit and moved_by_last_advance are
+// detail::TimedKeyWheel's (detail/timed_key_wheel.hpp), as in TimingWheel.
 template <class NodeAt>
 class IntrusiveTimingWheel
     : public detail::TimedKeyWheel<KeyWheel<detail::IntrusiveLinks, detail::NodeInterval, detail::CallerNodes<NodeAt>>,

@@ -26,6 +26,17 @@
 //   bursty), it leaves nothing: no increase of one key re-files an element
 //   (see "Moving the next span down ahead" below).
 //   `moved_by_last_increase()` reports what the last increase re-filed.
+//   `bounded_increase_limit(key)`: O(levels), and O(1) for a key in now's
+//   level-0 block. The largest k <= key such that
+//   `increase_min_allowed_key(k)` re-files nothing, except when no such k
+//   passes min_allowed_key(): then min_allowed_key() while cascade_ahead
+//   has the blocking elements to move (the next cascade_ahead(budget >= 1)
+//   moves at least one), so a caller that alternates cascade_ahead(budget)
+//   and an increase to the limit reaches key, moving at most budget
+//   elements a step, and removes what one increase to key would, in the
+//   same order (elements added between the steps: as the order rule
+//   below). It stops only before a slot that holds elements: empty spans,
+//   and the far keys of a sparse wheel, cost no step.
 // - Elements are removed in nondecreasing key order. Among equal keys, those
 //   added while their key was within level 0 (now's block, or the next block
 //   once cascade_ahead has moved it there) go in insertion order; elements
@@ -449,6 +460,31 @@ class KeyWheel {
   }
   // Elements the last cascade_ahead moved down (at most its budget).
   std::size_t moved_by_last_cascade_ahead() const noexcept { return moved_by_last_cascade_ahead_; }
+
+  // How far an increase toward `key` may go without re-filing: the largest
+  // k <= key for which increase_min_allowed_key(k) moves no element between
+  // levels (every slot above level 0 it would enter is empty: cascade_ahead
+  // moved its elements down already, or it never held any). That is key
+  // itself when key <= min_allowed_key(), for a key in now's level-0 block
+  // (O(1)), and whenever nothing above level 0 lies in the way; otherwise
+  // one key before the first non-empty slot above level 0. If that slot
+  // starts at min_allowed_key() + 1, no k above min_allowed_key() re-files
+  // nothing: the result is min_allowed_key(), and the slot is the source of
+  // the span cascade_ahead moves down next, so the next cascade_ahead
+  // (budget >= 1) moves at least one of its elements. A caller whose
+  // increases must stay bounded (the runtime's wheel thread after a late
+  // wake-up) alternates cascade_ahead(budget) and an increase to this
+  // limit: each step re-files at most budget elements, the steps reach key,
+  // and they remove the same elements in the same order as one increase to
+  // key. Empty spans cost no step: a sparse wheel reaches a far key in a
+  // few. Changes nothing. O(levels) bitmap lookups. Never allocates.
+  Key bounded_increase_limit(Key key) const noexcept {
+    if (key <= now_ || num_levels_ == 1 || key < level0_end()) return key;
+    const Key first = first_key_above_level0();
+    if (key < first) return key;
+    // first > now_: slots above level 0 start after now's key.
+    return first - 1;
+  }
 
   // Elements the last increase_min_allowed_key that raised the minimum
   // re-filed from a higher level to a lower one (its cascading work; the
@@ -1141,8 +1177,26 @@ class KeyWheel {
   // The first non-empty slot in key order: O(levels) bitmap lookups.
   SlotRef first_slot() const noexcept {
     if (nonempty_levels_ == 0) return {};
+    return first_slot_of(std::countr_zero(nonempty_levels_));
+  }
+
+  // The first key of the first non-empty slot above level 0 in key order
+  // (an increase to it or past it re-files that slot's elements), or
+  // max_representable_key + 1 if there is none: level 0's next span still
+  // partly on level 1 (its first key is level0_end()), else the first slot
+  // of the lowest non-empty level above 0. (Multi-level wheels.)
+  Key first_key_above_level0() const noexcept {
+    if ((ahead_levels_ & 1) != 0 && !ahead_source_empty(0)) return span_end(0, false);
+    const std::uint64_t above = nonempty_levels_ & ~std::uint64_t{1};
+    if (above == 0) return max_representable_key + 1;
+    return first_slot_of(std::countr_zero(above)).first_key;
+  }
+
+  // The first non-empty slot of non-empty `level` (or, below the top, of the
+  // part of its next span still one level up), in key order: every level
+  // below it is empty, or holds only smaller keys.
+  SlotRef first_slot_of(int level) const noexcept {
     const int top = num_levels_ - 1;
-    const int level = std::countr_zero(nonempty_levels_);
     if (level < top) {
       // Below the top, a level holds now's span and, while it is moved down
       // ahead, part of the next one: now's bank first (slots before now's

@@ -91,8 +91,9 @@ struct EntryInterval {
 }  // namespace detail
 
 // The clock and interval queries, the earliest and latest times,
-// cascade_ahead and moved_by_last_advance are detail::TimedKeyWheel's
-// (detail/timed_key_wheel.hpp), shared with IntrusiveTimingWheel.
+// cascade_ahead, bounded_advance_limit and moved_by_last_advance are
+// detail::TimedKeyWheel's (detail/timed_key_wheel.hpp), shared with
+// IntrusiveTimingWheel.
 template <class T>
 class TimingWheel
     : public detail::TimedKeyWheel<KeyWheel<detail::TimedEntry<T>, detail::EntryInterval<T>>, detail::TimedEntry<T>> {

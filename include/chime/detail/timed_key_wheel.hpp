@@ -84,6 +84,24 @@ class TimedKeyWheel {
   std::size_t moved_by_last_advance() const noexcept { return queue_.moved_by_last_increase(); }
   // What the last cascade_ahead moved down (KeyWheel::moved_by_last_cascade_ahead).
   std::size_t moved_by_last_cascade_ahead() const noexcept { return queue_.moved_by_last_cascade_ahead(); }
+  // How far advance_clock toward `to` may go without moving an alarm
+  // between levels (KeyWheel::bounded_increase_limit): `to` itself if that
+  // moves none (always for a `to` in now's block of 2^b_0 intervals),
+  // otherwise the start of the last interval before the first non-empty
+  // slot above the lowest level, and now() when that slot starts at the
+  // next interval; the next cascade_ahead(budget >= 1) then moves some of
+  // it. Alternating cascade_ahead(budget) and advance_clock to this limit
+  // reaches `to`, moving at most budget alarms a step, and fires what one
+  // advance_clock(to) would, in the same order. Throws std::out_of_range as
+  // interval_num for a `to` after now(). Never allocates.
+  TimePoint bounded_advance_limit(TimePoint to) const {
+    const std::int64_t to_ns = to.time_since_epoch().count();
+    if (to_ns <= clock_.now_ns()) return to;
+    const std::uint64_t key = key_of("bounded_advance_limit", to);
+    const std::uint64_t limit = queue_.bounded_increase_limit(key);
+    if (limit == key) return to;
+    return from_ns(std::max(clock_.now_ns(), clock_.start_plus(limit)));
+  }
 
   // The least time to which the clock can be advanced so that an alarm fires:
   // interval_start(min) + alarm_precision() for the earliest alarm time min,
