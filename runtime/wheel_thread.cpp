@@ -989,7 +989,14 @@ void WheelThread::fire_due_alarms(std::int64_t now_ns) {
     // several spans): stop before it, and the next pass comes at once, after
     // this pass's cascade_ahead has moved more of it ("No pass does
     // unbounded work" above).
-    const TimePoint to = s.wheel.bounded_advance_limit(TimePoint(Duration(now_ns)));
+    TimePoint to = s.wheel.bounded_advance_limit(TimePoint(Duration(now_ns)));
+    // Never expected: a limit that made no progress two advances in a row
+    // while the cascade_ahead between them moved nothing (it moves the slot
+    // in the way whenever the limit stops just before it; KeyWheel's G9).
+    // Then the advance goes all the way, cascading, rather than spin.
+    const bool stuck = to <= s.wheel.now();
+    if (stuck && s.advance_stuck && s.wheel.moved_by_last_cascade_ahead() == 0) to = TimePoint(Duration(now_ns));
+    s.advance_stuck = stuck;
     if (to.time_since_epoch().count() < now_ns) s.advance_cut_short = true;
     try {
       s.wheel.advance_clock(to, [&](std::uint32_t index) { record_fired(index); });

@@ -144,6 +144,7 @@ struct WheelThreadState {
   std::size_t held_commands_end = 0;
   std::size_t fired_limit = 0;
   bool advance_cut_short = false;
+  bool advance_stuck = false;  // the last advance's bounded limit made no progress (fire_due_alarms)
   // cascade_ahead left part of a span on its higher level: the next pass
   // comes at once, instead of a sleep (wheel_thread.cpp, "No pass does
   // unbounded work").
