@@ -14,16 +14,13 @@
 // docs/guarantees.md maps each to its tests; the state machine behind them is
 // in runtime/timer_state.hpp and docs/state-machine.md, where the races are
 // argued):
-// G10 (never early): a run never starts before its due time by the runtime's
-//   clock, whatever its slack (G25). Below saturation a timer due at d runs
-//   by its fire time: the first point at or after d of its slack's grid
-//   (a power of two of nanoseconds, at most the slack), or, for a slack at
-//   or above the precision, the end of d's precision interval (the interval
-//   rule), plus the OS's wake-up latency. A timer whose due was already
-//   reached when its command was applied is due now (G13). A reschedule to a
-//   later due (a touch, no command) keeps its filed alarm, and is filed
-//   again at the new due's fire time when that alarm comes. On a ManualClock
-//   G28 applies instead.
+// G10 (never early): every run of a timer due at d has fired_at >= d (the
+//   runtime's clock), whatever its slack. Below saturation also fired_at <=
+//   F(d) + the OS's wake-up latency, where F(d) is d rounded up to its
+//   slack's grid (G25: a power of two of nanoseconds, at most the slack),
+//   or to the end of d's precision interval for a slack at or above the
+//   precision (the interval rule). A due already reached when its command
+//   is applied is due now (G13). On a ManualClock G28 applies instead.
 // G11 (fire or cancel): exactly one of {fire, successful cancel} happens to every one-shot timer:
 //   `cancel` returns true iff the callback has not started and never will.
 //   Cancel wins until the callback starts: a run already handed to a worker
@@ -82,23 +79,17 @@
 //   about 4/3 x pending + 1,024, plus commands in flight and 32 cached per
 //   Producer. stats().pending and max_pending count a cancelled timer out at
 //   once.
-// G17 (idle costs nothing): with nothing due a wheel thread sleeps without a
-//   timeout. A producer wakes it only for a timer whose interval ends before
-//   the wheel's next wake-up (one producer per sleep), or once 1,024 commands
-//   were posted to its shard since the last such wake (which bounds the
-//   queue). Each thread counts its own posts, 64 at a time and in advance,
-//   however many Producers it makes, keeps or drops, so every post counts.
-// G18 (overload; design.md, "Overload"): overload is visible and bounded: stats() gives
-//   the command queue's depth (and each shard's, with its wheel thread's
-//   CPU time); a schedule that finds its shard's queue at
-//   RuntimeOptions::max_queue_depth throws CapacityError and queues
-//   nothing. Nothing accepted is dropped, and cancels, reschedules (later
-//   or earlier) and periodic re-arms are never refused. The queue exceeds
-//   the bound by at most the commands in flight: each thread looks at the
-//   depth at its first post to a shard and then every 64 of its posts,
-//   whatever it posts through (the Runtime, Producers, Lanes, Timers), so 64
-//   per posting thread, plus posts whose count is not yet visible. Refusals
-//   count in stats().refused_overload.
+// G17 (idle costs nothing): with no timer due, a wheel thread never wakes
+//   on its own (it sleeps without a timeout). A schedule wakes it only when
+//   its timer must run before the wheel's planned wake-up, or once per
+//   1,024 commands posted to its shard, whichever threads and handles post
+//   them (design.md, "Overload").
+// G18 (overload; design.md, "Overload"): a schedule that finds its shard's
+//   queue at RuntimeOptions::max_queue_depth throws CapacityError and
+//   queues nothing; the depth stays <= max_queue_depth + 64 x the threads
+//   posting to the shard. Nothing accepted is dropped; cancels, reschedules
+//   and periodic re-arms are never refused. stats() gives each shard's
+//   depth and refused_overload.
 // G19 (touch): pushing a due time later (reschedule to a later time, the idle-timeout
 //   "touch") is one CAS pair on the timer's state word and a store; it does
 //   not go through the wheel thread.
@@ -123,23 +114,13 @@
 // std::logic_error. Racing outcomes are return values (cancel returns false
 // when it lost). A callback's exception is caught on its worker, counted, and
 // passed to on_error; the runtime keeps running.
-// G22 (out of memory): schedule_* throws std::bad_alloc and schedules nothing; commands that must arrive (a
-// periodic re-arm, a reschedule to an earlier due, shutdown's stop) are
-// retried every millisecond until memory is available; a cancel still
-// takes effect, and its timer's slot is freed when its due time comes. This
-// holds for a thread's first call too: no call makes a thread_local with a
-// destructor (glibc registers that with calloc and aborts the process when
-// it fails). A wheel thread out of memory neither dies nor waits for memory: what it
-// cannot file, fire or hand over stays where it is (commands in the queue,
-// alarms in the wheel, claimed runs in its batches) and it tries again every
-// millisecond, so every accepted timer runs exactly once when memory is
-// back (a slot it cannot give back to the free list then stays out of use;
-// runs may then go out in another order than their dues').
-// flush() and drain() wait for such a wheel thread for about 1 s, then throw
-// std::bad_alloc (nothing is lost; call again later); a drain that gave up
-// is not served, unless the wheel thread had already taken it up. They
-// throw std::bad_alloc too when their own request cannot be queued within
-// that second. shutdown() waits until memory is available.
+// G22 (out of memory; design.md, "Out of memory"): a schedule that cannot
+//   get memory throws std::bad_alloc and schedules nothing, also as a
+//   thread's first call; a cancel always takes effect. Every accepted timer
+//   runs exactly once (or is cancelled) once memory is back, possibly late
+//   and out of due order; no chime thread dies of it. flush() and drain()
+//   throw std::bad_alloc after about 1 s of a wheel thread out of memory
+//   (nothing is lost; call again); shutdown() waits for memory.
 //
 // G23 (range): due times are accepted up to 2^num_bits - 1 intervals past the
 // wheel's time, and never from the horizon on: the start of interval
