@@ -13,6 +13,8 @@
 #include <chime/lane.hpp>
 #include <chime/timer.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -22,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "runtime_test_support.hpp"
@@ -29,7 +32,9 @@
 namespace {
 
 using namespace chime_test;
+using chime::Runtime;
 using chime::Timer;
+using chime::TimerId;
 
 // A connection that owns its idle Timer, as a server keeps them: the idle
 // handler erases the connection, and with it the Timer whose callback runs.
@@ -351,5 +356,77 @@ TEST(RuntimeMisuse, handles_outliving_their_runtime_throw_logic_error_and_destro
   EXPECT_EQ(runs, 0);
   // The destructors of keyed, producer, lane_timer, lane and timer run now, after the runtime's.
 }
+
+#if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__)
+// The callback of the deadlock tests: counts its start, waits (at most 5 s) until the other callback has
+// started too, then waits for the other's run to return. `other` is read when the callback runs.
+auto waits_for_the_other(Runtime& rt, std::atomic<int>& started, const TimerId& other) {
+  return [&rt, &started, &other] {
+    started.fetch_add(1);
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    rt.cancel_and_wait(other);
+  };
+}
+
+// Two timers whose callbacks each cancel_and_wait the other's run, both running at once on two workers. They
+// are dispatched in two passes (a worker takes several runs of one hand-off batch, and would then run them one
+// after the other): A first, which waits for B to start, then B on the other worker. Every wait is bounded, so
+// a missed detection fails the death test instead of hanging it.
+void two_callbacks_wait_for_each_other() {
+  // Not a ManualClock, whose runs never overlap (G28): there B would wait
+  // for A to return, and the two could not wait for each other.
+  chime_test::SettableClock clock{kStart};
+  Runtime rt{chime_test::settable_options(clock, 2)};
+  // Written before the flushes that dispatch the runs: the flush commands
+  // carry the happens-before to the callbacks that read them.
+  TimerId a_id;
+  TimerId b_id;
+  std::atomic<int> started{0};
+  a_id = rt.schedule_at(at(1ms), waits_for_the_other(rt, started, b_id));
+  b_id = rt.schedule_at(at(3ms), waits_for_the_other(rt, started, a_id));
+  rt.flush();
+  clock.set(at(2ms));
+  std::thread([&] { rt.flush(); }).detach();  // dispatches A; returns only when A does
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (started.load() < 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  clock.set(at(4ms));
+  std::thread([&] { rt.flush(); }).detach();  // dispatches B to the other worker
+  std::this_thread::sleep_for(10s);           // the check aborts the process long before this
+  std::_Exit(0);                              // not detected: exit without dying by the signal
+}
+
+// Debug builds catch the simplest deadlock: two callbacks each cancel_and_wait the other's running timer.
+TEST(RuntimeMisuse, two_callbacks_waiting_for_each_other_abort_with_a_message) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(two_callbacks_wait_for_each_other(), "cancel_and_wait deadlock");
+}
+
+// The same with no workers and two shards: each timer runs on its own shard's wheel thread (the two
+// Producers bind to shards 0 and 1). On the steady clock each wheel thread wakes for its own timer, so the
+// two callbacks run at once (a flush serves the shards one after the other, and would not start the second
+// while the first waits).
+void two_callbacks_on_two_wheel_threads_wait_for_each_other() {
+  chime::RuntimeOptions o = steady_options(0);
+  o.shards = 2;
+  Runtime rt{o};
+  chime::Producer on_shard_0 = rt.producer();
+  chime::Producer on_shard_1 = rt.producer();
+  // Written before the callbacks run (each is due 50 ms after both are scheduled).
+  TimerId a_id;
+  TimerId b_id;
+  std::atomic<int> started{0};
+  const chime::TimePoint due = rt.clock().now() + 50ms;
+  a_id = on_shard_0.schedule_at(due, waits_for_the_other(rt, started, b_id));
+  b_id = on_shard_1.schedule_at(due, waits_for_the_other(rt, started, a_id));
+  std::this_thread::sleep_for(10s);  // the check aborts the process long before this
+  std::_Exit(0);                     // not detected: exit without dying by the signal
+}
+
+TEST(RuntimeMisuse, two_callbacks_on_two_shards_wheel_threads_waiting_for_each_other_abort_with_a_message) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(two_callbacks_on_two_wheel_threads_wait_for_each_other(), "cancel_and_wait deadlock");
+}
+#endif
 
 }  // namespace

@@ -13,7 +13,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -167,6 +169,56 @@ TEST(RuntimeObserve, manual_clock_never_wakes_without_flush) {
   EXPECT_EQ(fired.load(), 0) << "fired without a flush on a manual clock";
   rt.flush();
   EXPECT_EQ(fired.load(), 1);
+}
+
+// Stats::run_time measures callbacks on the steady clock; a run longer than slow_run is counted and
+// reported to on_slow_run with its id and duration. The empty callback is quick, but a loaded machine
+// may preempt its thread for longer than slow_run (this failed once under ASan beside other work): so
+// every run reported must have taken longer than slow_run, the sleeping one must be among them, and
+// the count must equal the reports, whether or not the quick one was slow this time.
+TEST(RuntimeObserve, slow_runs_are_counted_and_reported) {
+  ManualClock clock{kStart};
+  std::mutex mu;
+  std::vector<std::pair<TimerId, chime::Duration>> reported;
+  chime::RuntimeOptions o = manual_options(clock, 1);
+  o.slow_run = 2ms;
+  o.on_slow_run = [&](TimerId id, chime::Duration d) {
+    std::lock_guard<std::mutex> lock(mu);
+    reported.emplace_back(id, d);
+  };
+  Runtime rt{o};
+  const TimerId slow = rt.schedule_at(at(1ms), [] { std::this_thread::sleep_for(5ms); });
+  const TimerId quick = rt.schedule_at(at(1ms), [] {});
+  advance_to(clock, rt, at(2ms));
+  const chime::Stats s = rt.stats();
+  EXPECT_GE(s.run_time.max, 5ms);
+  EXPECT_LE(s.run_time.p50, s.run_time.max);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(s.slow_runs, reported.size());
+  ASSERT_GE(reported.size(), 1u);
+  ASSERT_LE(reported.size(), 2u);
+  bool slow_reported = false;
+  for (const auto& [id, took] : reported) {
+    EXPECT_TRUE(id == slow || id == quick);
+    EXPECT_GT(took, o.slow_run) << "a run reported as slow must have taken longer than slow_run";
+    if (id == slow) {
+      slow_reported = true;
+      EXPECT_GE(took, 5ms);
+    }
+  }
+  EXPECT_TRUE(slow_reported) << "the 5 ms run was not reported as slow";
+}
+
+// The default slow_run is 10 ms, and quick runs are not slow.
+TEST(RuntimeObserve, quick_runs_are_not_slow) {
+  EXPECT_EQ(chime::RuntimeOptions{}.slow_run, 10ms);
+  ManualClock clock{kStart};
+  Runtime rt{manual_options(clock, 1)};
+  for (int i = 0; i < 100; ++i) rt.schedule_at(at(1ms), [] {});
+  advance_to(clock, rt, at(2ms));
+  EXPECT_EQ(rt.stats().slow_runs, 0u);
+  EXPECT_EQ(rt.stats().fired, 100u);
+  EXPECT_LT(rt.stats().run_time.p99, 10ms);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -326,6 +327,54 @@ TEST(RuntimePeriodic, skip_with_slow_callback_accounts_for_every_period) {
     EXPECT_EQ(step, static_cast<std::int64_t>(all[i].firing.missed + 1) * Duration(1ms))
         << "run " << i << ": due moved by " << step.count() << " ns with missed " << all[i].firing.missed;
   }
+}
+
+// Missed::delay: a run that ends late restarts the fixed rate from its end: the next run is due one period
+// after the callback returned (the callback moves the manual clock by 5 ms to stand for a long run).
+TEST_P(RuntimePeriodic, missed_delay_restarts_the_rate_from_the_end_of_the_run) {
+  std::atomic<int> runs{0};
+  std::vector<chime::Firing> firings;
+  std::mutex mu;
+  rt.schedule_every(
+      10ms,
+      [&](const chime::Firing& f) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          firings.push_back(f);
+        }
+        if (runs.fetch_add(1) == 0) clock.advance(5ms);  // the first run "takes" 5 ms: ends at 16 ms
+      },
+      first_at(at(10ms), chime::Missed::delay));
+  advance_to(clock, rt, at(11ms));  // runs at 11 ms, returns at 16 ms
+  ASSERT_EQ(runs.load(), 1);
+  advance_to(clock, rt, at(26ms) - 1ns);  // the next is due at 26 ms: it runs at the flush at 26 ms
+  EXPECT_EQ(runs.load(), 1) << "Missed::delay ran on the original rate";
+  advance_to(clock, rt, at(26ms));
+  ASSERT_EQ(runs.load(), 2);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(firings[1].due, at(26ms));
+  EXPECT_EQ(firings[1].missed, 0u);
+}
+
+// Missed::delay coalesces missed runs into one, like skip, then goes on from the end of that run.
+TEST_P(RuntimePeriodic, missed_delay_coalesces_like_skip_then_restarts_from_the_run) {
+  std::vector<chime::Firing> firings;
+  std::mutex mu;
+  rt.schedule_every(
+      10ms,
+      [&](const chime::Firing& f) {
+        std::lock_guard<std::mutex> lock(mu);
+        firings.push_back(f);
+      },
+      first_at(at(10ms), chime::Missed::delay));
+  advance_to(clock, rt, at(45ms));  // due 10, 20, 30, 40 ms: one run, due 40, missed 3
+  advance_to(clock, rt, at(55ms));  // next: 45 + 10 = 55 ms: not yet (interval rule)
+  advance_to(clock, rt, at(56ms));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(firings.size(), 2u);
+  EXPECT_EQ(firings[0].due, at(40ms));
+  EXPECT_EQ(firings[0].missed, 3u);
+  EXPECT_EQ(firings[1].due, at(55ms));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -542,6 +543,61 @@ TEST_P(RuntimeSchedule, producers_on_several_threads_all_fire) {
   advance_to(clock, rt, at(10ms));
   EXPECT_EQ(rec.count(), 1000u);
   for (int t = 0; t < 4; ++t) EXPECT_EQ(rec.count(t), 250u);
+}
+
+// workers = 0: callbacks run on the wheel thread, in dispatch order.
+class RuntimeDueOrder : public ManualRuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtime, RuntimeDueOrder, testing::Values(0u), workers_name);
+
+// Timers already due when their commands are applied in one pass go out in
+// nondecreasing due order, ties in posting order (as Go's runtime does), not
+// in posting order. The wheel thread is held in a callback while the 13
+// timers are posted, so it applies them in one pass.
+TEST_P(RuntimeDueOrder, past_due_timers_applied_together_run_in_due_order_ties_in_posting_order) {
+  Gate gate;
+  rt.schedule_at(at(100ms), gate.blocker());
+  clock.set(at(101ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  // Due times (ms after kStart) in posting order; tag = posting index.
+  const int due_ms[] = {40, 20, 50, 50, 50, 10, 10, 15, 60, 80, 30, 70, 0};
+  for (int i = 0; i < 13; ++i) rt.schedule_at(at(std::chrono::milliseconds(due_ms[i])), rec.task(i));
+  gate.release();
+  flusher.join();
+  rt.flush();
+  const std::vector<int> expected = {12, 5, 6, 7, 1, 10, 0, 2, 3, 4, 8, 11, 9};
+  EXPECT_EQ(rec.tags(), expected);
+}
+
+// The same with thousands of timers in one pass (the wheel thread sorts a
+// long list by radix, a short one by comparison): 3,000 past-due timers
+// with dues drawn from 0-99 ms (many ties) run in nondecreasing due order,
+// ties in posting order.
+TEST_P(RuntimeDueOrder, thousands_of_past_due_timers_applied_together_run_in_due_order_ties_in_posting_order) {
+  Gate gate;
+  rt.schedule_at(at(100ms), gate.blocker());
+  clock.set(at(101ms));
+  std::thread flusher([&] { rt.flush(); });
+  gate.wait_started();
+  constexpr int kTimers = 3000;
+  std::vector<std::pair<std::int64_t, int>> posted;  // (due in us, posting index)
+  std::uint64_t x = 88172645463325252ull;            // xorshift: a fixed, spread sequence
+  for (int i = 0; i < kTimers; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const std::int64_t due_us =
+        static_cast<std::int64_t>(x % 100) * 1000 + (i % 3 == 0 ? 0 : static_cast<std::int64_t>(x % 7));
+    posted.emplace_back(due_us, i);
+    rt.schedule_at(at(std::chrono::microseconds(due_us)), rec.task(i));
+  }
+  gate.release();
+  flusher.join();
+  rt.flush();
+  std::stable_sort(posted.begin(), posted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<int> expected;
+  for (const auto& p : posted) expected.push_back(p.second);
+  EXPECT_EQ(rec.tags(), expected);
 }
 
 }  // namespace
