@@ -24,7 +24,6 @@
 
 namespace chime {
 
-
 namespace detail {
 namespace {
 // A Producer outliving its runtime: the token's queue (and slot slab) went

@@ -293,8 +293,7 @@ void Timer::arm_at(TimePoint due, ScheduleOptions options) {
 
 void Timer::arm_after(Duration delay, ScheduleOptions options) {
   check_armable("arm_after");
-  const std::uint8_t slack_code =
-      state_->rt.producer_ops().slack_code_after(options.slack, delay, "Timer::arm_after");
+  const std::uint8_t slack_code = state_->rt.producer_ops().slack_code_after(options.slack, delay, "Timer::arm_after");
   state_->arm({detail::saturating_after(state_->rt.now(), delay), 0, Missed::skip, slack_code});
 }
 

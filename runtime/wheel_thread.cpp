@@ -1170,8 +1170,8 @@ bool WheelThread::settle_stepped_flush(FlushRequest& f, std::uint64_t completed_
   if (!s.manual_ready.empty() && s.manual_ready.front().due <= f.target_ns) {
     earliest = ReadyKey{s.manual_ready.front().due, s.manual_ready.front().order};
   }
-  const bool may_claim = earliest && *earliest < f.below &&
-                         (!f.claimed || f.order_at_claim == config_.call_order.taken());
+  const bool may_claim =
+      earliest && *earliest < f.below && (!f.claimed || f.order_at_claim == config_.call_order.taken());
   if (may_claim) return false;
   f.earliest = earliest;
   return true;

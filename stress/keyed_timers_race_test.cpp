@@ -356,7 +356,7 @@ TEST(KeyedTimersRace, destruction_under_load_waits_for_executes_and_drops_the_re
             if (s == 0) break;
             timers->set(key, Tracked(&tracker, s), delay);
           } else if (op < 8) {
-            timers->move(key, delay);
+            timers->reschedule_after(key, delay);
           } else {
             timers->remove(key);
           }

@@ -459,7 +459,7 @@ class KeyedTimersDispatched : public ::testing::Test {
 // move of a key whose fire is already dispatched still postpones it: the old run does nothing.
 TEST_F(KeyedTimersDispatched, move_later_while_fire_dispatched_postpones_it) {
   std::thread flusher = start_blocked_flush();
-  EXPECT_TRUE(timers_->move(kB, 10ms));  // due at 15 ms
+  EXPECT_TRUE(timers_->reschedule_after(kB, 10ms));  // due at 15 ms
   release_blocker();
   flusher.join();
   EXPECT_EQ(log_.calls(), (Calls{{kBlocker, "A"}}));

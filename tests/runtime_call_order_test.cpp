@@ -270,15 +270,15 @@ TEST(RuntimeCallOrderThreads, timers_through_four_producers_run_in_one_due_order
       const int dues_us[] = {50, 200, 500, 100, 300, 400, 401, 402, 200, 50};
       for (int i = 0; i < 10; ++i) {
         const std::int64_t due = dues_us[i] * 1000 + i;  // the call's number: a tie's order
-        producers[i % producers.size()].schedule_at(
-            at(std::chrono::microseconds(dues_us[i])), [&ran, &m, due](const chime::Firing&) {
-              std::lock_guard<std::mutex> lock(m);
-              ran.push_back(due);
-            });
+        producers[i % producers.size()].schedule_at(at(std::chrono::microseconds(dues_us[i])),
+                                                    [&ran, &m, due](const chime::Firing&) {
+                                                      std::lock_guard<std::mutex> lock(m);
+                                                      ran.push_back(due);
+                                                    });
       }
       clock.advance(1ms);
       rt.flush();
-      std::vector<std::int64_t> expected = {50'000, 50'009, 100'003, 200'001, 200'008,
+      std::vector<std::int64_t> expected = {50'000,  50'009,  100'003, 200'001, 200'008,
                                             300'004, 400'005, 401'006, 402'007, 500'002};
       ASSERT_EQ(ran, expected) << shards << " shards, repetition " << rep;
     }

@@ -41,18 +41,29 @@ TEST(RuntimeDeprecatedSpellings, a_trailing_slack_is_the_timers_slack_as_in_the_
   chime::Lane lane = s.rt.lane();
   chime::Timer timer(s.rt, [] {});
   const std::optional<chime::Duration> bad = -1ns;
-  EXPECT_THROW(s.rt.schedule_at(at(1ms), [] {}, bad), std::invalid_argument);
-  EXPECT_THROW(s.rt.schedule_after(1ms, [] {}, bad), std::invalid_argument);
-  EXPECT_THROW(s.rt.schedule_every(1ms, [] {}, {}, bad), std::invalid_argument);
-  EXPECT_THROW(p.schedule_at(at(1ms), [] {}, bad), std::invalid_argument);
-  EXPECT_THROW(lane.schedule_after(1ms, [] {}, bad), std::invalid_argument);
+  EXPECT_THROW(s.rt.schedule_at(
+                   at(1ms), [] {}, bad),
+               std::invalid_argument);
+  EXPECT_THROW(s.rt.schedule_after(
+                   1ms, [] {}, bad),
+               std::invalid_argument);
+  EXPECT_THROW(s.rt.schedule_every(
+                   1ms, [] {}, {}, bad),
+               std::invalid_argument);
+  EXPECT_THROW(p.schedule_at(
+                   at(1ms), [] {}, bad),
+               std::invalid_argument);
+  EXPECT_THROW(lane.schedule_after(
+                   1ms, [] {}, bad),
+               std::invalid_argument);
   EXPECT_THROW(timer.arm_after(1ms, bad), std::invalid_argument);
   EXPECT_THROW(timer.arm_every(1ms, {}, bad), std::invalid_argument);
   EXPECT_THROW(s.rt.schedule_at(at(1ms), [] {}, {.slack = -1ns}), std::invalid_argument);
   EXPECT_THROW(s.rt.schedule_every(1ms, [] {}, {.slack = -1ns}), std::invalid_argument);
   EXPECT_EQ(s.rt.stats().scheduled, 0u) << "a refused schedule schedules nothing";
   // A valid one through each spelling: both pending.
-  const chime::TimerId old_way = s.rt.schedule_at(at(5ms), [] {}, std::optional<chime::Duration>(50us));
+  const chime::TimerId old_way = s.rt.schedule_at(
+      at(5ms), [] {}, std::optional<chime::Duration>(50us));
   const chime::TimerId new_way = s.rt.schedule_at(at(5ms), [] {}, {.slack = 50us});
   EXPECT_EQ(s.rt.state(old_way), chime::TimerState::pending);
   EXPECT_EQ(s.rt.state(new_way), chime::TimerState::pending);

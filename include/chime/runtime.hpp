@@ -476,8 +476,8 @@ class TimerOperations {
       TimePoint due, Task task, std::optional<Duration> slack) {
     return schedule_at(due, std::move(task), ScheduleOptions{.slack = slack});
   }
-  [[deprecated("pass the slack in ScheduleOptions: schedule_after(delay, task, {.slack = s})")]] TimerId
-  schedule_after(Duration delay, Task task, std::optional<Duration> slack) {
+  [[deprecated("pass the slack in ScheduleOptions: schedule_after(delay, task, {.slack = s})")]] TimerId schedule_after(
+      Duration delay, Task task, std::optional<Duration> slack) {
     return schedule_after(delay, std::move(task), ScheduleOptions{.slack = slack});
   }
   [[deprecated("pass the slack in PeriodicOptions: schedule_every(period, task, {.slack = s})")]] TimerId
