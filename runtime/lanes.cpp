@@ -310,6 +310,14 @@ ThreadLanes Lanes::lanes_of_this_thread() {
   return mine;
 }
 
+void Lanes::run_idle_lanes(const ThreadLanes& lanes) {
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    // A lane another thread has just begun to run is that thread's to run.
+    const LaneEntry entry(*lanes[i], nullptr);
+    if (!entry.busy()) run_lane(*lanes[i], SIZE_MAX);
+  }
+}
+
 // flush() on a lane's thread: the flush waits for runs only this thread can
 // run, so it runs them while it waits, sleeping on its lanes' eventfds and
 // the flush's own.
@@ -325,11 +333,7 @@ bool Lanes::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, 
   }
   const long wait_ns = lanes.size() > ThreadLanes::kInline ? 1'000'000 : 10'000'000;
   for (;;) {
-    for (std::size_t i = 0; i < lanes.size(); ++i) {
-      // A lane another thread has just begun to run is that thread's to run.
-      const LaneEntry entry(*lanes[i], nullptr);
-      if (!entry.busy()) run_lane(*lanes[i], SIZE_MAX);
-    }
+    run_idle_lanes(lanes);
     if (request.completion.is_done() || shard.seam.exited.load(std::memory_order_acquire)) break;
     // Out of memory too long: give up (Completion::abandon); the wheel
     // thread then writes no more to the eventfd for it.

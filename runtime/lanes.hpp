@@ -60,6 +60,9 @@ class Lanes {
   static bool lane_closed(const TimerSlab& slab, const TimerSlot& slot, std::uint32_t index) noexcept;
   // The lanes the calling thread runs (a flush runs them while it waits).
   ThreadLanes lanes_of_this_thread();
+  // Runs the ready runs of these lanes (this thread's) that no other thread
+  // has begun to run.
+  void run_idle_lanes(const ThreadLanes& lanes);
   // A flush on a lane's thread waits for `shard` to serve `request` and runs
   // `lanes` meanwhile. False iff it gave up on a wheel thread out of memory
   // (abandoned the request).

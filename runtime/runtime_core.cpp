@@ -151,7 +151,18 @@ void RuntimeCore::flush() {
 // two steps no run of any shard is in flight: a step is served only once
 // its runs have completed. One such flush at a time (stepped_flush_mutex_).
 void RuntimeCore::flush_in_call_order(const ThreadLanes& lanes, std::int64_t target_ns) {
-  std::lock_guard<std::mutex> lock(stepped_flush_mutex_);
+  // A lane's thread runs its lanes while it waits for the flush before it,
+  // which may be waiting for one of their runs.
+  std::unique_lock<std::mutex> lock(stepped_flush_mutex_, std::try_to_lock);
+  while (!lock.owns_lock()) {
+    if (lanes.empty()) {
+      lock.lock();
+      break;
+    }
+    lanes_.run_idle_lanes(lanes);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    lock.try_lock();
+  }
   std::vector<std::optional<ReadyKey>> earliest(shards_.size());
   const auto step = [&](std::size_t k, ReadyKey below) {
     std::unique_ptr<FlushRequest> request = flush_requests_.take();

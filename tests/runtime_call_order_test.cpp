@@ -319,6 +319,40 @@ TEST(RuntimeCallOrderThreads, two_threads_taking_turns_get_ties_in_the_order_of_
   }
 }
 
+// Two lanes' threads flushing at once on several shards, each waiting for a
+// run of the other's lane: the flushes go one at a time, and the thread
+// that waits for its turn runs its own lanes meanwhile, so neither waits
+// for ever.
+TEST(RuntimeCallOrderThreads, two_lane_threads_flushing_at_once_on_two_shards_both_return) {
+  for (int rep = 0; rep < 20; ++rep) {
+    ManualClock clock{kStart};
+    chime::RuntimeOptions o = manual_options(clock, 0);
+    o.shards = 2;
+    Runtime rt(o);
+    std::atomic<int> ran{0};
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    auto loop = [&] {
+      chime::Lane lane = rt.lane();
+      lane.run_ready();  // this thread runs the lane
+      lane.schedule_at(at(1ms), [&ran] { ran.fetch_add(1); });
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      rt.flush();
+      // The other thread's flush may still need this lane: keep running it
+      // until both timers ran.
+      while (ran.load() < 2) lane.run_ready();
+    };
+    std::thread a(loop), b(loop);
+    while (ready.load() < 2) std::this_thread::yield();
+    clock.advance(2ms);
+    go.store(true);
+    a.join();
+    b.join();
+    ASSERT_EQ(ran.load(), 2) << "repetition " << rep;
+  }
+}
+
 // A program that never asked for shards gets one on a ManualClock, whatever
 // CHIME_SHARDS says: its one order needs no shards.
 TEST(RuntimeCallOrderThreads, chime_shards_in_the_environment_gives_a_manual_clock_runtime_one_shard) {
