@@ -48,28 +48,30 @@ namespace detail {
 // ready run back (R4, producer_ops.cpp): it passes its lane.
 
 namespace {
-// The token a call posts through: the Producer's, the lane's, or none (the
-// calling thread's shard's).
-struct CallToken {
-  explicit CallToken(const OpsTarget& t) {
-    if (t.token == nullptr && t.lane != nullptr) lane_token.emplace(*t.lane);
-  }
-  ProducerQueueToken* get(const OpsTarget& t) const { return lane_token ? lane_token->get() : t.token; }
-  std::optional<LaneToken> lane_token;
-};
+// Calls f with the token a call posts through: the Producer's, none (the
+// calling thread's shard's), or the lane's own, taken for the call.
+template <class F>
+decltype(auto) with_token(const OpsTarget& t, F&& f) {
+  if (t.lane == nullptr || t.token != nullptr) [[likely]]
+    return f(t.token);
+  const LaneToken token(*t.lane);
+  return f(token.get());
+}
 }  // namespace
 
 TimerId ops_schedule_at(const OpsTarget& t, TimePoint due, Task&& task, const ScheduleOptions& options) {
   const std::uint8_t slack_code = t.core->producer_ops().slack_code(options.slack, "schedule_at");
-  const CallToken token(t);
-  return t.core->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token.get(t), t.lane, 0, slack_code);
+  return with_token(t, [&](ProducerQueueToken* token) {
+    return t.core->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token, t.lane, 0, slack_code);
+  });
 }
 
 TimerId ops_schedule_after(const OpsTarget& t, Duration delay, Task&& task, const ScheduleOptions& options) {
   const std::uint8_t slack_code = t.core->producer_ops().slack_code_after(options.slack, delay, "schedule_after");
-  const CallToken token(t);
-  return t.core->producer_ops().schedule(saturating_after(t.core->now(), delay), 0, Missed::skip, std::move(task),
-                                         token.get(t), t.lane, 0, slack_code);
+  return with_token(t, [&](ProducerQueueToken* token) {
+    return t.core->producer_ops().schedule(saturating_after(t.core->now(), delay), 0, Missed::skip, std::move(task),
+                                           token, t.lane, 0, slack_code);
+  });
 }
 
 TimerId ops_schedule_every(const OpsTarget& t, Duration period, Task&& task, const PeriodicOptions& options) {
@@ -79,27 +81,28 @@ TimerId ops_schedule_every(const OpsTarget& t, Duration period, Task&& task, con
                                 " ns");
   }
   const TimePoint first = options.first_due ? *options.first_due : saturating_after(t.core->now(), period);
-  const CallToken token(t);
-  return t.core->producer_ops().schedule(first, period.count(), options.on_missed, std::move(task), token.get(t),
-                                         t.lane, 0, slack_code);
+  return with_token(t, [&](ProducerQueueToken* token) {
+    return t.core->producer_ops().schedule(first, period.count(), options.on_missed, std::move(task), token, t.lane, 0,
+                                           slack_code);
+  });
 }
 
 // One CAS, no command; the token only takes back the slot of a timer
 // cancelled before the wheel thread filed it.
 bool ops_cancel(const OpsTarget& t, TimerId id) {
-  const CallToken token(t);
-  return t.core->producer_ops().cancel(id, token.get(t));
+  return with_token(t, [&](ProducerQueueToken* token) { return t.core->producer_ops().cancel(id, token); });
 }
 CancelResult ops_try_cancel(const OpsTarget& t, TimerId id) { return t.core->producer_ops().try_cancel(id); }
 CancelResult ops_cancel_and_wait(const OpsTarget& t, TimerId id) { return t.core->producer_ops().cancel_and_wait(id); }
 
 bool ops_reschedule_at(const OpsTarget& t, TimerId id, TimePoint due) {
-  const CallToken token(t);
-  return t.core->producer_ops().reschedule(id, due, token.get(t), t.lane);
+  return with_token(t,
+                    [&](ProducerQueueToken* token) { return t.core->producer_ops().reschedule(id, due, token, t.lane); });
 }
 bool ops_reschedule_after(const OpsTarget& t, TimerId id, Duration delay) {
-  const CallToken token(t);
-  return t.core->producer_ops().reschedule(id, saturating_after(t.core->now(), delay), token.get(t), t.lane);
+  return with_token(t, [&](ProducerQueueToken* token) {
+    return t.core->producer_ops().reschedule(id, saturating_after(t.core->now(), delay), token, t.lane);
+  });
 }
 TimerState ops_state(const OpsTarget& t, TimerId id) noexcept { return t.core->producer_ops().state(id); }
 
