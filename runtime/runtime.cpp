@@ -96,8 +96,8 @@ CancelResult ops_try_cancel(const OpsTarget& t, TimerId id) { return t.core->pro
 CancelResult ops_cancel_and_wait(const OpsTarget& t, TimerId id) { return t.core->producer_ops().cancel_and_wait(id); }
 
 bool ops_reschedule_at(const OpsTarget& t, TimerId id, TimePoint due) {
-  return with_token(t,
-                    [&](ProducerQueueToken* token) { return t.core->producer_ops().reschedule(id, due, token, t.lane); });
+  return with_token(
+      t, [&](ProducerQueueToken* token) { return t.core->producer_ops().reschedule(id, due, token, t.lane); });
 }
 bool ops_reschedule_after(const OpsTarget& t, TimerId id, Duration delay) {
   return with_token(t, [&](ProducerQueueToken* token) {
