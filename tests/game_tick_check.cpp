@@ -439,9 +439,9 @@ int main(int argc, char** argv) {
   const TimePoint tick_first = t0 + kTickPeriod;
   const std::optional<Duration> tick_slack =
       args.tick_slack_us >= 0 ? std::optional<Duration>(std::chrono::microseconds(args.tick_slack_us)) : std::nullopt;
-  const chime::TimerId world = g.lane.schedule_every(
-      kTickPeriod, [&g](const chime::Firing& f) { world_tick(g, f); },
-      {.first_due = tick_first, .on_missed = chime::Missed::skip}, tick_slack);
+  const chime::TimerId world =
+      g.lane.schedule_every(kTickPeriod, [&g](const chime::Firing& f) { world_tick(g, f); },
+                            {.first_due = tick_first, .on_missed = chime::Missed::skip, .slack = tick_slack});
   world_key = key_of(world);
 
   const auto wall_start = std::chrono::steady_clock::now();
