@@ -188,6 +188,11 @@ struct FlushRequest {
   // due since its first claim for this request (the count in call_order,
   // order_at_claim). Served when it can claim no more, with its earliest
   // ready key by target_ns in `earliest` (none: nothing left by then).
+  // The flush writes target_ns, stepped and below before it posts the
+  // request (the queue's release / acquire carries them to the wheel
+  // thread); claimed and order_at_claim are the wheel thread's alone; the
+  // wheel thread writes earliest before Completion::signal, whose mutex
+  // orders it before the flush's read after the wait.
   bool stepped = false;
   ReadyKey below{};  // the default: claim nothing, only look
   bool claimed = false;

@@ -1145,6 +1145,7 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
     consider(next.index, boundary, now_ns, now_ns);
     if (s.claimed != before && before == claimed) {
       for (FlushRequest* f : s.flushes) {
+        if (!f->stepped) continue;
         f->claimed = true;
         f->order_at_claim = taken;
       }
