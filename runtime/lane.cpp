@@ -70,7 +70,7 @@ LaneSleep Lane::sleep_for(Duration delay, ScheduleOptions options) {
   check("sleep_for");
   // Without a slack of its own, the default for this delay, measured here.
   return LaneSleep(*this, detail::saturating_after(core_->now(), delay),
-                   options.slack ? options.slack : core_->producer_ops().default_slack(delay));
+                   options.slack ? options.slack : core_->config().default_slack(delay));
 }
 const Clock& Lane::clock() const {
   check("clock");
@@ -100,7 +100,7 @@ void LaneRef::check(const char* what) const {
 
 TimerId LaneRef::schedule_at(TimePoint due, Task task, ScheduleOptions options) const {
   check("schedule_at");
-  const std::uint8_t slack_code = core_->producer_ops().slack_code(options.slack, "schedule_at");
+  const std::uint8_t slack_code = core_->config().slack_code(options.slack, "schedule_at");
   const detail::LaneToken token(*lane_);
   // With the generation this reference was made with: a timer of a lane
   // destroyed meanwhile is cancelled by the wheel thread (L1).

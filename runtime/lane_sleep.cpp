@@ -109,7 +109,7 @@ void LaneSleep::suspend(std::coroutine_handle<> h, bool owns_frame) {
         "chime::Lane::sleep_until (or sleep_for) awaited after its Lane was destroyed (a sleep is awaited while its "
         "Lane lives)");
   }
-  const std::uint8_t slack_code = core_->producer_ops().slack_code(slack_, "sleep_until (or sleep_for)");
+  const std::uint8_t slack_code = core_->config().slack_code(slack_, "sleep_until (or sleep_for)");
   handle_ = h;
   scheduler_ = std::this_thread::get_id();
   const detail::LaneToken token(*lane_);

@@ -25,8 +25,7 @@ ProducerOps::ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const std
       shards_(shards),
       poster_(poster),
       ends_(ends),
-      runner_(runner),
-      due_limit_ns_(due_limit_for(config.start_ns)) {}
+      runner_(runner) {}
 
 // The slot an id names, or nullptr for the default id, an id from another
 // runtime, or a slot never handed out. The generation is the caller's to
@@ -34,45 +33,6 @@ ProducerOps::ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const std
 TimerSlot* ProducerOps::slot_of(TimerId id) const noexcept {
   if (!id || id.runtime() != config_.tag) return nullptr;
   return slab_.find(id.slot());
-}
-
-void ProducerOps::check_due_in_range(const char* what, TimePoint due) const {
-  const std::int64_t due_ns = due.time_since_epoch().count();
-  // Relaxed: a stale limit is smaller (the wheel only advances), so the check
-  // is conservative; the wheel accepts anything below the limit it publishes.
-  std::int64_t limit = due_limit_ns_.load(std::memory_order_relaxed);
-  if (due_ns >= limit) [[unlikely]] {
-    // The published limit only moves when the wheel advances; an idle wheel
-    // (no timer due, nobody flushing) leaves it behind the clock, and with a
-    // short wheel a due of "now" would be refused. The range is the clock's:
-    // the wheel thread files a due beyond its own current range at the last
-    // time it accepts and files it again when that comes (file()).
-    limit = std::max(limit, due_limit_for(config_.clock->now().time_since_epoch().count()));
-  }
-  if (due_ns >= limit) [[unlikely]] {
-    throw std::out_of_range(std::string("chime::Runtime::") + what + ": due time " + std::to_string(due_ns) +
-                            " ns is beyond the wheel's range: it must be below " + std::to_string(limit) +
-                            " ns (precision and level_bits set the range)");
-  }
-}
-
-// The wheel always accepts 2^num_bits - 1 intervals past its now's interval
-// (never fewer as it advances); producers get that much, up to the start of
-// the horizon interval (runtime_config.cpp): every due accepted is below it, so the
-// wheel, which advances into the horizon interval and no further, fires it.
-std::int64_t ProducerOps::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
-  const __int128 p = config_.precision.count();
-  const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - config_.start_ns) / p;
-  const __int128 key = std::min<__int128>(now_key + config_.max_offset_intervals, config_.horizon_key);
-  return static_cast<std::int64_t>(config_.start_ns + key * p);
-}
-
-// Only ever grows: a CAS to the max. Relaxed: runtime_core.hpp, due_limit_ns_.
-void ProducerOps::raise_due_limit(std::int64_t wheel_now_ns) noexcept {
-  const std::int64_t limit = due_limit_for(wheel_now_ns);
-  std::int64_t published = due_limit_ns_.load(std::memory_order_relaxed);
-  while (published < limit && !due_limit_ns_.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
-  }
 }
 
 // (K1, R3) The end of a cancel that won against Pending (C1) or Writing
@@ -166,7 +126,7 @@ void ProducerOps::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 [[gnu::always_inline]] inline ProducerOps::ScheduleReservation ProducerOps::reserve_schedule_inline(
     TimePoint due, ProducerQueueToken* token, LaneCore* lane, std::size_t extra_pending) {
   if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
-  check_due_in_range("schedule", due);
+  config_.check_due_in_range("schedule", due);
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
   WheelThread& shard = shards_.shard_for(token, lane);
@@ -626,7 +586,7 @@ bool take_back_ready_run(TimerSlot& slot, std::uint64_t& w) noexcept {
 }  // namespace
 
 bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* token, LaneCore* lane) {
-  check_due_in_range("reschedule", due);
+  config_.check_due_in_range("reschedule", due);
   TimerSlot* slot = slot_of(id);
   if (slot == nullptr) return false;
   const std::int64_t due_ns = due.time_since_epoch().count();

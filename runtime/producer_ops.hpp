@@ -5,8 +5,7 @@
 // What this is: the producer side of the runtime. Each call decides its
 // outcome with one transition of the slot's state word (timer_state.hpp:
 // S1, C1-C3, R1-R3) and never waits for the wheel thread; it posts the
-// command the timer's shard applies (command_poster.hpp). It holds the
-// range producers accept (due_limit_ns_, raised by the wheel threads) and
+// command the timer's shard applies (command_poster.hpp). It holds
 // references to the pieces of its runtime it needs (runtime_core.hpp owns
 // them all and argues who touches what, and in what order).
 #pragma once
@@ -44,23 +43,6 @@ class ProducerOps {
   // `lane_generation`: the generation of `lane` the caller
   // expects (a Timer's, recorded when it was made); 0: the lane's current
   // one (a Lane's own calls: it is alive).
-  // A caller's slack argument as a slot stores it (slack.hpp): throws
-  // std::invalid_argument, naming `what`, for a negative one.
-  std::uint8_t slack_code(std::optional<Duration> slack, const char* what) const {
-    return slack_code_of(slack, config_.precision, what);
-  }
-  // The same for a call that knows its delay (schedule_after, arm_after,
-  // sleep_for): without a slack, the runtime's default for that delay,
-  // measured in the call (slack.hpp).
-  std::uint8_t slack_code_after(std::optional<Duration> slack, Duration delay, const char* what) const {
-    return slack ? slack_code_of(slack, config_.precision, what) : runtime_slack_code(delay.count());
-  }
-  // The slack a timer `delay` ahead gets without one of its own, as a
-  // Duration (what slack_code_after files it by).
-  Duration default_slack(Duration delay) const noexcept {
-    if (config_.options.slack != Duration::zero()) return config_.options.slack;
-    return std::min(config_.precision, Duration(std::max(delay.count() >> kDefaultSlackShift, kDefaultSlackMinNs)));
-  }
   // `slack_code`: the timer's slack (slack.hpp; slack_code_of checks a
   // caller's argument).
   TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
@@ -111,7 +93,7 @@ class ProducerOps {
   // arm that is carried out later (chime::Timer, during a run).
   void check_schedulable(const char* what, TimePoint due) const {
     if (stopped_.load(std::memory_order_acquire)) throw StoppedError(std::string("chime::") + what + " after shutdown");
-    check_due_in_range(what, due);
+    config_.check_due_in_range(what, due);
   }
   // `lane`: called through that Lane, whose ready runs a call on the lane's
   // thread may take back (R4).
@@ -119,16 +101,6 @@ class ProducerOps {
   TimerState state(TimerId id) const noexcept;
   // A Producer goes away: its cached free slots go back to the free list.
   void return_token(ProducerQueueToken& token) noexcept { slab_.return_cached(token.slots); }
-  // After a shard's advance: raises due_limit_ns_ (below) to the limit of a wheel
-  // at `wheel_now_ns`; never lowers it.
-  void raise_due_limit(std::int64_t wheel_now_ns) noexcept;
-  // The slack of a timer that gave none (RuntimeOptions::slack when set,
-  // else proportional to `delay_ns`: slack.hpp).
-  std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
-    return config_.fixed_slack_code != SlackCode::runtime_default
-               ? config_.fixed_slack_code
-               : default_slack_code(delay_ns, config_.precision.count());
-  }
 
  private:
   // The runtime clock's time read in a call that schedules or reschedules,
@@ -156,8 +128,6 @@ class ProducerOps {
   static CancelResult result_of(CancelOutcome o) noexcept;
   void wait_for_run_end(TimerSlot& slot, TimerId id);
   TimerSlot* slot_of(TimerId id) const noexcept;
-  void check_due_in_range(const char* what, TimePoint due) const;  // throws std::out_of_range naming the values
-  std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
   bool take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t pending);
   bool withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uint64_t pending, ProducerQueueToken* token);
   void free_unfiled(std::uint32_t index, ProducerQueueToken* token) noexcept;
@@ -173,9 +143,6 @@ class ProducerOps {
   const CommandPoster& poster_;
   const TimerEnds& ends_;
   const Runner& runner_;
-  // Producers accept due < this; each shard's wheel thread raises it after
-  // each advance (runtime_core.hpp, due_limit_ns_).
-  std::atomic<std::int64_t> due_limit_ns_;
 };
 
 }  // namespace chime::detail

@@ -60,14 +60,14 @@ decltype(auto) with_token(const OpsTarget& t, F&& f) {
 }  // namespace
 
 TimerId ops_schedule_at(const OpsTarget& t, TimePoint due, Task&& task, const ScheduleOptions& options) {
-  const std::uint8_t slack_code = t.core->producer_ops().slack_code(options.slack, "schedule_at");
+  const std::uint8_t slack_code = t.core->config().slack_code(options.slack, "schedule_at");
   return with_token(t, [&](ProducerQueueToken* token) {
     return t.core->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token, t.lane, 0, slack_code);
   });
 }
 
 TimerId ops_schedule_after(const OpsTarget& t, Duration delay, Task&& task, const ScheduleOptions& options) {
-  const std::uint8_t slack_code = t.core->producer_ops().slack_code_after(options.slack, delay, "schedule_after");
+  const std::uint8_t slack_code = t.core->config().slack_code_after(options.slack, delay, "schedule_after");
   return with_token(t, [&](ProducerQueueToken* token) {
     return t.core->producer_ops().schedule(saturating_after(t.core->now(), delay), 0, Missed::skip, std::move(task),
                                            token, t.lane, 0, slack_code);
@@ -75,7 +75,7 @@ TimerId ops_schedule_after(const OpsTarget& t, Duration delay, Task&& task, cons
 }
 
 TimerId ops_schedule_every(const OpsTarget& t, Duration period, Task&& task, const PeriodicOptions& options) {
-  const std::uint8_t slack_code = t.core->producer_ops().slack_code(options.slack, "schedule_every");
+  const std::uint8_t slack_code = t.core->config().slack_code(options.slack, "schedule_every");
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime: schedule_every needs a positive period, got " + std::to_string(period.count()) +
                                 " ns");

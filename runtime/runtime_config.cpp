@@ -120,6 +120,47 @@ RuntimeConfig::RuntimeConfig(RuntimeOptions validated_options)
       tag(next_runtime_tag()),
       // A manual clock never wakes the wheel on its own (clock.hpp): commands
       // wait for a flush or for a schedule that needs the wheel earlier.
-      wake_on_post_count(clock_kind != ClockKind::manual) {}
+      wake_on_post_count(clock_kind != ClockKind::manual),
+      due_limit_ns(due_limit_for(start_ns)) {}
+
+void RuntimeConfig::check_due_in_range(const char* what, TimePoint due) const {
+  const std::int64_t due_ns = due.time_since_epoch().count();
+  // Relaxed: a stale limit is smaller (the wheel only advances), so the check
+  // is conservative; the wheel accepts anything below the limit it publishes.
+  std::int64_t limit = due_limit_ns.load(std::memory_order_relaxed);
+  if (due_ns >= limit) [[unlikely]] {
+    // The published limit only moves when the wheel advances; an idle wheel
+    // (no timer due, nobody flushing) leaves it behind the clock, and with a
+    // short wheel a due of "now" would be refused. The range is the clock's:
+    // the wheel thread files a due beyond its own current range at the last
+    // time it accepts and files it again when that comes (file()).
+    limit = std::max(limit, due_limit_for(clock->now().time_since_epoch().count()));
+  }
+  if (due_ns >= limit) [[unlikely]] {
+    throw std::out_of_range(std::string("chime::Runtime::") + what + ": due time " + std::to_string(due_ns) +
+                            " ns is beyond the wheel's range: it must be below " + std::to_string(limit) +
+                            " ns (precision and level_bits set the range)");
+  }
+}
+
+// The wheel always accepts 2^num_bits - 1 intervals past its now's interval
+// (never fewer as it advances); producers get that much, up to the start of
+// the horizon interval (horizon_key above): every due accepted is below it,
+// so the wheel, which advances into the horizon interval and no further,
+// fires it.
+std::int64_t RuntimeConfig::due_limit_for(std::int64_t wheel_now_ns) const noexcept {
+  const __int128 p = precision.count();
+  const __int128 now_key = (static_cast<__int128>(wheel_now_ns) - start_ns) / p;
+  const __int128 key = std::min<__int128>(now_key + max_offset_intervals, horizon_key);
+  return static_cast<std::int64_t>(start_ns + key * p);
+}
+
+// Only ever grows: a CAS to the max. Relaxed: due_limit_ns's comment.
+void RuntimeConfig::raise_due_limit(std::int64_t wheel_now_ns) const noexcept {
+  const std::int64_t limit = due_limit_for(wheel_now_ns);
+  std::int64_t published = due_limit_ns.load(std::memory_order_relaxed);
+  while (published < limit && !due_limit_ns.compare_exchange_weak(published, limit, std::memory_order_relaxed)) {
+  }
+}
 
 }  // namespace chime::detail

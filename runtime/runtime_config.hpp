@@ -8,11 +8,17 @@
 // fills it in its constructor (runtime_core.cpp), before any thread starts
 // (std::thread's start orders it for them); nothing writes it after, so
 // every thread reads it without synchronization, except `call_order`, an
-// atomic counter that argues its own order (call_order.hpp). Each WheelThread
-// (wheel_thread.hpp) refers to its runtime's by const reference.
+// atomic counter that argues its own order (call_order.hpp), and
+// `due_limit_ns`, the range producers accept, which the wheel threads raise
+// (argued at the field). Each role refers to its runtime's by const
+// reference. The rules that read only these fields live here too: a
+// timer's slack (slack.hpp) and the range check.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <optional>
 
 #include "call_order.hpp"
 #include "chime/clock.hpp"
@@ -54,6 +60,50 @@ struct RuntimeConfig {
   bool wake_on_post_count;            // wake a sleeping wheel every kPostsPerWake posts (not with a ManualClock)
   // A ManualClock: the number each call that sets a due takes (call_order.hpp).
   mutable CallOrder call_order;
+  // Producers accept a due below this (check_due_in_range). The constructor
+  // sets it; each shard's wheel thread raises it after each advance
+  // (raise_due_limit, a CAS to the max); schedule, reschedule and Timer's
+  // arm read it. Relaxed: it only grows, so a stale value is smaller and
+  // the check conservative. A shard whose wheel is behind the one that
+  // raised it files a due beyond its own range at the last time it
+  // accepts, and again when that comes (wheel_thread.cpp, file()), so no
+  // shard's range is exceeded.
+  mutable std::atomic<std::int64_t> due_limit_ns;
+
+  // ---- Slack (slack.hpp; design.md, "Slack"). ----
+  // A caller's slack argument as a slot stores it: throws
+  // std::invalid_argument, naming `what`, for a negative one.
+  std::uint8_t slack_code(std::optional<Duration> slack, const char* what) const {
+    return slack_code_of(slack, precision, what);
+  }
+  // The same for a call that knows its delay (schedule_after, arm_after,
+  // sleep_for): without a slack, the runtime's default for that delay,
+  // measured in the call.
+  std::uint8_t slack_code_after(std::optional<Duration> slack, Duration delay, const char* what) const {
+    return slack ? slack_code_of(slack, precision, what) : runtime_slack_code(delay.count());
+  }
+  // The slack of a timer that gave none (RuntimeOptions::slack when set,
+  // else proportional to `delay_ns`).
+  std::uint8_t runtime_slack_code(std::int64_t delay_ns) const noexcept {
+    return fixed_slack_code != SlackCode::runtime_default ? fixed_slack_code
+                                                          : default_slack_code(delay_ns, precision.count());
+  }
+  // The slack a timer `delay` ahead gets without one of its own, as a
+  // Duration (what slack_code_after files it by).
+  Duration default_slack(Duration delay) const noexcept {
+    if (options.slack != Duration::zero()) return options.slack;
+    return std::min(precision, Duration(std::max(delay.count() >> kDefaultSlackShift, kDefaultSlackMinNs)));
+  }
+
+  // ---- The range (runtime_config.cpp). ----
+  // Throws std::out_of_range naming the values for a due at or beyond the
+  // range producers accept. `what`: the call, for the message.
+  void check_due_in_range(const char* what, TimePoint due) const;
+  // The limit of a wheel whose time is `wheel_now_ns`.
+  std::int64_t due_limit_for(std::int64_t wheel_now_ns) const noexcept;
+  // After a shard's advance: raises due_limit_ns to the limit of a wheel at
+  // `wheel_now_ns`; never lowers it.
+  void raise_due_limit(std::int64_t wheel_now_ns) const noexcept;
 };
 
 }  // namespace chime::detail

@@ -406,13 +406,7 @@ class RuntimeCore {
   //   before S1 and read, relaxed, by whoever posts for the timer (a
   //   reschedule, a re-arm) or counts its lazy cancel, as `lane` is
   //   (timer_slab.hpp).
-  // - producer_ops_'s due_limit_ns_: its constructor sets it, each shard's wheel thread
-  //   raises it (a CAS to the max) after each advance; schedule,
-  //   reschedule and Timer's arm read it for the range check. Relaxed: it
-  //   only grows, so a stale value is smaller and the check conservative.
-  //   A shard whose wheel is behind the one that raised it files a due
-  //   beyond its own range at the last time it accepts, and again when that
-  //   comes (wheel_thread.cpp, file()), so no shard's range is exceeded.
+  // - config_.due_limit_ns: argued at the field (runtime_config.hpp).
   // - stopped_: shutdown stores it seq_cst, then fences before its sweep;
   //   a schedule fences (P1) after its ADD, then loads it: S1's Dekker pair
   //   (state-machine.md, "Shutdown vs producers still scheduling"); lanes

@@ -288,18 +288,18 @@ void Timer::check_armable(const char* what) const {
 
 void Timer::arm_at(TimePoint due, ScheduleOptions options) {
   check_armable("arm_at");
-  state_->arm({due, 0, Missed::skip, state_->rt.producer_ops().slack_code(options.slack, "Timer::arm_at")});
+  state_->arm({due, 0, Missed::skip, state_->rt.config().slack_code(options.slack, "Timer::arm_at")});
 }
 
 void Timer::arm_after(Duration delay, ScheduleOptions options) {
   check_armable("arm_after");
-  const std::uint8_t slack_code = state_->rt.producer_ops().slack_code_after(options.slack, delay, "Timer::arm_after");
+  const std::uint8_t slack_code = state_->rt.config().slack_code_after(options.slack, delay, "Timer::arm_after");
   state_->arm({detail::saturating_after(state_->rt.now(), delay), 0, Missed::skip, slack_code});
 }
 
 void Timer::arm_every(Duration period, PeriodicOptions options) {
   check_armable("arm_every");
-  const std::uint8_t slack_code = state_->rt.producer_ops().slack_code(options.slack, "Timer::arm_every");
+  const std::uint8_t slack_code = state_->rt.config().slack_code(options.slack, "Timer::arm_every");
   if (period <= Duration::zero()) {
     throw std::invalid_argument("chime::Timer::arm_every needs a positive period, got " +
                                 std::to_string(period.count()) + " ns");

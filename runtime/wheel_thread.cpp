@@ -905,7 +905,7 @@ __int128 WheelThread::fire_time(std::uint32_t index, const TimerSlot& slot, std:
       }
       delay = static_cast<std::int64_t>(std::min<__int128>(static_cast<__int128>(due) - now, INT64_MAX));
     }
-    code = core_.producer_ops().runtime_slack_code(delay);
+    code = config_.runtime_slack_code(delay);
   }
   if (code == SlackCode::interval_rule) {
     // The last nanosecond of its interval: it runs when the interval ends.
@@ -1004,7 +1004,7 @@ void WheelThread::fire_due_alarms(std::int64_t now_ns) {
       s.advance_cut_short = true;
     }
     s.pass_moves += s.wheel.moved_by_last_advance();
-    core_.producer_ops().raise_due_limit(s.wheel.now().time_since_epoch().count());
+    config_.raise_due_limit(s.wheel.now().time_since_epoch().count());
   }
   if (!s.advance_cut_short) fire_past_due();
   if (!s.advance_cut_short) s.advanced_to_ns = now_ns;
