@@ -31,8 +31,29 @@
 
 namespace chime::detail {
 
-struct FlushRequest;  // runtime_core.hpp
-struct ThreadLanes;   // runtime_core.hpp
+struct FlushRequest;  // requests.hpp
+
+// The lanes a thread runs (flush runs them while it waits): inline up to
+// kInline, so a flush allocates nothing in the usual case.
+struct ThreadLanes {
+  static constexpr std::size_t kInline = 8;
+  void add(LaneCore* l) {
+    if (n_ < kInline) {
+      inline_[n_] = l;
+    } else {
+      more_.push_back(l);
+    }
+    ++n_;
+  }
+  std::size_t size() const noexcept { return n_; }
+  bool empty() const noexcept { return n_ == 0; }
+  LaneCore* operator[](std::size_t i) const noexcept { return i < kInline ? inline_[i] : more_[i - kInline]; }
+
+ private:
+  LaneCore* inline_[kInline] = {};
+  std::vector<LaneCore*> more_;
+  std::size_t n_ = 0;
+};
 
 class Lanes {
  public:
