@@ -17,7 +17,8 @@
 // on_error), the worker finishes the timer (timer_state.hpp):
 // - one-shot: Running -> Fired (F1), free the slot;
 // - periodic: store the next due, Running -> Pending (F2) and post an ADD (or,
-//   inline on the wheel thread, file it directly) so the wheel files it
+//   inline on the wheel thread, hand it back to the wheel thread, which
+//   files it after the batch) so the wheel files it
 //   again (so runs never overlap: the next run is filed only after this one
 //   returned); if a cancel won meanwhile (C3), free it;
 // - a periodic's final run (shutdown(fire_pending)): Running -> Fired (F3).
@@ -110,7 +111,8 @@ void Runner::worker_main(WorkerPool& pool) {
   }
 }
 
-std::size_t Runner::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, Place where) {
+std::size_t Runner::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, Place where,
+                              std::vector<std::uint32_t>* rearmed_slots) {
   if (n == 0) return 0;
   // Per batch: one read of the runtime clock (for the lateness samples)
   // unless it is the steady clock, whose reads the run times need anyway;
@@ -122,7 +124,7 @@ std::size_t Runner::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& re
   std::uint64_t ran = 0;
   for (std::size_t i = 0; i < n; ++i) {
     CHIME_ASSERT((d[i].flags & Dispatch::stop) == 0, "a stop record before the end of a batch");
-    if (run(d[i], steady_runtime_clock ? steady : clock_now, steady, retired, where)) ++ran;
+    if (run(d[i], steady_runtime_clock ? steady : clock_now, steady, retired, where, rearmed_slots)) ++ran;
   }
   if (ran != 0) counters_.add(Counter::fired, ran);
   retired.flush();
@@ -172,7 +174,7 @@ void Runner::count_completed(unsigned k, std::uint64_t n) {
 // cancel won before it started). `steady_ns` is the steady clock's time at
 // the start (the previous run's end); it is set to the time this run ended.
 bool Runner::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired,
-                 Place where) {
+                 Place where, std::vector<std::uint32_t>* rearmed_slots) {
   TimerSlot& slot = slab_[d.slot];
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   for (;;) {
@@ -227,7 +229,7 @@ bool Runner::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& ste
       }
     }
   }
-  end_run(slot, d, steady_ns, retired, where);
+  end_run(slot, d, steady_ns, retired, where, rearmed_slots);
   return true;
 }
 
@@ -253,8 +255,8 @@ void wake_waiters_if_any(TimerSlot& slot, std::uint64_t old_word) noexcept {
 
 // After the callback returned: finish the timer (F1, F2, F3 or F4) and wake
 // whoever waits for the run to end.
-void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired,
-                     Place where) {
+void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, Place where,
+                     std::vector<std::uint32_t>* rearmed_slots) {
   std::uint64_t w = slot.word.load(std::memory_order_acquire);
   if (!StateWord::periodic(w)) {
     CHIME_ASSERT(StateWord::state(w) == SlotState::running, "only the worker leaves Running for a one-shot");
@@ -331,11 +333,14 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
   if (rearmed) {
     wake_waiters_if_any(slot, w);
     if (where == Place::wheel_thread) {
-      // Inline, on the wheel thread (d.shard's: the batch's own): file it
-      // now, instead of a command that would keep the queue from ever
-      // emptying under sustained periodic load. F2 above already set the
-      // filed bit (the A1 a REARM would have done).
-      shards_[d.shard]->refile_rearmed_inline(d.slot, slot);
+      // Inline, on the wheel thread (d.shard's: the batch's own): the wheel
+      // thread files it once the batch is done, instead of a command that
+      // would keep the queue from ever emptying under sustained periodic
+      // load. F2 above already set the filed bit (the A1 a REARM would have
+      // done). Room for the push was made (run_batch).
+      CHIME_ASSERT(rearmed_slots != nullptr && rearmed_slots->size() < rearmed_slots->capacity(),
+                   "the wheel thread makes room for a batch's re-arms");
+      rearmed_slots->push_back(d.slot);
     } else {
       // To the shard that ran it, the timer's own (d.shard is its slot's shard).
       poster_.post_and_wake(*shards_[d.shard], Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);

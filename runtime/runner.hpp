@@ -60,8 +60,13 @@ class Runner {
   // A worker thread's loop: runs batches from the pool's hand-off queue
   // until it takes its stop record.
   void worker_main(WorkerPool& pool);
-  // Returns how many callbacks ran (the rest were cancelled before they started).
-  std::size_t run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, Place where);
+  // Returns how many callbacks ran (the rest were cancelled before they
+  // started). On the wheel thread (Place::wheel_thread), `rearmed_slots` gets
+  // the slots of the periodic runs re-armed (F2, which set their filed
+  // bit), for the wheel thread to file once the batch is done; it needs
+  // room for `n` more (pushes may not allocate).
+  std::size_t run_batch(const Dispatch* d, std::size_t n, RetiredSlots& retired, Place where,
+                        std::vector<std::uint32_t>* rearmed_slots = nullptr);
   // (F-W) Runs of shard `k` finished (or skipped) off its wheel thread.
   void count_completed(unsigned k, std::uint64_t n);
   // A callback's exception caught somewhere other than around the task call
@@ -77,8 +82,10 @@ class Runner {
   void throw_if_in_callback(const char* what) const;
 
  private:
-  bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired, Place where);
-  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, Place where);
+  bool run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& steady_ns, RetiredSlots& retired, Place where,
+           std::vector<std::uint32_t>* rearmed_slots);
+  void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, Place where,
+               std::vector<std::uint32_t>* rearmed_slots);
   // Counts a batch's runs in their shards' seam.completed (runs of one shard come in a row).
   void count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread);
 

@@ -68,7 +68,7 @@ struct LaneCore;  // lane_core.hpp
 // - `alarm`: only the wheel thread of the timer's shard, between filing it
 //   (A1, after its CAS sets the word's filed bit) and taking it out of the
 //   wheel (fire, remove, or shutdown's sweep after the join; a periodic's
-//   inline re-arm on that wheel thread: refile_rearmed_inline). A slot is
+//   inline re-arm on that wheel thread: file_rearmed). A slot is
 //   freed only once its alarm is out of the wheel (`reclaim` asserts it),
 //   so a slot reused by another shard is never in two wheels. A wheel
 //   thread reads a slot's alarm only after loading a word of the generation

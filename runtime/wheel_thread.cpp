@@ -844,11 +844,17 @@ void WheelThread::apply(const Command& c) {
   }
 }
 
-// The wheel-side half of an inline re-arm (Runner::end_run on the
-// wheel thread, workers = 0): the run's F2 already set the filed bit, so
-// this is what A1 (apply) does after its CAS. Not at application: a
-// re-arm already behind the wheel's interval runs next pass.
-void WheelThread::refile_rearmed_inline(std::uint32_t index, TimerSlot& slot) { file(index, slot, false); }
+// The wheel-side half of the inline re-arms of a batch this thread ran
+// (hand_over with workers = 0; Runner::end_run put them on `rearmed`):
+// each run's F2 already set the filed bit, so this is what A1 (apply) does
+// after its CAS. Not at application: a re-arm already behind the wheel's
+// interval runs next pass. A callback later in the batch may have
+// cancelled one meanwhile: filed anyway, it is a zombie, reclaimed when it
+// comes up, as one cancelled just after filing.
+void WheelThread::file_rearmed() {
+  for (const std::uint32_t index : wt().rearmed) file(index, core_.slab()[index], false);
+  wt().rearmed.clear();
+}
 
 // Files slot `index` by its current due time: in the wheel if it is not
 // behind the wheel's interval, else on the overdue list (goes out with this
@@ -1392,14 +1398,16 @@ void WheelThread::hand_over() {
   const std::size_t n = s.dispatch_batch.size();
   if (n == 0) return;
   if (core_.pool().threads.empty()) {
-    // A periodic run re-armed here is filed at once (Runner::end_run,
-    // refile_rearmed_inline): room for it first.
-    if (!make_room(s.overdue, n)) [[unlikely]] {
+    // A periodic run re-armed here comes back on `rearmed` (Runner::end_run)
+    // and is filed once the batch is done (file_rearmed): room for it first.
+    if (!make_room(s.overdue, n) || !make_capacity(s.rearmed, n)) [[unlikely]] {
       s.pass_out_of_memory = true;
       return;
     }
     s.dispatched += n;
-    core_.runner().run_batch(s.dispatch_batch.data(), n, *s.retired, Runner::Place::wheel_thread);
+    s.rearmed.clear();
+    core_.runner().run_batch(s.dispatch_batch.data(), n, *s.retired, Runner::Place::wheel_thread, &s.rearmed);
+    file_rearmed();
   } else {
     const std::size_t done =
         enqueue_in_blocks(core_.pool().handoff, *s.handoff_token, s.handoff_tail, s.dispatch_batch.data(), n);

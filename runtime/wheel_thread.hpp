@@ -97,11 +97,6 @@ class WheelThread {
   void cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index);
   // wheel_thread_invariants.cpp: the first broken invariant of this shard, or empty.
   std::string check_on_wheel();
-  // A periodic's next run, re-armed inline on this wheel thread (workers =
-  // 0: Runner::end_run, after its F2 set the filed bit, outside any
-  // wheel iteration): files it now, as the REARM's A1 would. On the wheel
-  // thread only (wt()).
-  void refile_rearmed_inline(std::uint32_t index, TimerSlot& slot);
 
  private:
   void main();
@@ -132,6 +127,7 @@ class WheelThread {
   bool claim(TimerSlot& slot, std::uint64_t& w, const Dispatch& d);  // W1, then dispatch
   void dispatch(TimerSlot& slot, const Dispatch& d);                 // slot: d.slot's, just claimed
   void hand_over();
+  void file_rearmed();
   void spill_for_lane(const Dispatch& d);
   void unspill_lanes();
   // False, having done nothing, when there is no room for it (out of memory).

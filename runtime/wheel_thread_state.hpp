@@ -70,6 +70,7 @@ struct WheelThreadState {
     reschedules_before_add.reserve(command_buffer.size());
     retry_reschedules.reserve(command_buffer.size());
     dispatch_batch.reserve(kScratchCapacity);
+    rearmed.reserve(kScratchCapacity);
     overdue_order.reserve(kScratchCapacity);
     overdue_scratch.reserve(kScratchCapacity);
     wheel_fired.reserve(kScratchCapacity);
@@ -127,6 +128,9 @@ struct WheelThreadState {
   bool manual_ready_stale = false;
   std::uint64_t claimed = 0;             // runs claimed so far (dispatch): the manual step claims one
   std::vector<Dispatch> dispatch_batch;  // claimed this pass for the workers, handed over at its end (hand_over)
+  // workers = 0: the periodic runs of the batch this thread just ran that
+  // were re-armed, to be filed (hand_over, file_rearmed).
+  std::vector<std::uint32_t> rearmed;
   std::vector<LaneCore*> touched_lanes;  // lanes with runs in their batch this pass
   // Runs for lanes whose batch (or touched_lanes) could not grow (out of
   // memory): room for them is made with dispatch_batch's, and hand_over
