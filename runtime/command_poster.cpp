@@ -32,11 +32,10 @@ static_assert(kPostsPerWake % QueueBound::kPostsPerLook == 0, "a count-wake fall
 // must then call seam.wake.wake(). Relaxed: the CAS only elects the waker; the
 // ordering of the command against the sleeper's look at the queue is the
 // (P1)/(P2) fence pair.
-bool CommandPoster::take_wake(WheelThread& shard) noexcept {
-  std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
+bool CommandPoster::take_wake(ShardSeam& shard) noexcept {
+  std::int64_t bound = shard.wake_if_due_before_ns.load(std::memory_order_relaxed);
   while (bound != INT64_MIN) {
-    if (shard.seam.wake_if_due_before_ns.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed))
-      return true;
+    if (shard.wake_if_due_before_ns.compare_exchange_weak(bound, INT64_MIN, std::memory_order_relaxed)) return true;
   }
   return false;
 }
@@ -50,7 +49,7 @@ bool CommandPoster::take_wake(WheelThread& shard) noexcept {
 // no other producer took this sleep's wake-up first: a failed take means the
 // wheel is awake, or has published a newer bound after our fence, in which
 // case its look at the queue (after its (P2)) sees our command.
-void CommandPoster::wake_after_post(WheelThread& shard, std::int64_t due_ns) const {
+void CommandPoster::wake_after_post(ShardSeam& shard, std::int64_t due_ns) const {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
   wake_after_fence(shard, due_ns);
 }
@@ -68,21 +67,20 @@ void CommandPoster::wake_after_post(WheelThread& shard, std::int64_t due_ns) con
 // see seam.posts_toward_wake (shard_seam.hpp). The credit that crosses
 // kPostsPerWake takes the count back to zero (credits racing it may be lost:
 // at most kPostsPerLook per thread, within the bound's allowance).
-void CommandPoster::look_and_credit(WheelThread& shard) const {
-  shard.seam.commands.bound().look(shard.seam.commands.size_approx());
+void CommandPoster::look_and_credit(ShardSeam& shard) const {
+  shard.commands.bound().look(shard.commands.size_approx());
   if (!wake_on_post_count_) return;
-  const std::uint32_t before =
-      shard.seam.posts_toward_wake.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
+  const std::uint32_t before = shard.posts_toward_wake.fetch_add(QueueBound::kPostsPerLook, std::memory_order_relaxed);
   if (before + QueueBound::kPostsPerLook < kPostsPerWake) return;
-  shard.seam.posts_toward_wake.store(0, std::memory_order_relaxed);
-  if (take_wake(shard)) shard.seam.wake.wake();
+  shard.posts_toward_wake.store(0, std::memory_order_relaxed);
+  if (take_wake(shard)) shard.wake.wake();
 }
 
 // For commands that must arrive (a re-arm, a reschedule to an earlier due):
 // out of memory, it retries until the queue can take it.
-void CommandPoster::post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token,
+void CommandPoster::post_and_wake(ShardSeam& shard, const Command& c, ProducerQueueToken* token,
                                   std::int64_t due_ns) const {
-  shard.seam.commands.push_retrying(c, token);
+  shard.commands.push_retrying(c, token);
   wake_after_post(shard, due_ns);
 }
 
@@ -97,34 +95,34 @@ void CommandPoster::post_and_wake(WheelThread& shard, const Command& c, Producer
 // has published its due (R2) before it posts, so refusing its command would
 // leave the timer firing at its old, later due while reporting success; a
 // periodic re-arm (F2) would silently end a timer that was accepted.
-void CommandPoster::refuse_if_over_bound(WheelThread& shard) const {
-  QueueBound& q = shard.seam.commands.bound();
-  const std::size_t depth = shard.seam.commands.size_approx();
+void CommandPoster::refuse_if_over_bound(ShardSeam& shard) const {
+  QueueBound& q = shard.commands.bound();
+  const std::size_t depth = shard.commands.size_approx();
   if (!q.look(depth)) return;
   q.count_refusal();
-  if (wake_on_post_count_ && take_wake(shard)) shard.seam.wake.wake();
-  throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index()) +
+  if (wake_on_post_count_ && take_wake(shard)) shard.wake.wake();
+  throw CapacityError("chime::Runtime: schedule refused: the command queue of shard " + std::to_string(shard.index) +
                       " holds " + std::to_string(depth) + " commands, max_queue_depth = " + std::to_string(q.bound()) +
                       " (the wheel thread is behind; nothing accepted is dropped)");
 }
 
 // Queues a request for a shard's wheel thread and wakes it. (P1): the
 // request's push comes before the wake, against the sleeper's look.
-void CommandPoster::post_request(WheelThread& shard, CommandKind kind, void* request) {
-  shard.seam.commands.push_retrying(Command::for_request(kind, request), nullptr);
+void CommandPoster::post_request(ShardSeam& shard, CommandKind kind, void* request) {
+  shard.commands.push_retrying(Command::for_request(kind, request), nullptr);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  shard.seam.wake.wake();
+  shard.wake.wake();
 }
 
-void CommandPoster::post_request_or_throw(WheelThread& shard, CommandKind kind, void* request) {
+void CommandPoster::post_request_or_throw(ShardSeam& shard, CommandKind kind, void* request) {
   const Command c = Command::for_request(kind, request);
   const auto give_up = std::chrono::steady_clock::now() + kOutOfMemoryTimeout;
-  while (!shard.seam.commands.try_push(c, nullptr)) {
+  while (!shard.commands.try_push(c, nullptr)) {
     if (std::chrono::steady_clock::now() >= give_up) throw std::bad_alloc();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);  // (P1)
-  shard.seam.wake.wake();
+  shard.wake.wake();
 }
 
 }  // namespace chime::detail

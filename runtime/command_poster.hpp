@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "command_queue.hpp"
-#include "wheel_thread.hpp"
+#include "shard_seam.hpp"
 
 namespace chime::detail {
 
@@ -42,15 +42,15 @@ struct PostPacer {
   };
   std::array<Entry, 2 * kSets> entries{};
 
-  std::uint32_t& posts_to(const WheelThread& shard) noexcept {
-    Entry* set = &entries[2 * (shard.seam.serial % kSets)];
-    if (set[0].serial == shard.seam.serial) [[likely]]
+  std::uint32_t& posts_to(const ShardSeam& shard) noexcept {
+    Entry* set = &entries[2 * (shard.serial % kSets)];
+    if (set[0].serial == shard.serial) [[likely]]
       return set[0].posts;
-    if (set[1].serial == shard.seam.serial) {
+    if (set[1].serial == shard.serial) {
       std::swap(set[0], set[1]);
     } else {
       set[1] = set[0];
-      set[0] = Entry{shard.seam.serial, 0};
+      set[0] = Entry{shard.serial, 0};
     }
     return set[0].posts;
   }
@@ -68,35 +68,35 @@ class CommandPoster {
 
   // For commands that must arrive (a re-arm, a reschedule to an earlier due):
   // out of memory, it retries until the queue can take it.
-  void post_and_wake(WheelThread& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns) const;
+  void post_and_wake(ShardSeam& shard, const Command& c, ProducerQueueToken* token, std::int64_t due_ns) const;
   // (P1) then wake_after_fence: for a caller that has posted `due_ns`'s command.
-  void wake_after_post(WheelThread& shard, std::int64_t due_ns) const;
+  void wake_after_post(ShardSeam& shard, std::int64_t due_ns) const;
   // The rest of wake_after_post, for a caller that has just made the (P1)
   // fence itself (schedule, whose fence also serves S1's pair with shutdown).
   //
   // Inline: on every schedule's path (see command_poster.cpp for the pacing).
-  void wake_after_fence(WheelThread& shard, std::int64_t due_ns) const {
-    std::int64_t bound = shard.seam.wake_if_due_before_ns.load(std::memory_order_relaxed);
+  void wake_after_fence(ShardSeam& shard, std::int64_t due_ns) const {
+    std::int64_t bound = shard.wake_if_due_before_ns.load(std::memory_order_relaxed);
     if (due_ns < bound &&
-        shard.seam.wake_if_due_before_ns.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
-      shard.seam.wake.wake();
+        shard.wake_if_due_before_ns.compare_exchange_strong(bound, INT64_MIN, std::memory_order_relaxed)) {
+      shard.wake.wake();
     }
     if ((tls_post_pacer.posts_to(shard)++ & (QueueBound::kPostsPerLook - 1)) == 0) [[unlikely]]
       look_and_credit(shard);
   }
   // Throws CapacityError while the shard's queue is at its bound.
-  void refuse_if_over_bound(WheelThread& shard) const;
+  void refuse_if_over_bound(ShardSeam& shard) const;
 
   // A request for the shard's wheel thread (flush, drain, stop, close_lane,
   // check: `request` its object), queued and the thread woken.
-  static void post_request(WheelThread& shard, CommandKind kind, void* request);
+  static void post_request(ShardSeam& shard, CommandKind kind, void* request);
   // The same for flush and drain: out of memory for kOutOfMemoryTimeout,
   // throws std::bad_alloc having queued nothing.
-  static void post_request_or_throw(WheelThread& shard, CommandKind kind, void* request);
+  static void post_request_or_throw(ShardSeam& shard, CommandKind kind, void* request);
 
  private:
-  void look_and_credit(WheelThread& shard) const;
-  static bool take_wake(WheelThread& shard) noexcept;
+  void look_and_credit(ShardSeam& shard) const;
+  static bool take_wake(ShardSeam& shard) noexcept;
 
   const bool wake_on_post_count_;
 };

@@ -32,7 +32,7 @@ struct Dispatch {
   std::uint64_t missed = 0;
   std::uint32_t version = 0;  // the state word's version at the claim (W1): see above
   std::uint8_t flags = none;
-  std::uint8_t shard = 0;  // the shard that claimed it (WheelThread::index): whose seam.completed it counts in
+  std::uint8_t shard = 0;  // the shard that claimed it (ShardSeam::index): whose seam.completed it counts in
 };
 static_assert(sizeof(Dispatch) == 40, "the shard fits in the padding after flags");
 static_assert(std::is_trivially_copyable_v<Dispatch>);

@@ -96,7 +96,7 @@ struct LaneCore {
   const int efd;
   std::atomic<bool> signalled{false};
   moodycamel::ConcurrentQueue<Dispatch> ready;
-  std::unique_ptr<moodycamel::ProducerToken> wheel_token;     // the wheel thread's (or, once it exited, shutdown's)
+  std::unique_ptr<moodycamel::ProducerToken> wheel_token;  // the wheel thread's (or, once it exited, shutdown's)
   std::uint64_t wheel_tail = 0;  // runs enqueued through it (WheelThread::hand_over, enqueue_in_blocks)
   std::unique_ptr<moodycamel::ConsumerToken> consumer_token;  // the lane's thread's
   // Which Lane this is: bumped (release) when the Lane is destroyed, before

@@ -137,12 +137,12 @@ void Lanes::close_lane(LaneCore* lane) {
 #endif
   // release: pairs with lane_closed's acquire (the wheel thread's).
   lane->generation.fetch_add(1, std::memory_order_release);
-  WheelThread& own = *shards_[lane->shard];
+  ShardSeam& own = shards_[lane->shard];
   // acquire: pairs with the exit's release. Once the shard's wheel thread
   // has exited (shutdown), its wheel and overdue list are stale: shutdown's
   // sweep settled and freed every timer they held, so nothing is closed
   // there (a simulated runtime's thread still counts as the wheel thread).
-  const bool exited = own.seam.exited.load(std::memory_order_acquire);
+  const bool exited = own.exited.load(std::memory_order_acquire);
   if (own.on_wheel_thread() && !exited) {
     // A callback on the wheel thread (workers = 0) closes a lane: the wheel
     // thread cannot serve a command it waits for, so it closes the lane
@@ -152,17 +152,17 @@ void Lanes::close_lane(LaneCore* lane) {
     // dispatch() cancels any later claim of the lane (L2). This holds during
     // shutdown(fire_pending)'s final runs too, which the wheel thread runs
     // before it exits: it must not wait for its own exit either.
-    own.close_lane_on_wheel(lane);
+    own.close_lane_here(lane);
   } else if (!stopped_.load(std::memory_order_acquire)) {
     CloseLaneRequest request;
     request.lane = lane;
     CommandPoster::post_request(own, CommandKind::close_lane, &request);
-    request.completion.wait(own.seam.exited);  // served, or the wheel thread exited (shutdown)
+    request.completion.wait(own.exited);  // served, or the wheel thread exited (shutdown)
   }
   // Shutdown in progress: the wheel thread may still hand us runs of the old
   // generation (it may not have seen the bump); once it exited it hands none.
   while (!own.on_wheel_thread() && stopped_.load(std::memory_order_acquire) &&
-         !own.seam.exited.load(std::memory_order_acquire)) {
+         !own.exited.load(std::memory_order_acquire)) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   // No run of this lane is handed to it any more: cancel what is ready (L3).
@@ -321,7 +321,7 @@ void Lanes::run_idle_lanes(const ThreadLanes& lanes) {
 // flush() on a lane's thread: the flush waits for runs only this thread can
 // run, so it runs them while it waits, sleeping on its lanes' eventfds and
 // the flush's own.
-bool Lanes::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard,
+bool Lanes::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const ShardSeam& shard,
                                std::int64_t waiting_since) {
   // Polls the flush's eventfd and up to kInline lanes' (more are run, and
   // looked at every 1 ms instead).
@@ -334,7 +334,7 @@ bool Lanes::run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, 
   const long wait_ns = lanes.size() > ThreadLanes::kInline ? 1'000'000 : 10'000'000;
   for (;;) {
     run_idle_lanes(lanes);
-    if (request.completion.is_done() || shard.seam.exited.load(std::memory_order_acquire)) break;
+    if (request.completion.is_done() || shard.exited.load(std::memory_order_acquire)) break;
     // Out of memory too long: give up (Completion::abandon); the wheel
     // thread then writes no more to the eventfd for it.
     // The fd is read first: once abandoned, the request is the wheel thread's.

@@ -24,10 +24,10 @@
 #include "lane_core.hpp"
 #include "runner.hpp"
 #include "runtime_config.hpp"
+#include "shard_seam.hpp"
 #include "shards.hpp"
 #include "timer_ends.hpp"
 #include "timer_slab.hpp"
-#include "wheel_thread.hpp"
 
 namespace chime::detail {
 
@@ -87,7 +87,7 @@ class Lanes {
   // A flush on a lane's thread waits for `shard` to serve `request` and runs
   // `lanes` meanwhile. False iff it gave up on a wheel thread out of memory
   // (abandoned the request).
-  bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const WheelThread& shard,
+  bool run_flush_on_lanes(FlushRequest& request, const ThreadLanes& lanes, const ShardSeam& shard,
                           std::int64_t waiting_since);
   // Every lane ever opened (shutdown waits for their batches in progress).
   std::vector<LaneCore*> all_lanes();

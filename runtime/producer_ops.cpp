@@ -88,7 +88,7 @@ bool ProducerOps::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
   }
   finish_cancel(slot, w, index, token);
   // relaxed: ours (the scheduler's own store, before S1).
-  if (StateWord::filed(w)) shards_[slot.shard.load(std::memory_order_relaxed)]->seam.lazy_cancels.add();
+  if (StateWord::filed(w)) shards_[slot.shard.load(std::memory_order_relaxed)].lazy_cancels.add();
   if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -129,8 +129,8 @@ void ProducerOps::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
   config_.check_due_in_range("schedule", due);
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
-  WheelThread& shard = shards_.shard_for(token, lane);
-  if (shard.seam.commands.bound().over_bound()) [[unlikely]]
+  ShardSeam& shard = shards_.shard_for(token, lane);
+  if (shard.commands.bound().over_bound()) [[unlikely]]
     poster_.refuse_if_over_bound(shard);
   if (config_.options.max_pending != 0) {
     // Relaxed is enough: the count only has to be exact, not ordered with
@@ -190,7 +190,7 @@ void ProducerOps::reserve_add(ScheduleReservation& r, bool periodic, bool needs_
   r.generation = g;
   r.add_posted = true;
   const Command add = Command::timer(CommandKind::add, r.index, g, due_now_reading());
-  if (!r.shard->seam.commands.try_push(add, shards_.token_for(*r.shard, r.token))) [[unlikely]] {
+  if (!r.shard->commands.try_push(add, shards_.token_for(*r.shard, r.token))) [[unlikely]] {
     // Nothing queued names the new generation: the word is as it was, and
     // the slot stays reserved.
     r.add_posted = false;
@@ -224,7 +224,7 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
                                                                           Task&& task, LaneCore* lane,
                                                                           std::uint32_t lane_generation,
                                                                           std::uint8_t slack_code) {
-  WheelThread& shard = *r.shard;
+  ShardSeam& shard = *r.shard;
   ProducerQueueToken* const token = r.token;
   ProducerQueueToken* const queue_token = shards_.token_for(shard, token);
   const std::uint32_t index = r.index;
@@ -264,7 +264,7 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
   }
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.slack_code = slack_code;
-  slot.shard.store(static_cast<std::uint8_t>(shard.index()), std::memory_order_relaxed);  // published by S1
+  slot.shard.store(static_cast<std::uint8_t>(shard.index), std::memory_order_relaxed);  // published by S1
   slot.layout.store(static_cast<std::uint8_t>((task_in_slot ? 0 : TimerSlot::kTaskOutOfLine) |
                                               (lane != nullptr ? TimerSlot::kOnLane : 0)),
                     std::memory_order_relaxed);
@@ -285,8 +285,8 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
   } else {
     slot.word.store(pending, std::memory_order_release);
   }
-  if (!r.add_posted && !shard.seam.commands.try_push(Command::timer(CommandKind::add, index, g, due_now_reading()),
-                                                     queue_token)) [[unlikely]] {
+  if (!r.add_posted && !shard.commands.try_push(Command::timer(CommandKind::add, index, g, due_now_reading()),
+                                                queue_token)) [[unlikely]] {
     // Out of memory: the wheel thread will never hear of this timer. Take it
     // back (nothing names the slot but us) and report the failure.
     if (take_back(slot, index, pending)) throw std::bad_alloc();
@@ -385,7 +385,7 @@ ProducerOps::CancelOutcome ProducerOps::decide_cancel(TimerId id, TimerSlot** sl
       // A filed one is a zombie the wheel thread reclaims; counted for the
       // sweep's estimate. (C2 on an unfiled timer: the rescheduler frees it.)
       if ((from == SlotState::pending || from == SlotState::writing) && StateWord::filed(w)) {
-        shards_[shard_index]->seam.lazy_cancels.add();
+        shards_[shard_index].lazy_cancels.add();
       }
       return from == SlotState::running ? CancelOutcome::stopped_later_runs : CancelOutcome::won;
     }
@@ -642,7 +642,7 @@ bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     // needed. Earlier: the wheel must re-file it now; so must a later due
     // that is already due now by this call's clock read (read only where it
     // is not the steady clock: due_now_reading).
-    WheelThread& own = *shards_[own_shard];
+    ShardSeam& own = shards_[own_shard];
     ProducerQueueToken* const queue_token = shards_.token_for(own, token);
     if (taken_back) {
       poster_.post_and_wake(own, Command::timer(CommandKind::add, id.slot(), id.generation(), due_now_reading()),

@@ -22,11 +22,11 @@
 #include "runner.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
+#include "shard_seam.hpp"
 #include "shards.hpp"
 #include "slack.hpp"
 #include "timer_ends.hpp"
 #include "timer_slab.hpp"
-#include "wheel_thread.hpp"
 
 namespace chime::detail {
 
@@ -59,7 +59,7 @@ class ProducerOps {
   // `extra_pending`: timers the caller is about to end, by which
   // max_pending may be exceeded until they have.
   struct ScheduleReservation {
-    WheelThread* shard;
+    ShardSeam* shard;
     ProducerQueueToken* token;
     std::uint32_t index;
     // reserve_add: the ADD is queued, for this generation; the slot's word

@@ -138,7 +138,7 @@ std::size_t Runner::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& re
 void Runner::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread) {
   if (shards_.size() == 1) {
     if (on_wheel_thread) {
-      shards_[0]->seam.completed.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
+      shards_[0].completed.fetch_add(n, std::memory_order_release);  // the wheel thread reads it itself
     } else {
       count_completed(0, n);
     }
@@ -150,7 +150,7 @@ void Runner::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thr
     std::size_t j = i + 1;
     while (j < n && d[j].shard == k) ++j;
     if (on_wheel_thread) {
-      shards_[k]->seam.completed.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
+      shards_[k].completed.fetch_add(j - i, std::memory_order_release);  // the wheel thread reads it itself
     } else {
       count_completed(k, j - i);
     }
@@ -164,10 +164,10 @@ void Runner::count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thr
 // (and on_error calls, counters) happen-before a flush that acquires this
 // count.
 void Runner::count_completed(unsigned k, std::uint64_t n) {
-  WheelThread& s = *shards_[k];
-  s.seam.completed.fetch_add(n, std::memory_order_release);
+  ShardSeam& s = shards_[k];
+  s.completed.fetch_add(n, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (s.seam.waits_for_workers.load(std::memory_order_relaxed)) s.seam.wake.wake();
+  if (s.waits_for_workers.load(std::memory_order_relaxed)) s.wake.wake();
 }
 
 // Runs one handed-over timer. Returns true iff its callback ran (false: a
@@ -343,7 +343,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
       rearmed_slots->push_back(d.slot);
     } else {
       // To the shard that ran it, the timer's own (d.shard is its slot's shard).
-      poster_.post_and_wake(*shards_[d.shard], Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
+      poster_.post_and_wake(shards_[d.shard], Command::timer(CommandKind::rearm, d.slot, d.generation), nullptr, next);
     }
     return;
   }

@@ -24,10 +24,10 @@
 #include "dispatch.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
+#include "shard_seam.hpp"
 #include "shards.hpp"
 #include "timer_ends.hpp"
 #include "timer_slab.hpp"
-#include "wheel_thread.hpp"
 #include "worker_pool.hpp"
 
 namespace chime::detail {

@@ -47,15 +47,19 @@ RuntimeCore::RuntimeCore(RuntimeOptions options) : config_(validated(std::move(o
     simulated_ = true;
     simulation_thread_ = std::this_thread::get_id();
   }
+  wheel_threads_.reserve(config_.options.shards);
   shards_.reserve(config_.options.shards);
-  for (unsigned k = 0; k < config_.options.shards; ++k) shards_.add(std::make_unique<WheelThread>(*this, k));
+  for (unsigned k = 0; k < config_.options.shards; ++k) {
+    wheel_threads_.push_back(std::make_unique<WheelThread>(*this, k));
+    shards_.add(wheel_threads_.back()->seam);
+  }
   if (simulated_) return;
   pool_.threads.reserve(config_.options.workers);
   unsigned started = 0;  // wheel threads
   try {
     for (unsigned i = 0; i < config_.options.workers; ++i)
       pool_.threads.emplace_back([this] { runner_.worker_main(pool_); });
-    for (auto& shard : shards_) {
+    for (auto& shard : wheel_threads_) {
       shard->start();
       ++started;
     }
@@ -81,8 +85,8 @@ RuntimeCore::RuntimeCore(RuntimeOptions options) : config_(validated(std::move(o
 void RuntimeCore::stop_started_threads(unsigned started) {
   for (unsigned k = 0; k < started; ++k) {
     StopRequest request;
-    CommandPoster::post_request(*shards_[k], CommandKind::stop, &request);
-    shards_[k]->join();
+    CommandPoster::post_request(wheel_threads_[k]->seam, CommandKind::stop, &request);
+    wheel_threads_[k]->join();
   }
   stop_workers();
 }
@@ -96,14 +100,14 @@ void RuntimeCore::stop_started_threads(unsigned started) {
 // first all taken (the queue is empty: nothing enqueues any more), then the
 // records are queued.
 void RuntimeCore::stop_workers() {
-  if (shards_.size() > 1) {
+  if (wheel_threads_.size() > 1) {
     while (pool_.handoff.size_approx() != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   for (std::size_t i = 0; i < pool_.threads.size(); ++i) {
     Dispatch stop;
     stop.flags = Dispatch::stop;
-    retry_until_memory([&] { return pool_.handoff.enqueue(*shards_[0]->wt().handoff_token, stop); });
-    ++shards_[0]->wt().handoff_tail;  // the wheel thread has exited: its token's count is ours now
+    retry_until_memory([&] { return pool_.handoff.enqueue(*wheel_threads_[0]->wt().handoff_token, stop); });
+    ++wheel_threads_[0]->wt().handoff_tail;  // the wheel thread has exited: its token's count is ours now
   }
   for (auto& t : pool_.threads) t.join();
 }
@@ -128,14 +132,14 @@ void RuntimeCore::flush() {
   // runs them while it waits (lanes.cpp).
   const ThreadLanes lanes = lanes_.lanes_of_this_thread();
   const std::int64_t target_ns = config_.clock->now().time_since_epoch().count();
-  if (manual() && shards_.size() > 1) {
+  if (manual() && wheel_threads_.size() > 1) {
     flush_in_call_order(lanes, target_ns);
     return;
   }
-  for (auto& shard : shards_) {
+  for (auto& shard : wheel_threads_) {
     std::unique_ptr<FlushRequest> request = flush_requests_.take();
     request->target_ns = target_ns;
-    post_flush_and_wait(*shard, lanes, request);
+    post_flush_and_wait(shard->seam, lanes, request);
   }
 }
 
@@ -163,16 +167,16 @@ void RuntimeCore::flush_in_call_order(const ThreadLanes& lanes, std::int64_t tar
     std::this_thread::sleep_for(std::chrono::microseconds(100));
     lock.try_lock();
   }
-  std::vector<std::optional<ReadyKey>> earliest(shards_.size());
+  std::vector<std::optional<ReadyKey>> earliest(wheel_threads_.size());
   const auto step = [&](std::size_t k, ReadyKey below) {
     std::unique_ptr<FlushRequest> request = flush_requests_.take();
     request->target_ns = target_ns;
     request->stepped = true;
     request->below = below;
-    return post_flush_and_wait(*shards_[k], lanes, request);
+    return post_flush_and_wait(shards_[k], lanes, request);
   };
   const auto look_at_all_but = [&](std::size_t skip) {
-    for (std::size_t k = 0; k < shards_.size(); ++k) {
+    for (std::size_t k = 0; k < wheel_threads_.size(); ++k) {
       if (k != skip) earliest[k] = step(k, ReadyKey{});
     }
   };
@@ -180,12 +184,12 @@ void RuntimeCore::flush_in_call_order(const ThreadLanes& lanes, std::int64_t tar
   look_at_all_but(SIZE_MAX);
   for (;;) {
     std::size_t first = SIZE_MAX;
-    for (std::size_t k = 0; k < shards_.size(); ++k) {
+    for (std::size_t k = 0; k < wheel_threads_.size(); ++k) {
       if (earliest[k] && (first == SIZE_MAX || *earliest[k] < *earliest[first])) first = k;
     }
     if (first == SIZE_MAX) return;
     ReadyKey below{INT64_MAX, UINT64_MAX};
-    for (std::size_t k = 0; k < shards_.size(); ++k) {
+    for (std::size_t k = 0; k < wheel_threads_.size(); ++k) {
       if (k != first && earliest[k] && *earliest[k] < below) below = *earliest[k];
     }
     earliest[first] = step(first, below);
@@ -201,7 +205,7 @@ void RuntimeCore::flush_in_call_order(const ThreadLanes& lanes, std::int64_t tar
 // a stepped request found (FlushRequest::earliest). Throws WheelOutOfMemory
 // if the shard has been out of memory too long: the request is then the
 // wheel thread's.
-std::optional<ReadyKey> RuntimeCore::post_flush_and_wait(WheelThread& shard, const ThreadLanes& lanes,
+std::optional<ReadyKey> RuntimeCore::post_flush_and_wait(ShardSeam& shard, const ThreadLanes& lanes,
                                                          std::unique_ptr<FlushRequest>& request) {
   // On the heap: a flush that gives up on a wheel thread out of memory
   // leaves it to that thread (Completion). Reused (RequestPool).
@@ -213,14 +217,14 @@ std::optional<ReadyKey> RuntimeCore::post_flush_and_wait(WheelThread& shard, con
     // Passes that give up (simulate_until throws) may leave the request
     // in a shard's held commands: it is leaked, never freed under them.
     try {
-      Simulation::simulate_until(request->completion, lanes, shards_, lanes_);
+      Simulation::simulate_until(request->completion, lanes, wheel_threads_, lanes_);
     } catch (...) {
       [[maybe_unused]] FlushRequest* const leaked = request.release();
       throw;
     }
   } else if (lanes.empty()) {
-    served = request->completion.wait_or_abandon(shard.seam.exited,
-                                                 [&] { return shard.out_of_memory_too_long(waiting_since); });
+    served =
+        request->completion.wait_or_abandon(shard.exited, [&] { return shard.out_of_memory_too_long(waiting_since); });
   } else {
     served = lanes_.run_flush_on_lanes(*request, lanes, shard, waiting_since);
   }
@@ -240,19 +244,20 @@ std::size_t RuntimeCore::drain() {
   // (design.md, "Clocks"); the drain then fires the rest early.
   if (manual()) flush();
   std::size_t count = 0;
-  for (auto& shard : shards_) {
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    ShardSeam& shard = shards_[k];
     std::unique_ptr<DrainRequest> request = drain_requests_.take();  // as flush's
     const std::int64_t waiting_since = config_.steady_clock.now().time_since_epoch().count();
-    CommandPoster::post_request_or_throw(*shard, CommandKind::drain, request.get());
+    CommandPoster::post_request_or_throw(shard, CommandKind::drain, request.get());
     if (simulated_) [[unlikely]] {
       try {  // as flush's
-        Simulation::simulate_until(request->completion, ThreadLanes{}, shards_, lanes_);
+        Simulation::simulate_until(request->completion, ThreadLanes{}, wheel_threads_, lanes_);
       } catch (...) {
         [[maybe_unused]] DrainRequest* const leaked = request.release();
         throw;
       }
     } else if (!request->completion.wait_or_abandon(
-                   shard->seam.exited, [&] { return shard->out_of_memory_too_long(waiting_since); })) [[unlikely]] {
+                   shard.exited, [&] { return shard.out_of_memory_too_long(waiting_since); })) [[unlikely]] {
       [[maybe_unused]] DrainRequest* const abandoned = request.release();  // the wheel thread deletes it
       throw WheelOutOfMemory();
     }
@@ -265,12 +270,12 @@ std::size_t RuntimeCore::drain() {
 // Posts a request the shard's wheel thread serves in a pass and waits until
 // it has (or until that thread has exited). Not on a lane's thread's
 // behalf: the wait runs no lane.
-void RuntimeCore::post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion) {
+void RuntimeCore::post_request_and_wait(ShardSeam& shard, CommandKind kind, void* request, Completion& completion) {
   CommandPoster::post_request(shard, kind, request);
   if (simulated_) [[unlikely]] {
-    Simulation::simulate_until(completion, ThreadLanes{}, shards_, lanes_);
+    Simulation::simulate_until(completion, ThreadLanes{}, wheel_threads_, lanes_);
   } else {
-    completion.wait(shard.seam.exited);
+    completion.wait(shard.exited);
   }
 }
 
@@ -287,15 +292,15 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
   // One stop request per shard, all posted before any is waited for: the
   // shards stop together (with fire_pending, each drains its own wheel).
-  std::vector<StopRequest> requests(shards_.size());
-  for (std::size_t k = 0; k < shards_.size(); ++k) {
+  std::vector<StopRequest> requests(wheel_threads_.size());
+  for (std::size_t k = 0; k < wheel_threads_.size(); ++k) {
     requests[k].mode = mode;
-    CommandPoster::post_request(*shards_[k], CommandKind::stop, &requests[k]);
+    CommandPoster::post_request(wheel_threads_[k]->seam, CommandKind::stop, &requests[k]);
   }
   if (simulated_) [[unlikely]] {
-    Simulation::simulate_until_stopped(shards_);
+    Simulation::simulate_until_stopped(wheel_threads_);
   } else {
-    for (auto& shard : shards_) shard->join();
+    for (auto& shard : wheel_threads_) shard->join();
   }
   // The wheel threads have stopped dispatching; queue one stop per worker
   // behind every run, then join them.
@@ -373,8 +378,8 @@ Stats RuntimeCore::stats() const {
   const std::uint64_t ended = counters_.sum(Counter::ended);
   s.pending = s.scheduled > ended ? s.scheduled - ended : 0;
   s.callback_errors = counters_.sum(Counter::callback_errors);
-  s.shards.reserve(shards_.size());
-  for (const auto& shard : shards_) {
+  s.shards.reserve(wheel_threads_.size());
+  for (const auto& shard : wheel_threads_) {
     ShardStats k{shard->seam.commands.size_approx(),
                  shard->seam.wakeups.load(std::memory_order_relaxed),
                  shard->busy(),
@@ -397,9 +402,9 @@ std::optional<TimePoint> RuntimeCore::next_due() {
   runner_.throw_if_in_callback("next_due");
   if (stopped_.load(std::memory_order_acquire)) return std::nullopt;
   std::int64_t earliest = INT64_MAX;
-  for (auto& shard : shards_) {
+  for (auto& shard : wheel_threads_) {
     NextDueRequest request;
-    post_request_and_wait(*shard, CommandKind::next_due, &request, request.completion);
+    post_request_and_wait(shard->seam, CommandKind::next_due, &request, request.completion);
     // One posted as shutdown stopped the wheel thread is never answered: nothing is pending then.
     if (!request.completion.is_done()) return std::nullopt;
     earliest = std::min(earliest, request.due_ns);
@@ -411,9 +416,9 @@ std::optional<TimePoint> RuntimeCore::next_due() {
 void RuntimeCore::check_invariants() {
   runner_.throw_if_in_callback("check_invariants");
   if (stopped_.load(std::memory_order_acquire)) return;  // the wheel thread is gone, or going
-  for (auto& shard : shards_) {
+  for (auto& shard : wheel_threads_) {
     CheckRequest request;
-    post_request_and_wait(*shard, CommandKind::check, &request, request.completion);
+    post_request_and_wait(shard->seam, CommandKind::check, &request, request.completion);
     // A check posted as shutdown stopped the wheel thread is never run; one
     // that ran signalled under the completion's mutex, so `failure` is read
     // after it was written.

@@ -109,12 +109,14 @@ class RuntimeCore {
   void check_invariants();
   // runtime_core.cpp: the earliest pending due over every shard (NextDueRequest).
   std::optional<TimePoint> next_due();
-  void post_request_and_wait(WheelThread& shard, CommandKind kind, void* request, Completion& completion);
+  void post_request_and_wait(ShardSeam& shard, CommandKind kind, void* request, Completion& completion);
   void flush_in_call_order(const ThreadLanes& lanes, std::int64_t target_ns);
-  std::optional<ReadyKey> post_flush_and_wait(WheelThread& shard, const ThreadLanes& lanes,
+  std::optional<ReadyKey> post_flush_and_wait(ShardSeam& shard, const ThreadLanes& lanes,
                                               std::unique_ptr<FlushRequest>& request);
   // The shards (shards.hpp): which one a post goes to; a Producer's token.
   Shards& shards() noexcept { return shards_; }
+  // The shards themselves (lifecycle and the simulation).
+  const WheelThreads& wheel_threads() const noexcept { return wheel_threads_; }
   const Clock& clock() const noexcept { return *config_.clock; }
   Duration precision() const noexcept { return config_.precision; }
 
@@ -233,7 +235,9 @@ class RuntimeCore {
   // The workers and their hand-off queue (worker_pool.hpp).
   WorkerPool pool_;
   // The shards (wheel_thread.hpp), in index order: made after the pool
-  // (each holds a token on its hand-off queue), destroyed before it.
+  // (each holds a token on its hand-off queue), destroyed before it; and
+  // their seams, which the other roles take (shards.hpp).
+  WheelThreads wheel_threads_;
   Shards shards_;
 
   // The roles' narrow views of the fields above (references only): ending

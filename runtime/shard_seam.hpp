@@ -6,7 +6,9 @@
 // workers and lanes, flush / drain / shutdown / close_lane /
 // check_invariants, stats(). Each WheelThread holds one as its public
 // member `seam`; everything else of the shard is its wheel thread's alone.
-// Each field says who writes it, who reads it, and in what order.
+// Each field says who writes it, who reads it, and in what order. The other
+// roles (producers, runners, lanes, the poster) reach a shard only through
+// its seam (shards.hpp), and include this header, not wheel_thread.hpp.
 #pragma once
 
 #include <atomic>
@@ -18,10 +20,28 @@
 
 namespace chime::detail {
 
+class WheelThread;
+struct LaneCore;
+
 struct ShardSeam {
-  ShardSeam(CommandQueueBackend backend, std::uint32_t shard_serial) : commands(backend), serial(shard_serial) {}
+  ShardSeam(CommandQueueBackend backend, std::uint32_t shard_serial, unsigned shard_index, WheelThread& owner)
+      : commands(backend), serial(shard_serial), index(shard_index), owner_(owner) {}
   ShardSeam(const ShardSeam&) = delete;
   ShardSeam& operator=(const ShardSeam&) = delete;
+
+  // The calling thread is this shard's wheel thread (or, simulated, the
+  // thread that runs the passes). wheel_thread.cpp.
+  bool on_wheel_thread() const noexcept;
+  // On this shard's wheel thread (on_wheel_thread()): closes `lane` here, as
+  // a close_lane request would (WheelThread::close_lane_on_wheel); a
+  // callback on the wheel thread cannot wait for a request it would serve.
+  // wheel_thread.cpp.
+  void close_lane_here(LaneCore* lane) const;
+  // True once this shard's passes have been out of memory for
+  // kOutOfMemoryTimeout of a wait that began at `waiting_since` (steady ns):
+  // a flag left from before the wait counts only from its start.
+  // wheel_thread.cpp.
+  bool out_of_memory_too_long(std::int64_t waiting_since) const noexcept;
 
   // Producers (and workers and lanes re-arming, and flush / drain /
   // shutdown / close_lane / check_invariants) push; only this shard's wheel
@@ -40,6 +60,9 @@ struct ShardSeam {
   // the shards are made): the key under which each posting thread counts
   // its posts to this shard (command_poster.cpp, PostPacer).
   const std::uint32_t serial;
+  // Its place in the runtime's shards (TimerSlot::shard, Dispatch::shard,
+  // a Lane's and a Producer's shard). Fixed.
+  const unsigned index;
   // Posts to this queue counted towards the next count-wake, kPostsPerLook
   // at a time, at each look (command_poster.cpp, wake_after_fence). Relaxed:
   // it only paces wake-ups; the command's visibility to the wheel thread is
@@ -77,6 +100,9 @@ struct ShardSeam {
   // zombies its wheel thread reclaims lazily, against WheelThreadState::
   // reclaimed (sweep_zombies_if_many). Striped per thread, relaxed.
   StripedCount lazy_cancels;
+
+ private:
+  WheelThread& owner_;  // the shard this is the seam of: on_wheel_thread, close_lane_here
 };
 
 }  // namespace chime::detail

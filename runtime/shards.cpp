@@ -16,7 +16,7 @@ unsigned this_thread_number() noexcept {
 }
 }  // namespace
 
-WheelThread& Shards::thread_shard() const noexcept {
+ShardSeam& Shards::thread_shard() const noexcept {
   if (single_ != nullptr) return *single_;
   return *all_[this_thread_number() % all_.size()];
 }
@@ -26,7 +26,7 @@ std::unique_ptr<ProducerQueueToken> Shards::make_token() {
 }
 
 std::unique_ptr<ProducerQueueToken> Shards::make_token_on(unsigned k) {
-  std::unique_ptr<ProducerQueueToken> token = all_[k]->seam.commands.make_token();
+  std::unique_ptr<ProducerQueueToken> token = all_[k]->commands.make_token();
   token->shard = k;
   return token;
 }

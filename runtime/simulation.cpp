@@ -16,7 +16,7 @@ namespace chime::detail {
 
 thread_local RuntimeCore** tls_simulation_request = nullptr;
 
-bool Simulation::simulate_passes(const Shards& shards) {
+bool Simulation::simulate_passes(const WheelThreads& shards) {
   bool any = false;
   for (const auto& shard : shards) any = shard->simulate_pass() || any;
   return any;
@@ -26,7 +26,8 @@ bool Simulation::simulate_passes(const Shards& shards) {
 // thread's lanes between them) until `done` is signalled. Three rounds in a
 // row with nothing to do and no lane run means it never will be (a run
 // waits on a lane no one runs here): std::logic_error, not a hang.
-void Simulation::simulate_until(Completion& done, const ThreadLanes& lanes, const Shards& shards, Lanes& all_lanes) {
+void Simulation::simulate_until(Completion& done, const ThreadLanes& lanes, const WheelThreads& shards,
+                                Lanes& all_lanes) {
   int idle = 0;
   for (;;) {
     std::size_t ran = 0;
@@ -47,7 +48,7 @@ void Simulation::simulate_until(Completion& done, const ThreadLanes& lanes, cons
 // shutdown() on a simulated runtime: passes until every shard's stop
 // request (queued by shutdown) is served, or at once after
 // shutdown(cancel_pending).
-void Simulation::simulate_until_stopped(const Shards& shards) {
+void Simulation::simulate_until_stopped(const WheelThreads& shards) {
   for (const auto& shard : shards) {
     while (shard->wt().running) shard->simulate_pass();
   }
@@ -70,7 +71,7 @@ bool Simulation::run_one_pass() {
   if (core_->runner().in_callback()) {
     throw std::logic_error("chime::detail::Simulation::run_one_pass called from inside a timer callback");
   }
-  return simulate_passes(core_->shards());
+  return simulate_passes(core_->wheel_threads());
 }
 
 std::size_t Simulation::run_until_idle() {

@@ -44,11 +44,11 @@
 #include <optional>
 
 #include "chime/runtime.hpp"
+#include "wheel_thread.hpp"
 
 namespace chime::detail {
 
 class RuntimeCore;
-class Shards;
 class Lanes;
 struct Completion;
 struct ThreadLanes;
@@ -77,13 +77,13 @@ class Simulation {
   // What a simulated runtime (RuntimeCore::simulated) runs on the calling
   // thread. One pass of every shard, in shard order: true iff any did
   // something.
-  static bool simulate_passes(const Shards& shards);
+  static bool simulate_passes(const WheelThreads& shards);
   // Passes, and runs of the calling thread's `lanes`, until `done` is
   // signalled or every shard has stopped; throws std::logic_error if three
   // rounds in a row do nothing (a flush waits for runs nobody makes).
-  static void simulate_until(Completion& done, const ThreadLanes& lanes, const Shards& shards, Lanes& all_lanes);
+  static void simulate_until(Completion& done, const ThreadLanes& lanes, const WheelThreads& shards, Lanes& all_lanes);
   // Passes until every shard has stopped (shutdown).
-  static void simulate_until_stopped(const Shards& shards);
+  static void simulate_until_stopped(const WheelThreads& shards);
 
  private:
   std::optional<Runtime> runtime_;

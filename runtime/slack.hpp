@@ -53,8 +53,8 @@ constexpr std::uint8_t slack_code_for(std::int64_t slack_ns, std::int64_t precis
 
 // The proportional default for a delay of `delay_ns` (design.md, "Slack").
 constexpr std::uint8_t default_slack_code(std::int64_t delay_ns, std::int64_t precision_ns) noexcept {
-  const std::int64_t s = delay_ns > (kDefaultSlackMinNs << kDefaultSlackShift) ? delay_ns >> kDefaultSlackShift
-                                                                                : kDefaultSlackMinNs;
+  const std::int64_t s =
+      delay_ns > (kDefaultSlackMinNs << kDefaultSlackShift) ? delay_ns >> kDefaultSlackShift : kDefaultSlackMinNs;
   return slack_code_for(s, precision_ns);
 }
 

@@ -244,10 +244,9 @@ std::uint32_t next_shard_serial() noexcept {
 }  // namespace
 
 WheelThread::WheelThread(RuntimeCore& core, unsigned index)
-    : seam(core.config().options.command_queue, next_shard_serial()),
+    : seam(core.config().options.command_queue, next_shard_serial(), index, *this),
       core_(core),
       config_(core.config()),
-      index_(index),
       // The wheel files the slab's slots in place: nothing to reserve per
       // timer (RuntimeOptions::reserve pre-faults the slab).
       wt_(WheelConfig{core.config().options.precision, core.config().options.level_bits},
@@ -278,6 +277,13 @@ void WheelThread::join() {
 // runs its passes, the one that made it, counts as its wheel thread.
 bool WheelThread::on_wheel_thread() const noexcept {
   return tls_wheel_thread_of == this || core_.on_simulation_thread();
+}
+
+bool ShardSeam::on_wheel_thread() const noexcept { return owner_.on_wheel_thread(); }
+
+void ShardSeam::close_lane_here(LaneCore* lane) const {
+  CHIME_ASSERT(on_wheel_thread(), "a lane is closed here only on its shard's wheel thread");
+  owner_.close_lane_on_wheel(lane);
 }
 
 void WheelThread::prefetch_slot_line(std::uint32_t index) const noexcept {
@@ -727,9 +733,9 @@ void WheelThread::note_out_of_memory() {
 
 // A waiting flush or drain gives up: this shard's passes have been out of
 // memory for kOutOfMemoryTimeout while it waited. Any thread.
-bool WheelThread::out_of_memory_too_long(std::int64_t waiting_since) const noexcept {
-  const std::int64_t since = seam.out_of_memory_since_ns.load(std::memory_order_relaxed);
-  return since != 0 && config_.steady_clock.now().time_since_epoch().count() - std::max(since, waiting_since) >=
+bool ShardSeam::out_of_memory_too_long(std::int64_t waiting_since) const noexcept {
+  const std::int64_t since = out_of_memory_since_ns.load(std::memory_order_relaxed);
+  return since != 0 && SteadyClock{}.now().time_since_epoch().count() - std::max(since, waiting_since) >=
                            std::chrono::nanoseconds(kOutOfMemoryTimeout).count();
 }
 
@@ -1271,7 +1277,7 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
         }
         Dispatch d;
         d.slot = index;
-        d.shard = static_cast<std::uint8_t>(index_);
+        d.shard = static_cast<std::uint8_t>(seam.index);
         d.generation = StateWord::generation(w);
         d.version = StateWord::version(w);  // W1 keeps it; a take-back (R4) bumps it
         d.due_ns = due;
@@ -1475,7 +1481,7 @@ bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
       CHIME_ASSERT(s == SlotState::pending, "a filed timer is pending, being rescheduled or cancelled");
       Dispatch d;
       d.slot = index;
-      d.shard = static_cast<std::uint8_t>(index_);
+      d.shard = static_cast<std::uint8_t>(seam.index);
       d.generation = StateWord::generation(w);
       d.version = StateWord::version(w);
       d.due_ns = slot.due_ns.load(std::memory_order_relaxed);

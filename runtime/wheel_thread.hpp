@@ -26,9 +26,11 @@
 #include <atomic>
 #include <cstdint>
 #include <ctime>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "chime/detail/assert.hpp"
 #include "command_queue.hpp"
@@ -54,7 +56,7 @@ class WheelThread {
   WheelThread(const WheelThread&) = delete;
   WheelThread& operator=(const WheelThread&) = delete;
 
-  unsigned index() const noexcept { return index_; }
+  unsigned index() const noexcept { return seam.index; }
   // Starts the thread (the constructor of RuntimeCore, after the workers).
   void start();
   // Joins it (shutdown, after it posted the stop request). No-op if it never started.
@@ -67,10 +69,6 @@ class WheelThread {
 
   // ---- The shard's seam (shard_seam.hpp): what other threads touch. ----
   ShardSeam seam;
-  // True once this shard's passes have been out of memory for
-  // kOutOfMemoryTimeout of a wait that began at `waiting_since` (steady ns):
-  // a flag left from before the wait counts only from its start.
-  bool out_of_memory_too_long(std::int64_t waiting_since) const noexcept;
 
   // ---- The wheel thread's own. ----
   // Precondition (CHIME_ASSERT): called on the wheel thread, or while it is
@@ -159,7 +157,6 @@ class WheelThread {
 
   RuntimeCore& core_;
   const RuntimeConfig& config_;
-  const unsigned index_;
   WheelThreadState wt_;
 #ifndef NDEBUG
   // The wheel thread while it runs (set first thing in main, reset as it
@@ -178,5 +175,9 @@ class WheelThread {
   std::atomic<std::int64_t> busy_final_ns_{0};
   std::atomic<bool> busy_final_{false};
 };
+
+// A runtime's shards, in index order (RuntimeCore's; the other roles see
+// their seams: shards.hpp).
+using WheelThreads = std::vector<std::unique_ptr<WheelThread>>;
 
 }  // namespace chime::detail

@@ -67,7 +67,7 @@ std::string WheelThread::check_on_wheel() {
     const std::uint64_t w = slot.word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
     const unsigned shard = slot.shard.load(std::memory_order_relaxed);
-    if (shard != index_) {
+    if (shard != seam.index) {
       failure = holds() + " of shard " + std::to_string(shard);
     } else if (!StateWord::filed(w)) {
       failure = holds() + " whose filed bit is clear (" + state_name(s) + ")";
@@ -100,7 +100,7 @@ std::string WheelThread::check_on_wheel() {
     const std::uint64_t w = core_.slab()[index].word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
     if (StateWord::filed(w) && (s == SlotState::pending || s == SlotState::writing) && held[index] == 0 &&
-        core_.slab()[index].shard.load(std::memory_order_relaxed) == index_) {
+        core_.slab()[index].shard.load(std::memory_order_relaxed) == seam.index) {
       return "slot " + std::to_string(index) + " (generation " + std::to_string(StateWord::generation(w)) + ", " +
              state_name(s) + ") is filed but neither in the wheel nor on the overdue list: its timer is lost";
     }
