@@ -49,6 +49,7 @@
 
 #include "command_queue.hpp"
 #include "dispatch.hpp"
+#include "timer_slab.hpp"
 
 namespace chime::detail {
 
@@ -132,5 +133,16 @@ struct LaneCore {
   std::vector<Dispatch> batch;
   bool in_use = false;  // a Lane holds it (Lanes::mutex_)
 };
+
+// The slot's Lane was closed since it was scheduled (the wheel thread's L1,
+// L2; close_lane's generation bump, lanes.cpp).
+inline bool lane_closed(const TimerSlab& slab, const TimerSlot& slot, std::uint32_t index) noexcept {
+  if (!slot.on_lane()) return false;
+  // relaxed: `lane` is published by S1 (timer_slab.hpp, SlotExtra).
+  const SlotExtra& extra = slab.extra(index);
+  const LaneCore* lane = extra.lane.load(std::memory_order_relaxed);
+  // acquire: pairs with close_lane's release bump.
+  return extra.lane_generation != lane->generation.load(std::memory_order_acquire);
+}
 
 }  // namespace chime::detail

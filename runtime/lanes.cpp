@@ -119,15 +119,6 @@ LaneCore* Lanes::open_lane() {
   return lanes_.back().get();
 }
 
-bool Lanes::lane_closed(const TimerSlab& slab, const TimerSlot& slot, std::uint32_t index) noexcept {
-  if (!slot.on_lane()) return false;
-  // relaxed: `lane` is published by S1 (timer_slab.hpp, SlotExtra).
-  const SlotExtra& extra = slab.extra(index);
-  const LaneCore* lane = extra.lane.load(std::memory_order_relaxed);
-  // acquire: pairs with close_lane's release bump.
-  return extra.lane_generation != lane->generation.load(std::memory_order_acquire);
-}
-
 void Lanes::close_lane(LaneCore* lane) {
 #ifndef NDEBUG
   if (const TimerId self = runner_.current_run()) {

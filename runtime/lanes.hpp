@@ -77,8 +77,6 @@ class Lanes {
   // On the lane's thread.
   std::size_t run_lane(LaneCore& lane, std::size_t max);
   std::size_t wait_and_run(LaneCore& lane, TimePoint deadline);
-  // The slot's Lane was closed since it was scheduled (the wheel thread's L1, L2).
-  static bool lane_closed(const TimerSlab& slab, const TimerSlot& slot, std::uint32_t index) noexcept;
   // The lanes the calling thread runs (a flush runs them while it waits).
   ThreadLanes lanes_of_this_thread();
   // Runs the ready runs of these lanes (this thread's) that no other thread

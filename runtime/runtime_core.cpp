@@ -50,7 +50,10 @@ RuntimeCore::RuntimeCore(RuntimeOptions options) : config_(validated(std::move(o
   wheel_threads_.reserve(config_.options.shards);
   shards_.reserve(config_.options.shards);
   for (unsigned k = 0; k < config_.options.shards; ++k) {
-    wheel_threads_.push_back(std::make_unique<WheelThread>(*this, k));
+    wheel_threads_.push_back(std::make_unique<WheelThread>(
+        WheelThread::Parts{config_, slab_, pool_, runner_, ends_, cancel_requested_,
+                           simulated_ ? std::optional<std::thread::id>(simulation_thread_) : std::nullopt},
+        k));
     shards_.add(wheel_threads_.back()->seam);
   }
   if (simulated_) return;

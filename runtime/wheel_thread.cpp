@@ -125,8 +125,11 @@
 #include <chrono>
 #include <thread>
 
-#include "runtime_core.hpp"
+#include "requests.hpp"
+#include "runner.hpp"
+#include "timer_ends.hpp"
 #include "tuning.hpp"
+#include "worker_pool.hpp"
 
 namespace chime::detail {
 
@@ -243,21 +246,25 @@ std::uint32_t next_shard_serial() noexcept {
 }
 }  // namespace
 
-WheelThread::WheelThread(RuntimeCore& core, unsigned index)
-    : seam(core.config().options.command_queue, next_shard_serial(), index, *this),
-      core_(core),
-      config_(core.config()),
+WheelThread::WheelThread(const Parts& parts, unsigned index)
+    : seam(parts.config.options.command_queue, next_shard_serial(), index, *this),
+      config_(parts.config),
+      slab_(parts.slab),
+      pool_(parts.pool),
+      runner_(parts.runner),
+      ends_(parts.ends),
+      cancel_requested_(parts.cancel_requested),
+      simulation_thread_(parts.simulation_thread),
       // The wheel files the slab's slots in place: nothing to reserve per
       // timer (RuntimeOptions::reserve pre-faults the slab).
-      wt_(WheelConfig{core.config().options.precision, core.config().options.level_bits},
-          TimePoint(Duration(core.config().start_ns)), core.slab()) {
-  seam.commands.bound().set(core.config().options.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
-                                                                       : core.config().options.max_queue_depth);
-  wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(core.pool().handoff);
+      wt_(WheelConfig{config_.options.precision, config_.options.level_bits}, TimePoint(Duration(config_.start_ns)),
+          slab_) {
+  seam.commands.bound().set(config_.options.max_queue_depth == 0 ? RuntimeOptions::default_max_queue_depth
+                                                                 : config_.options.max_queue_depth);
+  wt_.handoff_token = std::make_unique<moodycamel::ProducerToken>(pool_.handoff);
   // A simulated runtime has no thread: its passes (on the caller's thread)
   // use this from the start.
-  if (core.simulated())
-    wt_.retired = std::make_unique<RetiredSlots>(core.slab(), RetiredSlots::OutOfMemory::never_wait);
+  if (simulation_thread_) wt_.retired = std::make_unique<RetiredSlots>(slab_, RetiredSlots::OutOfMemory::never_wait);
 }
 
 void WheelThread::start() {
@@ -276,7 +283,7 @@ void WheelThread::join() {
 // A simulated runtime (simulation.hpp) has no wheel thread: the thread that
 // runs its passes, the one that made it, counts as its wheel thread.
 bool WheelThread::on_wheel_thread() const noexcept {
-  return tls_wheel_thread_of == this || core_.on_simulation_thread();
+  return tls_wheel_thread_of == this || (simulation_thread_ && *simulation_thread_ == std::this_thread::get_id());
 }
 
 bool ShardSeam::on_wheel_thread() const noexcept { return owner_.on_wheel_thread(); }
@@ -286,9 +293,7 @@ void ShardSeam::close_lane_here(LaneCore* lane) const {
   owner_.close_lane_on_wheel(lane);
 }
 
-void WheelThread::prefetch_slot_line(std::uint32_t index) const noexcept {
-  __builtin_prefetch(&core_.slab()[index], 1, 3);
-}
+void WheelThread::prefetch_slot_line(std::uint32_t index) const noexcept { __builtin_prefetch(&slab_[index], 1, 3); }
 
 void WheelThread::main() {
 #ifndef NDEBUG
@@ -309,7 +314,7 @@ void WheelThread::main() {
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   retry_until_memory([&] {
     try {
-      wt().retired = std::make_unique<RetiredSlots>(core_.slab(), RetiredSlots::OutOfMemory::never_wait);
+      wt().retired = std::make_unique<RetiredSlots>(slab_, RetiredSlots::OutOfMemory::never_wait);
       return true;
     } catch (const std::bad_alloc&) {
       return false;
@@ -371,7 +376,7 @@ WheelThread::PassEnd WheelThread::run_pass(bool& busy) {
   // began (runtime_core.hpp, cancel_requested_); what it files or leaves
   // on the overdue list stays Pending for shutdown's sweep.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (core_.cancel_requested()) [[unlikely]] {
+  if (cancel_requested()) [[unlikely]] {
     stop_passes();
     return PassEnd::stopped;
   }
@@ -484,7 +489,7 @@ bool WheelThread::apply_commands(bool& exhausted) {
   while (applied < kMaxCommandsPerPass) {
     // A backlog is not applied once shutdown(cancel_pending) was called: its
     // ADDs stay Pending, and the sweep cancels them (run_pass stops).
-    if (core_.cancel_requested()) [[unlikely]]
+    if (cancel_requested()) [[unlikely]]
       break;
     const std::size_t n = seam.commands.pop_bulk(s.command_buffer.data(), s.command_buffer.size());
     if (n == 0) {
@@ -697,8 +702,8 @@ void WheelThread::record_fired(std::uint32_t index) {
   s.wheel_fired.emplace_back(s.wheel.at(index).time_since_epoch().count(), index);
   if (s.wheel_fired.size() >= s.fired_limit && !grow_fired_limit()) throw AdvanceCutShort{};
   // relaxed: a stale due only misjudges the budget; consider() decides.
-  if (core_.slab()[index].due_ns.load(std::memory_order_relaxed) > s.advance_to_ns &&
-      ++s.touched_fired >= kRefilesPerAdvance) [[unlikely]] {
+  if (slab_[index].due_ns.load(std::memory_order_relaxed) > s.advance_to_ns && ++s.touched_fired >= kRefilesPerAdvance)
+      [[unlikely]] {
     throw AdvanceCutShort{};
   }
 }
@@ -746,7 +751,7 @@ bool ShardSeam::out_of_memory_too_long(std::int64_t waiting_since) const noexcep
 void WheelThread::reclaim(TimerSlot& slot, std::uint32_t index) {
   CHIME_ASSERT(StateWord::state(slot.word.load(std::memory_order_relaxed)) == SlotState::cancelled,
                "only a cancelled timer is reclaimed");
-  CHIME_ASSERT(!core_.slab().has_task(slot, index),
+  CHIME_ASSERT(!slab_.has_task(slot, index),
                "a lazily cancelled timer's task is destroyed before Cancelled is published");
   CHIME_ASSERT(StateWord::filed(slot.word.load(std::memory_order_relaxed)),
                "only a filed timer is ours to free; one cancelled before filing is freed by its canceller");
@@ -762,7 +767,7 @@ void WheelThread::reclaim(TimerSlot& slot, std::uint32_t index) {
 }
 
 void WheelThread::apply(const Command& c) {
-  TimerSlot& slot = core_.slab()[c.slot];
+  TimerSlot& slot = slab_[c.slot];
   switch (c.kind) {
     case CommandKind::add:      // a new timer
     case CommandKind::rearm: {  // a periodic's next run (F2)
@@ -784,7 +789,7 @@ void WheelThread::apply(const Command& c) {
             // Only now is the alarm ours to read: before A1 the slot may be
             // freed (a cancel) and filed by another shard.
             CHIME_ASSERT(!slot.alarm.filed(), "an ADD for a timer whose slot is still in a wheel");
-            if (slot.on_lane() && Lanes::lane_closed(core_.slab(), slot, c.slot)) [[unlikely]] {
+            if (slot.on_lane() && lane_closed(slab_, slot, c.slot)) [[unlikely]] {
               cancel_for_closed_lane(slot, c.slot);  // its Lane was destroyed: (L1)
               return;
             }
@@ -858,7 +863,7 @@ void WheelThread::apply(const Command& c) {
 // cancelled one meanwhile: filed anyway, it is a zombie, reclaimed when it
 // comes up, as one cancelled just after filing.
 void WheelThread::file_rearmed() {
-  for (const std::uint32_t index : wt().rearmed) file(index, core_.slab()[index], false);
+  for (const std::uint32_t index : wt().rearmed) file(index, slab_[index], false);
   wt().rearmed.clear();
 }
 
@@ -906,7 +911,7 @@ __int128 WheelThread::fire_time(std::uint32_t index, const TimerSlot& slot, std:
   if (code == SlackCode::runtime_default) {
     // A periodic timer has a side record (S1; read after our acquire of its word).
     std::int64_t delay =
-        StateWord::periodic(slot.word.load(std::memory_order_relaxed)) ? core_.slab().extra(index).period_ns : 0;
+        StateWord::periodic(slot.word.load(std::memory_order_relaxed)) ? slab_.extra(index).period_ns : 0;
     if (delay == 0) {
       std::int64_t now = wt().wheel.now().time_since_epoch().count();
       if (at_application) {
@@ -1033,7 +1038,7 @@ void WheelThread::advance_and_dispatch(std::int64_t now_ns) {
   wt().overdue_order.clear();
   bool sorted = true;
   for (std::uint32_t index : wt().overdue) {
-    const std::int64_t due = core_.slab()[index].due_ns.load(std::memory_order_relaxed);
+    const std::int64_t due = slab_[index].due_ns.load(std::memory_order_relaxed);
     if (!wt().overdue_order.empty() && due < wt().overdue_order.back().due) sorted = false;
     wt().overdue_order.push_back({due, static_cast<std::uint32_t>(wt().overdue_order.size()), index});
   }
@@ -1105,8 +1110,8 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
   const auto later = ready_later;
   if (s.manual_ready_stale) refresh_manual_ready();
   for (const std::uint32_t index : s.overdue) {
-    s.manual_ready.push_back({core_.slab()[index].due_ns.load(std::memory_order_relaxed),
-                              core_.slab().extra(index).order.load(std::memory_order_relaxed), index});
+    s.manual_ready.push_back({slab_[index].due_ns.load(std::memory_order_relaxed),
+                              slab_.extra(index).order.load(std::memory_order_relaxed), index});
     std::push_heap(s.manual_ready.begin(), s.manual_ready.end(), later);
   }
   s.overdue.clear();
@@ -1134,22 +1139,21 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
     if (!(ReadyKey{s.manual_ready.front().due, s.manual_ready.front().order} < below)) break;
     if (s.claimed != claimed) {
       const std::uint32_t top = s.manual_ready.front().index;
-      if (batch_lane == nullptr || !core_.slab()[top].on_lane() ||
-          core_.slab().lane_of(core_.slab()[top], top) != batch_lane) {
+      if (batch_lane == nullptr || !slab_[top].on_lane() || slab_.lane_of(slab_[top], top) != batch_lane) {
         break;
       }
     }
     std::pop_heap(s.manual_ready.begin(), s.manual_ready.end(), later);
     WheelThreadState::ManualReady next = s.manual_ready.back();
     s.manual_ready.pop_back();
-    const TimerSlot& slot = core_.slab()[next.index];
+    const TimerSlot& slot = slab_[next.index];
     // acquire: pairs with R2's release, so the due and order read next are
     // at least that reschedule's. A due moved since the key was read (a
     // touch, which posts no command) takes its place again with its new key.
     const std::uint64_t w = slot.word.load(std::memory_order_acquire);
     const std::int64_t due = slot.due_ns.load(std::memory_order_relaxed);
     if (StateWord::state(w) == SlotState::pending && due != next.due) {
-      s.manual_ready.push_back({due, core_.slab().extra(next.index).order.load(std::memory_order_relaxed), next.index});
+      s.manual_ready.push_back({due, slab_.extra(next.index).order.load(std::memory_order_relaxed), next.index});
       std::push_heap(s.manual_ready.begin(), s.manual_ready.end(), later);
       continue;
     }
@@ -1162,7 +1166,7 @@ void WheelThread::advance_manual(std::int64_t now_ns) {
         f->order_at_claim = taken;
       }
       if (!slot.on_lane()) break;  // a worker's run (or the wheel thread's): alone
-      batch_lane = core_.slab().lane_of(slot, next.index);
+      batch_lane = slab_.lane_of(slot, next.index);
     }
   }
 }
@@ -1195,8 +1199,8 @@ bool WheelThread::settle_stepped_flush(FlushRequest& f, std::uint64_t completed_
 void WheelThread::refresh_manual_ready() {
   WheelThreadState& s = wt();
   for (WheelThreadState::ManualReady& r : s.manual_ready) {
-    r.due = core_.slab()[r.index].due_ns.load(std::memory_order_relaxed);
-    r.order = core_.slab().extra(r.index).order.load(std::memory_order_relaxed);
+    r.due = slab_[r.index].due_ns.load(std::memory_order_relaxed);
+    r.order = slab_.extra(r.index).order.load(std::memory_order_relaxed);
   }
   std::make_heap(s.manual_ready.begin(), s.manual_ready.end(), ready_later);
   s.manual_ready_stale = false;
@@ -1260,7 +1264,7 @@ std::int64_t WheelThread::exact_deadline(std::int64_t next_fires_at_ns) {
 // or at or before `due_now_ns` (overdue timers: the clock's time; INT64_MIN
 // for the wheel's alarms, which keep the interval rule).
 void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int64_t fired_at, std::int64_t due_now_ns) {
-  TimerSlot& slot = core_.slab()[index];
+  TimerSlot& slot = slab_[index];
   // acquire: pairs with R2/F2's release, so `due` below is at least as new
   // as the version we read; the claim CAS from exactly this word fails if a
   // reschedule published a newer one since.
@@ -1285,7 +1289,7 @@ void WheelThread::consider(std::uint32_t index, std::int64_t boundary, std::int6
         // A flush waits for this run if any run it covers was due by its
         // target: the earliest one, before skip coalescing moves d.due_ns.
         wt().pass_min_due_ns = std::min(wt().pass_min_due_ns, due);
-        const SlotExtra* extra = StateWord::periodic(w) ? &core_.slab().extra(index) : nullptr;  // S1 made it
+        const SlotExtra* extra = StateWord::periodic(w) ? &slab_.extra(index) : nullptr;  // S1 made it
         if (extra != nullptr && extra->missed_rule() != Missed::catch_up) {
           // skip, delay: coalesce every run that may run now (due before the
           // boundary, or at or before due_now_ns) into the latest one.
@@ -1342,7 +1346,7 @@ void WheelThread::dispatch(TimerSlot& slot, const Dispatch& d) {
     wt().dispatch_batch.push_back(d);
     return;
   }
-  const SlotExtra& extra = core_.slab().extra(d.slot);          // timer_slab.hpp: written before S1
+  const SlotExtra& extra = slab_.extra(d.slot);                 // timer_slab.hpp: written before S1
   LaneCore* lane = extra.lane.load(std::memory_order_relaxed);  // the same
   // acquire: pairs with close_lane's release bump; a timer of a destroyed
   // lane whose close has not reached us yet is cancelled here (L2).
@@ -1403,7 +1407,7 @@ void WheelThread::hand_over() {
   s.touched_lanes.resize(kept);
   const std::size_t n = s.dispatch_batch.size();
   if (n == 0) return;
-  if (core_.pool().threads.empty()) {
+  if (pool_.threads.empty()) {
     // A periodic run re-armed here comes back on `rearmed` (Runner::end_run)
     // and is filed once the batch is done (file_rearmed): room for it first.
     if (!make_room(s.overdue, n) || !make_capacity(s.rearmed, n)) [[unlikely]] {
@@ -1412,11 +1416,11 @@ void WheelThread::hand_over() {
     }
     s.dispatched += n;
     s.rearmed.clear();
-    core_.runner().run_batch(s.dispatch_batch.data(), n, *s.retired, Runner::Place::wheel_thread, &s.rearmed);
+    runner_.run_batch(s.dispatch_batch.data(), n, *s.retired, Runner::Place::wheel_thread, &s.rearmed);
     file_rearmed();
   } else {
     const std::size_t done =
-        enqueue_in_blocks(core_.pool().handoff, *s.handoff_token, s.handoff_tail, s.dispatch_batch.data(), n);
+        enqueue_in_blocks(pool_.handoff, *s.handoff_token, s.handoff_tail, s.dispatch_batch.data(), n);
     s.dispatched += done;
     if (done != n) [[unlikely]] {
       s.dispatch_batch.erase(s.dispatch_batch.begin(), s.dispatch_batch.begin() + static_cast<std::ptrdiff_t>(done));
@@ -1435,12 +1439,12 @@ void WheelThread::unspill_lanes() {
   std::size_t kept = 0;
   bool stuck = false;
   for (const Dispatch& d : s.lane_spill) {
-    const TimerSlot& slot = core_.slab()[d.slot];
+    const TimerSlot& slot = slab_[d.slot];
     // A record a reschedule took back meanwhile (R4) is stale, as it would
     // be in the lane's ready queue, and the slot may already serve another timer.
     if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
     if (!stuck) {
-      LaneCore* lane = core_.slab().lane_of(slot, d.slot);  // a lane's run: never null
+      LaneCore* lane = slab_.lane_of(slot, d.slot);  // a lane's run: never null
       const bool listed = !lane->batch.empty() || try_push_back(s.touched_lanes, lane);
       stuck = !listed || !try_push_back(lane->batch, d);
       if (!stuck) continue;
@@ -1470,7 +1474,7 @@ bool WheelThread::drain_all(std::uint8_t flags, std::size_t& count) {
   wt().wheel.clear();
   const std::int64_t now = wt().wheel.now().time_since_epoch().count();
   for (std::uint32_t index : all) {
-    TimerSlot& slot = core_.slab()[index];
+    TimerSlot& slot = slab_[index];
     // A reschedule or cancel in flight settles first, and again after a failed CAS.
     for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
       const SlotState s = StateWord::state(w);
@@ -1515,14 +1519,14 @@ void WheelThread::sweep_zombies_if_many() {
     // writes to the slot happen-before we free it.
     // Out of memory, the sweep reclaims what it listed; the rest are
     // reclaimed when their alarms come up, or by a later sweep.
-    if (StateWord::state(core_.slab()[index].word.load(std::memory_order_acquire)) == SlotState::cancelled &&
+    if (StateWord::state(slab_[index].word.load(std::memory_order_acquire)) == SlotState::cancelled &&
         !try_push_back(wt().sweep_buffer, index)) {
       wt().pass_out_of_memory = true;
     }
   });
   for (std::uint32_t index : wt().sweep_buffer) {
     wt().wheel.remove(index);
-    reclaim(core_.slab()[index], index);
+    reclaim(slab_[index], index);
   }
   seam.zombie_sweeps.fetch_add(1, std::memory_order_relaxed);
 }
@@ -1556,10 +1560,10 @@ bool WheelThread::settle_flushes(std::uint64_t completed_snapshot) {
     }
     bool overdue_by_target = false;
     for (std::uint32_t index : wt().overdue) {
-      if (core_.slab()[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
+      if (slab_[index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
     }
     for (const WheelThreadState::ManualReady& r : wt().manual_ready) {
-      if (core_.slab()[r.index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
+      if (slab_[r.index].due_ns.load(std::memory_order_relaxed) <= f->target_ns) overdue_by_target = true;
     }
     // And the wheel has advanced to its reading: an advance cut short or
     // skipped for want of memory left what is due by then in the wheel,
@@ -1583,7 +1587,7 @@ void WheelThread::answer_next_dues() {
   if (s.next_dues.empty()) return;
   std::int64_t earliest = INT64_MAX;
   const auto look = [&](std::uint32_t index) {
-    const TimerSlot& slot = core_.slab()[index];
+    const TimerSlot& slot = slab_[index];
     // acquire: pairs with S1/R2/F2's release, as consider's load.
     const SlotState state = StateWord::state(slot.word.load(std::memory_order_acquire));
     if (state == SlotState::pending || state == SlotState::writing) {
@@ -1717,8 +1721,8 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
   for (std::uint64_t w = settled_word(slot);; w = settled(slot, w)) {
     const SlotState s = StateWord::state(w);
     if (s == SlotState::cancelled) {
-      if (core_.slab().has_task(slot, index)) {
-        core_.slab().reset_task(slot, index);  // C4 while we held the claim: the holder frees it
+      if (slab_.has_task(slot, index)) {
+        slab_.reset_task(slot, index);  // C4 while we held the claim: the holder frees it
         wt().retired->add(index);
       } else {
         reclaim(slot, index);  // a zombie (C1/K1 or C2/R3)
@@ -1731,8 +1735,8 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     // The filed bit is cleared with it: the slot is freed here, not owed.
     if (slot.word.compare_exchange_weak(w, StateWord::unfiled(StateWord::with_state(w, SlotState::cancelled)),
                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
-      core_.ends().end_cancelled_timer();
-      core_.slab().reset_task(slot, index);
+      ends_.end_cancelled_timer();
+      slab_.reset_task(slot, index);
       CHIME_ASSERT(!slot.alarm.filed(), "a closed lane's timer is out of the wheel when cancelled");
       wt().retired->add(index);
       return;
@@ -1745,8 +1749,7 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
 void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   wt().sweep_buffer.clear();
   wt().wheel.for_each([&](std::uint32_t index) {
-    if (core_.slab().lane_of(core_.slab()[index], index) == lane &&
-        Lanes::lane_closed(core_.slab(), core_.slab()[index], index)) {
+    if (slab_.lane_of(slab_[index], index) == lane && lane_closed(slab_, slab_[index], index)) {
       // Out of memory, one not listed is cancelled when its alarm comes up (L2).
       try {
         wt().sweep_buffer.push_back(index);
@@ -1756,12 +1759,12 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   });
   for (std::uint32_t index : wt().sweep_buffer) {
     wt().wheel.remove(index);
-    cancel_for_closed_lane(core_.slab()[index], index);
+    cancel_for_closed_lane(slab_[index], index);
   }
   std::size_t kept = 0;
   for (std::uint32_t index : wt().overdue) {
-    TimerSlot& slot = core_.slab()[index];
-    if (core_.slab().lane_of(slot, index) == lane && Lanes::lane_closed(core_.slab(), slot, index)) {
+    TimerSlot& slot = slab_[index];
+    if (slab_.lane_of(slot, index) == lane && lane_closed(slab_, slot, index)) {
       cancel_for_closed_lane(slot, index);
     } else {
       wt().overdue[kept++] = index;
@@ -1770,8 +1773,8 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
   wt().overdue.resize(kept);
   kept = 0;
   for (const WheelThreadState::ManualReady& r : wt().manual_ready) {
-    TimerSlot& slot = core_.slab()[r.index];
-    if (core_.slab().lane_of(slot, r.index) == lane && Lanes::lane_closed(core_.slab(), slot, r.index)) {
+    TimerSlot& slot = slab_[r.index];
+    if (slab_.lane_of(slot, r.index) == lane && lane_closed(slab_, slot, r.index)) {
       cancel_for_closed_lane(slot, r.index);
     } else {
       wt().manual_ready[kept++] = r;
@@ -1793,7 +1796,7 @@ void WheelThread::close_lane_on_wheel(LaneCore* lane) {
 void WheelThread::cancel_held_runs_of(LaneCore* lane) {
   WheelThreadState& s = wt();
   const auto cancel_held = [&](const Dispatch& d) {
-    TimerSlot& slot = core_.slab()[d.slot];
+    TimerSlot& slot = slab_[d.slot];
     std::uint64_t w = slot.word.load(std::memory_order_acquire);
     if (!StateWord::holds_claim(w, d.generation, d.version)) return;
     while (StateWord::state(w) != SlotState::cancelled) {  // C4 (or shutdown's X2) won: we only free it
@@ -1801,11 +1804,11 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
       // (L3) acq_rel, as C4.
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
-        core_.ends().end_cancelled_timer();
+        ends_.end_cancelled_timer();
         break;
       }
     }
-    core_.slab().reset_task(slot, d.slot);
+    slab_.reset_task(slot, d.slot);
     s.retired->add(d.slot);
   };
   if (!lane->batch.empty()) [[unlikely]] {
@@ -1815,9 +1818,9 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
   }
   std::size_t kept = 0;
   for (const Dispatch& d : s.lane_spill) {
-    const TimerSlot& slot = core_.slab()[d.slot];
+    const TimerSlot& slot = slab_[d.slot];
     if (!StateWord::holds_claim(slot.word.load(std::memory_order_acquire), d.generation, d.version)) continue;
-    if (core_.slab().lane_of(slot, d.slot) == lane) {
+    if (slab_.lane_of(slot, d.slot) == lane) {
       cancel_held(d);
     } else {
       s.lane_spill[kept++] = d;

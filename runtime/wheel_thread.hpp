@@ -20,7 +20,8 @@
 //   Before the thread starts and after it is joined (shutdown), any thread
 //   may touch them.
 //
-// Read after runtime_core.hpp; wheel_thread.cpp has the pass.
+// Read after runtime_core.hpp; wheel_thread.cpp has the pass. A shard is
+// made with the parts of its runtime it uses (Parts), not the runtime.
 #pragma once
 
 #include <atomic>
@@ -44,15 +45,34 @@
 
 namespace chime::detail {
 
-class RuntimeCore;
+class Runner;
+class TimerEnds;
+struct WorkerPool;
 struct LaneCore;
 struct Completion;
 struct ThreadLanes;
 
 class WheelThread {
  public:
+  // What a shard uses of its runtime (RuntimeCore's, which outlive it).
+  struct Parts {
+    const RuntimeConfig& config;
+    TimerSlab& slab;  // the one slab every shard files from and claims in
+    // The hand-off queue claimed runs go to; no threads: workers = 0, this
+    // thread runs them (runner, Runner::Place::wheel_thread).
+    WorkerPool& pool;
+    Runner& runner;
+    const TimerEnds& ends;  // a cancelled timer's counts
+    // shutdown(cancel_pending) was called (RuntimeCore::cancel_requested_).
+    // Relaxed loads: the wheel thread fences where the order matters
+    // (run_pass).
+    const std::atomic<bool>& cancel_requested;
+    // A simulated runtime (simulation.hpp): the thread that runs the
+    // passes, which counts as the wheel thread. Empty: a real thread.
+    std::optional<std::thread::id> simulation_thread;
+  };
   // Makes the shard; starts no thread (start()).
-  WheelThread(RuntimeCore& core, unsigned index);
+  WheelThread(const Parts& parts, unsigned index);
   WheelThread(const WheelThread&) = delete;
   WheelThread& operator=(const WheelThread&) = delete;
 
@@ -155,8 +175,15 @@ class WheelThread {
   void sleep(bool busy);
   void record_final_busy() noexcept;  // the thread's CPU time as it returns
 
-  RuntimeCore& core_;
+  bool cancel_requested() const noexcept { return cancel_requested_.load(std::memory_order_relaxed); }
+
   const RuntimeConfig& config_;
+  TimerSlab& slab_;
+  WorkerPool& pool_;
+  Runner& runner_;
+  const TimerEnds& ends_;
+  const std::atomic<bool>& cancel_requested_;
+  const std::optional<std::thread::id> simulation_thread_;
   WheelThreadState wt_;
 #ifndef NDEBUG
   // The wheel thread while it runs (set first thing in main, reset as it

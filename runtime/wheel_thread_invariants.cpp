@@ -25,7 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime_core.hpp"
+#include "requests.hpp"
+#include "wheel_thread.hpp"
 
 namespace chime::detail {
 
@@ -45,7 +46,7 @@ std::string WheelThread::check_on_wheel() {
   } catch (const std::logic_error& e) {
     return e.what();
   }
-  const std::uint32_t extent = core_.slab().extent();
+  const std::uint32_t extent = slab_.extent();
   // Where the wheel thread holds each slot: 0 nowhere, 1 the wheel, 2 the overdue list (or the ready heap).
   std::vector<std::uint8_t> held(extent, 0);
   std::string failure;
@@ -62,7 +63,7 @@ std::string WheelThread::check_on_wheel() {
       return;
     }
     held[index] = where;
-    const TimerSlot& slot = core_.slab()[index];
+    const TimerSlot& slot = slab_[index];
     // acquire: as the wheel thread's other loads of a word it acts on.
     const std::uint64_t w = slot.word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
@@ -80,16 +81,16 @@ std::string WheelThread::check_on_wheel() {
   };
   wt().wheel.for_each([&](std::uint32_t index) {
     if (!failure.empty()) return;
-    check_held(index, 1, index < extent && core_.slab()[index].alarm.filed());
+    check_held(index, 1, index < extent && slab_[index].alarm.filed());
   });
   for (const std::uint32_t index : wt().overdue) {
     if (!failure.empty()) break;
-    check_held(index, 2, index < extent && !core_.slab()[index].alarm.filed());
+    check_held(index, 2, index < extent && !slab_[index].alarm.filed());
   }
   // The ready heap of a ManualClock holds timers as the overdue list does.
   for (const WheelThreadState::ManualReady& r : wt().manual_ready) {
     if (!failure.empty()) break;
-    check_held(r.index, 2, r.index < extent && !core_.slab()[r.index].alarm.filed());
+    check_held(r.index, 2, r.index < extent && !slab_[r.index].alarm.filed());
   }
   if (!failure.empty()) return failure;
   // None lost: a slot the wheel thread filed and that is not cancelled
@@ -97,10 +98,10 @@ std::string WheelThread::check_on_wheel() {
   // overdue list. A slot beyond `extent` read here was made after the
   // load: not filed by this pass. Other shards' slots are theirs to hold.
   for (std::uint32_t index = 0; index < extent; ++index) {
-    const std::uint64_t w = core_.slab()[index].word.load(std::memory_order_acquire);
+    const std::uint64_t w = slab_[index].word.load(std::memory_order_acquire);
     const SlotState s = StateWord::state(w);
     if (StateWord::filed(w) && (s == SlotState::pending || s == SlotState::writing) && held[index] == 0 &&
-        core_.slab()[index].shard.load(std::memory_order_relaxed) == seam.index) {
+        slab_[index].shard.load(std::memory_order_relaxed) == seam.index) {
       return "slot " + std::to_string(index) + " (generation " + std::to_string(StateWord::generation(w)) + ", " +
              state_name(s) + ") is filed but neither in the wheel nor on the overdue list: its timer is lost";
     }
