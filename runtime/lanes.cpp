@@ -32,7 +32,7 @@
 //   runs_active -= 1                          shutdown_done_ = true (release)
 // (A lane opened after shutdown looked at the lanes was added under the
 // lanes' mutex after that look, so its first increment, and its load of
-// stopped_, come after shutdown's store: it sees stopped_.)
+// stopped_, come after shutdown's store: it sees lifecycle_.stopped.)
 // Either the lane sees stopped_, and starts no run (B1) until shutdown is
 // done, or shutdown waits for its batch, whose re-arm commands then are
 // leftovers the sweep settles. So no run starts while the sweep looks at a
@@ -94,7 +94,7 @@ void drain_eventfd(int fd) noexcept {
 }  // namespace
 
 LaneCore* Lanes::open_lane() {
-  if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime::lane after shutdown");
+  if (lifecycle_.stopped.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime::lane after shutdown");
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& l : lanes_) {
     if (!l->in_use) {
@@ -144,7 +144,7 @@ void Lanes::close_lane(LaneCore* lane) {
     // shutdown(fire_pending)'s final runs too, which the wheel thread runs
     // before it exits: it must not wait for its own exit either.
     own.close_lane_here(lane);
-  } else if (!stopped_.load(std::memory_order_acquire)) {
+  } else if (!lifecycle_.stopped.load(std::memory_order_acquire)) {
     CloseLaneRequest request;
     request.lane = lane;
     CommandPoster::post_request(own, CommandKind::close_lane, &request);
@@ -152,7 +152,7 @@ void Lanes::close_lane(LaneCore* lane) {
   }
   // Shutdown in progress: the wheel thread may still hand us runs of the old
   // generation (it may not have seen the bump); once it exited it hands none.
-  while (!own.on_wheel_thread() && stopped_.load(std::memory_order_acquire) &&
+  while (!own.on_wheel_thread() && lifecycle_.stopped.load(std::memory_order_acquire) &&
          !own.exited.load(std::memory_order_acquire)) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
@@ -177,7 +177,7 @@ void Lanes::close_lane(LaneCore* lane) {
         // (L3) acq_rel, as C4.
         if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
-          ends_.end_cancelled_timer();
+          counts_.end_cancelled_timer();
           break;
         }
       }
@@ -243,9 +243,9 @@ std::size_t Lanes::run_lane(LaneCore& lane, std::size_t max) {
   lane.consume_signal();
   lane.runs_active.fetch_add(1, std::memory_order_seq_cst);
   bool after_stop = false;
-  if (stopped_.load(std::memory_order_seq_cst)) [[unlikely]] {
+  if (lifecycle_.stopped.load(std::memory_order_seq_cst)) [[unlikely]] {
     lane.runs_active.fetch_sub(1, std::memory_order_release);
-    for (detail::Backoff backoff; !shutdown_done_.load(std::memory_order_acquire);) backoff.wait();
+    for (detail::Backoff backoff; !lifecycle_.shutdown_done.load(std::memory_order_acquire);) backoff.wait();
     after_stop = true;
   }
   RetiredSlots retired(slab_);

@@ -22,11 +22,12 @@
 
 #include "chime/clock.hpp"
 #include "lane_core.hpp"
+#include "lifecycle_flags.hpp"
 #include "runner.hpp"
 #include "runtime_config.hpp"
 #include "shard_seam.hpp"
 #include "shards.hpp"
-#include "timer_ends.hpp"
+#include "timer_counts.hpp"
 #include "timer_slab.hpp"
 
 namespace chime::detail {
@@ -57,16 +58,9 @@ struct ThreadLanes {
 
 class Lanes {
  public:
-  // `stopped` and `shutdown_done`: RuntimeCore's (runtime_core.hpp).
-  Lanes(const RuntimeConfig& config, TimerSlab& slab, const std::atomic<bool>& stopped,
-        const std::atomic<bool>& shutdown_done, Shards& shards, Runner& runner, const TimerEnds& ends) noexcept
-      : config_(config),
-        slab_(slab),
-        stopped_(stopped),
-        shutdown_done_(shutdown_done),
-        shards_(shards),
-        runner_(runner),
-        ends_(ends) {}
+  Lanes(const RuntimeConfig& config, TimerSlab& slab, const LifecycleFlags& lifecycle, Shards& shards, Runner& runner,
+        const TimerCounts& counts) noexcept
+      : config_(config), slab_(slab), lifecycle_(lifecycle), shards_(shards), runner_(runner), counts_(counts) {}
   Lanes(const Lanes&) = delete;
   Lanes& operator=(const Lanes&) = delete;
 
@@ -93,11 +87,10 @@ class Lanes {
  private:
   const RuntimeConfig& config_;
   TimerSlab& slab_;
-  const std::atomic<bool>& stopped_;
-  const std::atomic<bool>& shutdown_done_;
+  const LifecycleFlags& lifecycle_;  // stopped, shutdown_done (lifecycle_flags.hpp)
   Shards& shards_;
   Runner& runner_;
-  const TimerEnds& ends_;
+  const TimerCounts& counts_;
   // Every LaneCore ever opened; in_use and owner are written under it.
   std::mutex mutex_;
   std::vector<std::unique_ptr<LaneCore>> lanes_;

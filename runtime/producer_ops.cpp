@@ -14,18 +14,15 @@
 
 namespace chime::detail {
 
-ProducerOps::ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const std::atomic<bool>& stopped,
-                         std::atomic<std::uint64_t>& live, RuntimeCounters& counters, Shards& shards,
-                         const CommandPoster& poster, const TimerEnds& ends, const Runner& runner) noexcept
+ProducerOps::ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const LifecycleFlags& lifecycle,
+                         const TimerCounts& counts, Shards& shards, const Runner& runner) noexcept
     : config_(config),
       slab_(slab),
-      stopped_(stopped),
-      live_(live),
-      counters_(counters),
+      lifecycle_(lifecycle),
+      counts_(counts),
       shards_(shards),
-      poster_(poster),
-      ends_(ends),
-      runner_(runner) {}
+      runner_(runner),
+      poster_(config.wake_on_post_count) {}
 
 // The slot an id names, or nullptr for the default id, an id from another
 // runtime, or a slot never handed out. The generation is the caller's to
@@ -64,7 +61,7 @@ bool ProducerOps::take_back(TimerSlot& slot, std::uint32_t index, std::uint64_t 
     return false;
   }
   slab_.reset_task(slot, index);
-  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  counts_.unadmit();
   slab_.release(index);
   return true;
 }
@@ -89,7 +86,7 @@ bool ProducerOps::withdraw_posted(TimerSlot& slot, std::uint32_t index, std::uin
   finish_cancel(slot, w, index, token);
   // relaxed: ours (the scheduler's own store, before S1).
   if (StateWord::filed(w)) shards_[slot.shard.load(std::memory_order_relaxed)].lazy_cancels.add();
-  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  counts_.unadmit();
   return true;
 }
 
@@ -125,21 +122,16 @@ void ProducerOps::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
 // chime::Timer calls.
 [[gnu::always_inline]] inline ProducerOps::ScheduleReservation ProducerOps::reserve_schedule_inline(
     TimePoint due, ProducerQueueToken* token, LaneCore* lane, std::size_t extra_pending) {
-  if (stopped_.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
+  if (lifecycle_.stopped.load(std::memory_order_acquire)) throw StoppedError("chime::Runtime: schedule after shutdown");
   config_.check_due_in_range("schedule", due);
   // Overload (command_queue.hpp, QueueBound): one relaxed load of a flag
   // that is written only when the depth crosses the bound.
   ShardSeam& shard = shards_.shard_for(token, lane);
   if (shard.commands.bound().over_bound()) [[unlikely]]
     poster_.refuse_if_over_bound(shard);
-  if (config_.options.max_pending != 0) {
-    // Relaxed is enough: the count only has to be exact, not ordered with
-    // anything else.
-    if (live_.fetch_add(1, std::memory_order_relaxed) >= config_.options.max_pending + extra_pending) {
-      live_.fetch_sub(1, std::memory_order_relaxed);
-      throw CapacityError("chime::Runtime: max_pending = " + std::to_string(config_.options.max_pending) +
-                          " timers are already pending");
-    }
+  if (!counts_.admit(extra_pending)) [[unlikely]] {
+    throw CapacityError("chime::Runtime: max_pending = " + std::to_string(config_.options.max_pending) +
+                        " timers are already pending");
   }
   ScheduleReservation r{&shard, token, 0};
   try {
@@ -147,7 +139,7 @@ void ProducerOps::free_unfiled(std::uint32_t index, ProducerQueueToken* token) n
     // free list; without one, a batch is popped and the rest pushed back.
     r.index = token != nullptr ? slab_.allocate(token->slots) : slab_.allocate();
   } catch (...) {
-    if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+    counts_.unadmit();
     throw;
   }
   return r;
@@ -160,7 +152,7 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
     return;
   }
   free_unfiled(r.index, r.token);
-  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  counts_.unadmit();
 }
 
 // What a reserved timer needs beyond its slot, taken before its caller
@@ -212,7 +204,7 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
   CHIME_ASSERT(StateWord::generation(w) == r.generation, "a reserved ADD's slot at another generation");
   slot.word.store(StateWord::with_state(w, SlotState::cancelled), std::memory_order_release);
   free_unfiled(r.index, r.token);
-  if (config_.options.max_pending != 0) live_.fetch_sub(1, std::memory_order_relaxed);
+  counts_.unadmit();
 }
 
 // Publishes the reserved timer and posts its ADD (unless reserve_add has:
@@ -279,7 +271,7 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
     if (!slot.word.compare_exchange_strong(writing, pending, std::memory_order_release, std::memory_order_acquire))
         [[unlikely]] {
       finish_cancel(slot, writing, index, token);
-      counters_.add(Counter::scheduled);
+      counts_.add(Counter::scheduled);
       return TimerId(index, g, config_.tag);
     }
   } else {
@@ -293,7 +285,7 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
     // Someone else decided it first (shutdown's sweep, or a cancel by a
     // guessed id): it counts as accepted and is settled; the slot is freed
     // by the shutdown sweep or, at worst, kept until destruction.
-    counters_.add(Counter::scheduled);
+    counts_.add(Counter::scheduled);
     return TimerId(index, g, config_.tag);
   }
   // (P1) One seq_cst fence for two Dekker pairs: S1 and the ADD, then
@@ -301,13 +293,13 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
   // see stopped_ below or its sweep and its look at the queue see our word
   // and our ADD), and the ADD, then the sleeper's bound (wake_after_fence).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (stopped_.load(std::memory_order_relaxed)) [[unlikely]] {
+  if (lifecycle_.stopped.load(std::memory_order_relaxed)) [[unlikely]] {
     if (withdraw_posted(slot, index, pending, token)) throw StoppedError("chime::Runtime: schedule after shutdown");
-    counters_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
+    counts_.add(Counter::scheduled);  // shutdown's sweep or the wheel took it first: accepted, settled by them
     return TimerId(index, g, config_.tag);
   }
   poster_.wake_after_fence(shard, due_ns);
-  counters_.add(Counter::scheduled);
+  counts_.add(Counter::scheduled);
   return TimerId(index, g, config_.tag);
 }
 
@@ -379,7 +371,7 @@ ProducerOps::CancelOutcome ProducerOps::decide_cancel(TimerId id, TimerSlot** sl
     // this generation's, or the CAS fails (timer_slab.hpp, `shard`).
     const unsigned shard_index = slot->shard.load(std::memory_order_relaxed);
     if (slot->word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      ends_.end_cancelled_timer();
+      counts_.end_cancelled_timer();
       const SlotState from = StateWord::state(w);
       if (from == SlotState::pending) finish_cancel(*slot, w, id.slot(), token);  // (K1): we own the task now
       // A filed one is a zombie the wheel thread reclaims; counted for the
@@ -601,7 +593,7 @@ bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
     if (s == SlotState::handed && lane != nullptr) {
       // hold.enter fails once shutdown began: the run is then shutdown's
       // (X2) or goes ahead as a final run.
-      if (!is_own_ready_run(slab_, *slot, id.slot(), *lane) || !hold.enter(*lane, stopped_) ||
+      if (!is_own_ready_run(slab_, *slot, id.slot(), *lane) || !hold.enter(*lane, lifecycle_.stopped) ||
           !take_back_ready_run(*slot, w)) {
         return false;
       }
@@ -634,7 +626,7 @@ bool ProducerOps::reschedule(TimerId id, TimePoint due, ProducerQueueToken* toke
   // fails) or this due.
   if (slot->word.compare_exchange_strong(expected, StateWord::bumped(w, SlotState::pending), std::memory_order_release,
                                          std::memory_order_acquire)) {
-    counters_.add(Counter::rescheduled);
+    counts_.add(Counter::rescheduled);
     // Taken back from a lane's ready queue (R4): not filed since its claim
     // (W1), so the wheel thread files it again as a new timer's ADD (A1),
     // due now by this call's clock reading. Otherwise: later, the wheel

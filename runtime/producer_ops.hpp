@@ -19,23 +19,22 @@
 #include "chime/runtime.hpp"
 #include "command_poster.hpp"
 #include "lane_core.hpp"
+#include "lifecycle_flags.hpp"
 #include "runner.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
 #include "shard_seam.hpp"
 #include "shards.hpp"
 #include "slack.hpp"
-#include "timer_ends.hpp"
+#include "timer_counts.hpp"
 #include "timer_slab.hpp"
 
 namespace chime::detail {
 
 class ProducerOps {
  public:
-  // `stopped` and `live`: RuntimeCore's (runtime_core.hpp).
-  ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const std::atomic<bool>& stopped,
-              std::atomic<std::uint64_t>& live, RuntimeCounters& counters, Shards& shards, const CommandPoster& poster,
-              const TimerEnds& ends, const Runner& runner) noexcept;
+  ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const LifecycleFlags& lifecycle, const TimerCounts& counts,
+              Shards& shards, const Runner& runner) noexcept;
   ProducerOps(const ProducerOps&) = delete;
   ProducerOps& operator=(const ProducerOps&) = delete;
 
@@ -92,7 +91,8 @@ class ProducerOps {
   // shutdown, std::out_of_range for a due beyond the wheel's range. For an
   // arm that is carried out later (chime::Timer, during a run).
   void check_schedulable(const char* what, TimePoint due) const {
-    if (stopped_.load(std::memory_order_acquire)) throw StoppedError(std::string("chime::") + what + " after shutdown");
+    if (lifecycle_.stopped.load(std::memory_order_acquire))
+      throw StoppedError(std::string("chime::") + what + " after shutdown");
     config_.check_due_in_range(what, due);
   }
   // `lane`: called through that Lane, whose ready runs a call on the lane's
@@ -136,13 +136,11 @@ class ProducerOps {
 
   const RuntimeConfig& config_;
   TimerSlab& slab_;
-  const std::atomic<bool>& stopped_;
-  std::atomic<std::uint64_t>& live_;
-  RuntimeCounters& counters_;
+  const LifecycleFlags& lifecycle_;  // stopped (lifecycle_flags.hpp)
+  const TimerCounts& counts_;
   Shards& shards_;
-  const CommandPoster& poster_;
-  const TimerEnds& ends_;
-  const Runner& runner_;
+  const Runner& runner_;  // whether the caller runs a callback (cancel_and_wait)
+  const CommandPoster poster_;
 };
 
 }  // namespace chime::detail

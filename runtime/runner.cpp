@@ -126,7 +126,7 @@ std::size_t Runner::run_batch(const Dispatch* d, std::size_t n, RetiredSlots& re
     CHIME_ASSERT((d[i].flags & Dispatch::stop) == 0, "a stop record before the end of a batch");
     if (run(d[i], steady_runtime_clock ? steady : clock_now, steady, retired, where, rearmed_slots)) ++ran;
   }
-  if (ran != 0) counters_.add(Counter::fired, ran);
+  if (ran != 0) counts_.add(Counter::fired, ran);
   retired.flush();
   count_completed(d, n, where == Place::wheel_thread);
   return ran;
@@ -206,7 +206,7 @@ bool Runner::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& ste
   if (!(d.flags & Dispatch::drained)) {
     // In 128 bits: a due time far in the past could overflow the difference.
     const __int128 late = static_cast<__int128>(clock_now_ns) - d.due_ns;
-    lateness_.record(late > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(late));
+    counts_.meters().lateness.record(late > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(late));
   }
   set_running_callback(this, id);
   try {
@@ -218,9 +218,9 @@ bool Runner::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& ste
   const std::int64_t start = steady_ns;
   steady_ns = config_.steady_clock.now().time_since_epoch().count();
   const std::int64_t took = steady_ns - start;
-  run_time_.record(took);
+  counts_.meters().run_time.record(took);
   if (took > config_.options.slow_run.count()) [[unlikely]] {
-    counters_.add(Counter::slow_runs);
+    counts_.add(Counter::slow_runs);
     if (config_.options.on_slow_run) {
       try {
         config_.options.on_slow_run(id, Duration(took));
@@ -234,7 +234,7 @@ bool Runner::run(const Dispatch& d, std::int64_t clock_now_ns, std::int64_t& ste
 }
 
 void Runner::report_callback_exception(TimerId id, std::exception_ptr e) const noexcept {
-  counters_.add(Counter::callback_errors);
+  counts_.add(Counter::callback_errors);
   if (config_.options.on_error) {
     try {
       config_.options.on_error(id, std::move(e));
@@ -268,7 +268,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
     // publishes Fired: a thread that sees Fired and schedules at once must
     // find its place free (RuntimeCapacityRelease). Safe to do first: only
     // this worker ends a one-shot that is Running.
-    ends_.end_timer();
+    counts_.end_timer();
     // (F1) acq_rel exchange: release so the run's effects (and the count
     // above) happen-before whoever reads Fired; an RMW, so it reads a waiter
     // bit set by WB. Only this worker leaves Running for a one-shot, so the
@@ -292,7 +292,7 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
       }
     }
     if (f3) {
-      ends_.end_timer();
+      counts_.end_timer();
     } else {
       CHIME_ASSERT(StateWord::state(w) == SlotState::running_cancelled, "F3 lost to something other than C3");
       w = slot.word.exchange(StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel);  // (F4)

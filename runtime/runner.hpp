@@ -26,7 +26,7 @@
 #include "runtime_stats.hpp"
 #include "shard_seam.hpp"
 #include "shards.hpp"
-#include "timer_ends.hpp"
+#include "timer_counts.hpp"
 #include "timer_slab.hpp"
 #include "worker_pool.hpp"
 
@@ -44,16 +44,8 @@ class Runner {
   enum class Place { worker, wheel_thread, lane };
 
   // `shards` is filled after this is made, before any run.
-  Runner(const RuntimeConfig& config, TimerSlab& slab, RuntimeCounters& counters, LatenessHistogram& lateness,
-         LatenessHistogram& run_time, const TimerEnds& ends, const CommandPoster& poster, const Shards& shards) noexcept
-      : config_(config),
-        slab_(slab),
-        counters_(counters),
-        lateness_(lateness),
-        run_time_(run_time),
-        ends_(ends),
-        poster_(poster),
-        shards_(shards) {}
+  Runner(const RuntimeConfig& config, TimerSlab& slab, const TimerCounts& counts, const Shards& shards) noexcept
+      : config_(config), slab_(slab), counts_(counts), shards_(shards), poster_(config.wake_on_post_count) {}
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
 
@@ -91,12 +83,9 @@ class Runner {
 
   const RuntimeConfig& config_;
   TimerSlab& slab_;
-  RuntimeCounters& counters_;
-  LatenessHistogram& lateness_;
-  LatenessHistogram& run_time_;
-  const TimerEnds& ends_;
-  const CommandPoster& poster_;
+  const TimerCounts& counts_;  // and the meters (lateness, run times) through it
   const Shards& shards_;
+  const CommandPoster poster_;  // a periodic's re-arm
 };
 
 }  // namespace chime::detail

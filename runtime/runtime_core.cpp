@@ -51,7 +51,7 @@ RuntimeCore::RuntimeCore(RuntimeOptions options) : config_(validated(std::move(o
   shards_.reserve(config_.options.shards);
   for (unsigned k = 0; k < config_.options.shards; ++k) {
     wheel_threads_.push_back(std::make_unique<WheelThread>(
-        WheelThread::Parts{config_, slab_, pool_, runner_, ends_, cancel_requested_,
+        WheelThread::Parts{config_, slab_, pool_, runner_, counts_, lifecycle_,
                            simulated_ ? std::optional<std::thread::id>(simulation_thread_) : std::nullopt},
         k));
     shards_.add(wheel_threads_.back()->seam);
@@ -130,7 +130,7 @@ RuntimeCore::~RuntimeCore() {
 // (flush_in_call_order).
 void RuntimeCore::flush() {
   runner_.throw_if_in_callback("flush");
-  if (stopped_.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
+  if (lifecycle_.stopped.load(std::memory_order_acquire)) return;  // after shutdown there is nothing left to wait for
   // On a lane's thread the flush waits for runs only this thread runs: it
   // runs them while it waits (lanes.cpp).
   const ThreadLanes lanes = lanes_.lanes_of_this_thread();
@@ -242,7 +242,7 @@ std::optional<ReadyKey> RuntimeCore::post_flush_and_wait(ShardSeam& shard, const
 
 std::size_t RuntimeCore::drain() {
   runner_.throw_if_in_callback("drain");
-  if (stopped_.load(std::memory_order_acquire)) return 0;
+  if (lifecycle_.stopped.load(std::memory_order_acquire)) return 0;
   // A manual clock: what is due by the clock's reading runs first, on time
   // (design.md, "Clocks"); the drain then fires the rest early.
   if (manual()) flush();
@@ -285,14 +285,14 @@ void RuntimeCore::post_request_and_wait(ShardSeam& shard, CommandKind kind, void
 std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   runner_.throw_if_in_callback("shutdown");
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
-  if (shutdown_done_.load(std::memory_order_relaxed)) return 0;
+  if (lifecycle_.shutdown_done.load(std::memory_order_relaxed)) return 0;
   // A manual clock: fire_pending begins with a flush, as drain() does.
   if (mode == ShutdownMode::fire_pending && manual()) flush();
   // No timer due after this call runs, however long the queue: the wheel
   // threads stop at their next look (WheelThread::run_pass) instead of waiting for the
   // stop command behind the backlog; the sweep below cancels the rest.
-  if (mode == ShutdownMode::cancel_pending) cancel_requested_.store(true, std::memory_order_seq_cst);
-  stopped_.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
+  if (mode == ShutdownMode::cancel_pending) lifecycle_.cancel_requested.store(true, std::memory_order_seq_cst);
+  lifecycle_.stopped.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
   // One stop request per shard, all posted before any is waited for: the
   // shards stop together (with fire_pending, each drains its own wheel).
   std::vector<StopRequest> requests(wheel_threads_.size());
@@ -352,7 +352,7 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
         if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
           ++not_fired;
-          ends_.end_cancelled_timer();
+          counts_.end_cancelled_timer();
           break;
         }
         continue;
@@ -361,26 +361,26 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
         ++not_fired;
-        ends_.end_cancelled_timer();
+        counts_.end_cancelled_timer();
         slab_.reset_task(slot, i);  // release what the callback captured now, not at destruction
         break;
       }
     }
   }
   // release: a lane thread waiting for it (lanes.cpp) then sees the sweep done.
-  shutdown_done_.store(true, std::memory_order_release);
+  lifecycle_.shutdown_done.store(true, std::memory_order_release);
   return not_fired;
 }
 
 Stats RuntimeCore::stats() const {
   Stats s;
-  s.scheduled = counters_.sum(Counter::scheduled);
-  s.fired = counters_.sum(Counter::fired);
-  s.cancelled = counters_.sum(Counter::cancelled);
-  s.rescheduled = counters_.sum(Counter::rescheduled);
-  const std::uint64_t ended = counters_.sum(Counter::ended);
+  s.scheduled = meters_.counters.sum(Counter::scheduled);
+  s.fired = meters_.counters.sum(Counter::fired);
+  s.cancelled = meters_.counters.sum(Counter::cancelled);
+  s.rescheduled = meters_.counters.sum(Counter::rescheduled);
+  const std::uint64_t ended = meters_.counters.sum(Counter::ended);
   s.pending = s.scheduled > ended ? s.scheduled - ended : 0;
-  s.callback_errors = counters_.sum(Counter::callback_errors);
+  s.callback_errors = meters_.counters.sum(Counter::callback_errors);
   s.shards.reserve(wheel_threads_.size());
   for (const auto& shard : wheel_threads_) {
     ShardStats k{shard->seam.commands.size_approx(),
@@ -395,15 +395,15 @@ Stats RuntimeCore::stats() const {
     s.zombie_sweeps += shard->seam.zombie_sweeps.load(std::memory_order_relaxed);
     s.shards.push_back(k);
   }
-  s.slow_runs = counters_.sum(Counter::slow_runs);
-  s.lateness = lateness_.summary();
-  s.run_time = run_time_.summary();
+  s.slow_runs = meters_.counters.sum(Counter::slow_runs);
+  s.lateness = meters_.lateness.summary();
+  s.run_time = meters_.run_time.summary();
   return s;
 }
 
 std::optional<TimePoint> RuntimeCore::next_due() {
   runner_.throw_if_in_callback("next_due");
-  if (stopped_.load(std::memory_order_acquire)) return std::nullopt;
+  if (lifecycle_.stopped.load(std::memory_order_acquire)) return std::nullopt;
   std::int64_t earliest = INT64_MAX;
   for (auto& shard : wheel_threads_) {
     NextDueRequest request;
@@ -418,7 +418,7 @@ std::optional<TimePoint> RuntimeCore::next_due() {
 
 void RuntimeCore::check_invariants() {
   runner_.throw_if_in_callback("check_invariants");
-  if (stopped_.load(std::memory_order_acquire)) return;  // the wheel thread is gone, or going
+  if (lifecycle_.stopped.load(std::memory_order_acquire)) return;  // the wheel thread is gone, or going
   for (auto& shard : wheel_threads_) {
     CheckRequest request;
     post_request_and_wait(shard->seam, CommandKind::check, &request, request.completion);

@@ -51,6 +51,7 @@
 #include "dispatch.hpp"
 #include "lane_core.hpp"
 #include "lanes.hpp"
+#include "lifecycle_flags.hpp"
 #include "producer_ops.hpp"
 #include "requests.hpp"
 #include "runner.hpp"
@@ -58,7 +59,7 @@
 #include "runtime_stats.hpp"
 #include "shards.hpp"
 #include "slack.hpp"
-#include "timer_ends.hpp"
+#include "timer_counts.hpp"
 #include "timer_slab.hpp"
 #include "wake_signal.hpp"
 #include "wheel_thread.hpp"
@@ -135,14 +136,14 @@ class RuntimeCore {
   bool on_simulation_thread() const noexcept { return simulated_ && simulation_thread_ == std::this_thread::get_id(); }
   // shutdown(cancel_pending) was called. Relaxed: the wheel thread fences
   // where the order matters (cancel_requested_, below).
-  bool cancel_requested() const noexcept { return cancel_requested_.load(std::memory_order_relaxed); }
+  bool cancel_requested() const noexcept { return lifecycle_.cancel_requested.load(std::memory_order_relaxed); }
   // Runs claimed timers (runner.hpp): workers = 0, the wheel thread runs
   // its batch itself (Runner::Place::wheel_thread); a periodic's re-arm is
   // filed at once. Also says whether the calling thread runs a callback.
   Runner& runner() noexcept { return runner_; }
   const Runner& runner() const noexcept { return runner_; }
-  // Ending a timer: its counts (timer_ends.hpp).
-  const TimerEnds& ends() const noexcept { return ends_; }
+  // Ending a timer: its counts (timer_counts.hpp).
+  const TimerCounts& counts() const noexcept { return counts_; }
 
  private:
   // A test seam (simulation.hpp). With simulated_, no thread is started:
@@ -179,26 +180,13 @@ class RuntimeCore {
   //   reschedule, a re-arm) or counts its lazy cancel, as `lane` is
   //   (timer_slab.hpp).
   // - config_.due_limit_ns: argued at the field (runtime_config.hpp).
-  // - stopped_: shutdown stores it seq_cst, then fences before its sweep;
-  //   a schedule fences (P1) after its ADD, then loads it: S1's Dekker pair
-  //   (state-machine.md, "Shutdown vs producers still scheduling"); lanes
-  //   pair it with runs_active (lanes.cpp); flush, drain, open_lane,
-  //   close_lane and check_schedulable read it (acquire) as an early out.
-  // - cancel_requested_: shutdown(cancel_pending) stores it (seq_cst)
-  //   before stopped_; the wheel thread loads it between command batches
-  //   and, after a seq_cst fence, after each pass's clock read: set by
-  //   then, the pass dispatches nothing. Not set by then, the shutdown call
-  //   began after that clock read, so every timer the pass dispatches was
-  //   due at or before the call (design.md, shutdown).
-  // - shutdown_done_: shutdown stores it (release) after its sweep and
-  //   reads it under its mutex; a lane waiting for the sweep acquires it,
-  //   so the sweep's writes come first.
+  // - lifecycle_: argued at its flags (lifecycle_flags.hpp).
   // - live_: schedule adds (and subtracts on a refusal, a take-back or a
   //   withdrawal); whoever ends a timer subtracts (end_timer; a worker
   //   ending a one-shot does so before F1). Relaxed RMWs: max_pending needs
   //   an exact count; the order that matters (a timer seen Fired no longer
   //   counts) comes from F1's release (RuntimeCapacityRelease).
-  // - counters_, lateness_, run_time_: each thread writes its own stripe
+  // - meters_ (counters, lateness, run times): each thread writes its own stripe
   //   (threads beyond the 15th share the last one with RMWs), stats()
   //   sums them (runtime_stats.hpp); relaxed:
   //   exact once the writers' work happens-before the read (a flush, a
@@ -214,22 +202,16 @@ class RuntimeCore {
   // constructor before any thread starts (std::thread's start orders it for
   // them) and never after.
   TimerSlab slab_;
-  std::atomic<bool> stopped_{false};
-  // shutdown(cancel_pending) was called: the wheel thread stops at once,
-  // however many commands are queued (wheel_thread.cpp, run_pass).
-  std::atomic<bool> cancel_requested_{false};
-  std::atomic<bool> shutdown_done_{false};
+  LifecycleFlags lifecycle_;
   std::mutex shutdown_mutex_;
   std::mutex stepped_flush_mutex_;  // one flush_in_call_order at a time
   // flush's and drain's requests (RequestPool).
   RequestPool<FlushRequest> flush_requests_;
   RequestPool<DrainRequest> drain_requests_;
 
-  // Counters (runtime_stats.hpp).
-  RuntimeCounters counters_;
+  // Counters and histograms (runtime_stats.hpp).
+  RuntimeMeters meters_;
   std::atomic<std::uint64_t> live_{0};  // exact, maintained only when max_pending > 0
-  LatenessHistogram lateness_;
-  LatenessHistogram run_time_;
   std::shared_ptr<RuntimeAlive> alive_ = std::make_shared<RuntimeAlive>();
 
   // The workers and their hand-off queue (worker_pool.hpp).
@@ -240,16 +222,15 @@ class RuntimeCore {
   WheelThreads wheel_threads_;
   Shards shards_;
 
-  // The roles' narrow views of the fields above (references only): ending
-  // a timer (timer_ends.hpp), posting to a shard (command_poster.hpp),
-  // running claimed timers (runner.hpp).
-  TimerEnds ends_{counters_, live_, config_.options.max_pending != 0};
-  CommandPoster poster_{config_.wake_on_post_count};
-  Runner runner_{config_, slab_, counters_, lateness_, run_time_, ends_, poster_, shards_};
-  // Lanes (lanes.hpp): every LaneCore ever opened, under its own mutex.
-  Lanes lanes_{config_, slab_, stopped_, shutdown_done_, shards_, runner_, ends_};
-  // The calls any thread makes on a timer (producer_ops.hpp).
-  ProducerOps producer_ops_{config_, slab_, stopped_, live_, counters_, shards_, poster_, ends_, runner_};
+  // The roles, each made with the references it needs of the fields
+  // above: the counts a timer's life changes (timer_counts.hpp), running
+  // claimed timers (runner.hpp), lanes (lanes.hpp: every LaneCore ever
+  // opened, under its own mutex), the calls any thread makes on a timer
+  // (producer_ops.hpp).
+  TimerCounts counts_{meters_, live_, config_.options.max_pending};
+  Runner runner_{config_, slab_, counts_, shards_};
+  Lanes lanes_{config_, slab_, lifecycle_, shards_, runner_, counts_};
+  ProducerOps producer_ops_{config_, slab_, lifecycle_, counts_, shards_, runner_};
 };
 
 }  // namespace chime::detail

@@ -295,4 +295,13 @@ class LatenessHistogram {  // also used for run times
   std::array<Stripe, kStripes> stripes_{};
 };
 
+// What every role counts into and stats() sums: the counters, the
+// callbacks' lateness and their run times. Each thread writes its own
+// stripe, relaxed (argued at RuntimeCounters and LatenessHistogram).
+struct RuntimeMeters {
+  RuntimeCounters counters;
+  LatenessHistogram lateness;
+  LatenessHistogram run_time;
+};
+
 }  // namespace chime::detail

@@ -127,7 +127,7 @@
 
 #include "requests.hpp"
 #include "runner.hpp"
-#include "timer_ends.hpp"
+#include "timer_counts.hpp"
 #include "tuning.hpp"
 #include "worker_pool.hpp"
 
@@ -252,8 +252,8 @@ WheelThread::WheelThread(const Parts& parts, unsigned index)
       slab_(parts.slab),
       pool_(parts.pool),
       runner_(parts.runner),
-      ends_(parts.ends),
-      cancel_requested_(parts.cancel_requested),
+      counts_(parts.counts),
+      lifecycle_(parts.lifecycle),
       simulation_thread_(parts.simulation_thread),
       // The wheel files the slab's slots in place: nothing to reserve per
       // timer (RuntimeOptions::reserve pre-faults the slab).
@@ -1735,7 +1735,7 @@ void WheelThread::cancel_for_closed_lane(TimerSlot& slot, std::uint32_t index) {
     // The filed bit is cleared with it: the slot is freed here, not owed.
     if (slot.word.compare_exchange_weak(w, StateWord::unfiled(StateWord::with_state(w, SlotState::cancelled)),
                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
-      ends_.end_cancelled_timer();
+      counts_.end_cancelled_timer();
       slab_.reset_task(slot, index);
       CHIME_ASSERT(!slot.alarm.filed(), "a closed lane's timer is out of the wheel when cancelled");
       wt().retired->add(index);
@@ -1804,7 +1804,7 @@ void WheelThread::cancel_held_runs_of(LaneCore* lane) {
       // (L3) acq_rel, as C4.
       if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
-        ends_.end_cancelled_timer();
+        counts_.end_cancelled_timer();
         break;
       }
     }

@@ -36,6 +36,7 @@
 #include "chime/detail/assert.hpp"
 #include "command_queue.hpp"
 #include "dispatch.hpp"
+#include "lifecycle_flags.hpp"
 #include "runtime_config.hpp"
 #include "runtime_stats.hpp"
 #include "shard_seam.hpp"
@@ -46,7 +47,7 @@
 namespace chime::detail {
 
 class Runner;
-class TimerEnds;
+class TimerCounts;
 struct WorkerPool;
 struct LaneCore;
 struct Completion;
@@ -62,11 +63,9 @@ class WheelThread {
     // thread runs them (runner, Runner::Place::wheel_thread).
     WorkerPool& pool;
     Runner& runner;
-    const TimerEnds& ends;  // a cancelled timer's counts
-    // shutdown(cancel_pending) was called (RuntimeCore::cancel_requested_).
-    // Relaxed loads: the wheel thread fences where the order matters
-    // (run_pass).
-    const std::atomic<bool>& cancel_requested;
+    const TimerCounts& counts;  // a cancelled timer's counts
+    // How far shutdown has gone: cancel_requested (lifecycle_flags.hpp).
+    const LifecycleFlags& lifecycle;
     // A simulated runtime (simulation.hpp): the thread that runs the
     // passes, which counts as the wheel thread. Empty: a real thread.
     std::optional<std::thread::id> simulation_thread;
@@ -175,14 +174,16 @@ class WheelThread {
   void sleep(bool busy);
   void record_final_busy() noexcept;  // the thread's CPU time as it returns
 
-  bool cancel_requested() const noexcept { return cancel_requested_.load(std::memory_order_relaxed); }
+  // shutdown(cancel_pending) was called. Relaxed: the wheel thread fences
+  // where the order matters (run_pass; lifecycle_flags.hpp).
+  bool cancel_requested() const noexcept { return lifecycle_.cancel_requested.load(std::memory_order_relaxed); }
 
   const RuntimeConfig& config_;
   TimerSlab& slab_;
   WorkerPool& pool_;
   Runner& runner_;
-  const TimerEnds& ends_;
-  const std::atomic<bool>& cancel_requested_;
+  const TimerCounts& counts_;
+  const LifecycleFlags& lifecycle_;
   const std::optional<std::thread::id> simulation_thread_;
   WheelThreadState wt_;
 #ifndef NDEBUG
