@@ -60,13 +60,17 @@
  *                   F4, the REARM, WB on RunningCancelled.
  *  5 inline       : configuration 4 with workers = 0: the wheel thread runs
  *                   the callbacks and files the re-arm itself (F2 with A1).
- *  6 timer_every  : a chime::Timer armed with arm_every by a user thread,
- *                   re-armed (a one-shot) from its own callback, then
- *                   destroyed (disarm_and_wait); a worker; shutdown after.
+ *  6 timer_every  : a chime::Timer armed with arm_every by a user thread
+ *                   (S0 and its ADD, deferred by the wheel while Writing,
+ *                   then S1), re-armed (a one-shot) from its own callback,
+ *                   then destroyed (disarm_and_wait); a worker; shutdown
+ *                   after.
  *  7 timer_rearm  : a chime::Timer armed with arm_at, armed again by the
  *                   user while it may be pending, running or done (the
- *                   reschedule fast path, try_cancel, the arm deferred to
- *                   the end of the run), then destroyed.
+ *                   reschedule fast path; else the new arm reserved, S0,
+ *                   then try_cancel, then S1 or, when the run started, the
+ *                   reservation withdrawn and the arm deferred to the end
+ *                   of the run), then destroyed.
  *  8 lane         : a lane's thread schedules a periodic lane timer, runs
  *                   its ready queue, and destroys the lane (L1, L2, L3); P1
  *                   cancels the timer (or not); shutdown after them.
@@ -338,9 +342,10 @@ bool inuse[NSLOT];        /* allocated (not on the free list) */
 bool abandoned[NSLOT];    /* Pending at shutdown's sweep (X1): stays with the slab */
 byte held[NSLOT];         /* dispatch records of the slot in flight */
 /* the wheel is owed an ADD or REARM for the slot's timer: set at S1 (the
- * ADD follows), at the post of a REARM and of R4's ADD; cleared when A1
- * files it. A Pending word that is not filed always has one owed, so the
- * wheel never forgets a timer: asserted at the shutdown sweep (X1). */
+ * ADD follows), at the post of S0's ADD, of a REARM and of R4's ADD;
+ * cleared when A1 files it. A Pending word that is not filed always has
+ * one owed, so the wheel never forgets a timer: asserted at the shutdown
+ * sweep (X1). */
 bool owed[NSLOT];
 /* a zombie's word: the Cancelled word with the filed bit that K1 or R3
  * published on a filed timer, while the wheel thread (or shutdown's sweep)
@@ -840,6 +845,77 @@ inline tm_defer_locked(a) {
   atomic { tm_stopped = 1; tm_deferred = a }
 }
 
+/* TimerHandleState::arm, past the fast path: the arm that replaces the
+ * pending run is reserved before the run is cancelled (reserve_schedule,
+ * then reserve_add), so that an arm refused leaves the Timer as it was.
+ * ProducerOps::reserve_schedule reads stopped_ (StoppedError: nothing
+ * reserved, tt stays 0) and allocates the slot; reserve_add publishes the
+ * new generation in Writing (S0) and posts its ADD before the timer is
+ * published: the wheel thread defers an ADD that meets Writing (A1_DECIDE)
+ * until S1 or the withdrawal. No id of the generation exists before
+ * commit_schedule returns it, so only the wheel thread, the sweep and a
+ * stale id of the slot's previous timer (another generation) see the word
+ * meanwhile. tt gets the timer's number. */
+inline tm_reserve(a, me) {
+  if
+  :: stopped -> skip                             /* stopped_.load: StoppedError */
+  :: else ->
+     atomic {
+       alloc(sl);                                /* slab_.allocate */
+       nt++; tt = nt; assert(tt <= NT);
+       arm_of[sl] = tt; t_slot[tt] = sl; t_per = (a == 2);
+       gg = NEXTGEN(word[sl]); t_gen[tt] = gg;
+       word[sl] = MAKE(gg, WRITING, t_per)       /* (S0) store, relaxed */
+     };
+     atomic { POST(me, ADD, sl, gg, 1); owed[sl] = 1; sl = 0; gg = 0; t_per = 0 }   /* try_push(ADD) */
+  fi
+}
+
+/* ProducerOps::release_reservation after reserve_add, withdraw_reserved_add:
+ * the Writing word to Cancelled (K1's store, release), then the slot freed
+ * (free_unfiled: the ADD waits while Writing, so it was never filed); the
+ * queued ADD finds Cancelled, or a later generation, and does nothing.
+ * The code finishes a cancel by a guessed id (C2) here too; the model's
+ * cancels name returned ids only, so the word is still S0's. */
+inline tm_withdraw_reserved() {
+  atomic {
+    sl = t_slot[tt]; gg = t_gen[tt]; w = word[sl];   /* load, acquire */
+    assert(w == MAKE(gg, WRITING, ISPER(w)));
+    OWN(sl, tt); word[sl] = WITH_STATE(w, CANCELLED)   /* store, release */
+  };
+  atomic { FREE_SLOT(sl, tt); t_pub[tt] = 2; sl = 0; gg = 0; w = 0; tt = 0; cid = 0 }
+}
+
+/* ProducerOps::commit_schedule after reserve_add: the fields, then (S1) a
+ * CAS from S0's Writing word to Pending, release (which only a cancel by a
+ * guessed id could beat: the model asserts nothing did), the ADD queued
+ * already; then as schedule after its post: the (P1) fence, stopped_ again
+ * (withdraw_posted), the wake-up. */
+inline tm_commit_locked(a, me) {
+  tm_stopped = 1;
+  atomic {
+    sl = t_slot[tt]; gg = t_gen[tt]; t_per = (a == 2);
+    OWN(sl, tt);
+    due[sl] = 1; task[sl] = 1; s_lane[sl] = 0;   /* the fields, before S1 */
+    assert(word[sl] == MAKE(gg, WRITING, t_per));   /* (S1) compare_exchange_strong Writing -> Pending */
+    word[sl] = MAKE(gg, PENDING, t_per); undecided[tt] = 1
+  };
+  /* (P1) seq_cst fence */
+  if
+  :: stopped -> withdraw(tt)                     /* withdraw_posted */
+  :: else ->                                     /* wake_after_fence: load the bound */
+     atomic { BOUND_AFTER_POST(1); t_pub[tt] = 1; sl = 0; gg = 0; t_per = 0 };
+     wake_after_fence()
+  fi;
+  atomic {
+    if
+    :: t_pub[tt] == 1 -> tm_current = tt; tm_periodic = (a == 2); tm_stopped = 0
+    :: else                                      /* threw: left disarmed */
+    fi;
+    tt = 0; cid = 0
+  }
+}
+
 /* TimerHandleState::arm */
 inline tm_arm(a, me) {
   tm_lock_();
@@ -855,17 +931,25 @@ inline tm_arm(a, me) {
      :: else
      fi;
      if
+     :: dn == 0 ->
+        tm_reserve(a, me);                       /* reserve_schedule, reserve_add */
+        if :: tt == 0 -> dn = 1 :: else fi       /* refused: the Timer as it was */
+     :: else
+     fi;
+     if
      :: dn == 0 && tm_current != 0 ->
         decide_cancel(tm_current);               /* try_cancel */
         if
         :: (r == O_RUNNING || r == O_STOPPED_LATER) && tm_last_run != tm_current ->
+           atomic { r = 0; sl = 0; gg = 0 };
+           tm_withdraw_reserved();               /* release_reservation */
            tm_defer_locked(a); dn = 1            /* started, trampoline not entered: deferred */
         :: else
         fi;
         atomic { r = 0; sl = 0; gg = 0 }
      :: else
      fi;
-     if :: dn == 0 -> tm_schedule_locked(a, me) :: else fi
+     if :: dn == 0 -> tm_commit_locked(a, me) :: else fi
   fi;
   atomic { tm_lock = 0; dn = 0 }
 }

@@ -135,7 +135,11 @@ class ReferenceQueue {
     e.it = by_key_.emplace(key, id);
   }
 
-  std::uint64_t random_id(Random& r) const { return ids_[r.below(ids_.size())]; }
+  // A live id drawn from `r`: a Random, or anything else with below(n) (the fuzz target's input).
+  template <class R>
+  std::uint64_t random_id(R& r) const {
+    return ids_[r.below(ids_.size())];
+  }
 
   std::optional<Key> min_key() const {
     if (by_key_.empty()) return std::nullopt;

@@ -2,11 +2,11 @@
 // tests/wheel_observe.hpp: the checks of a wheel's observable state against
 // the reference model (reference_wheel.hpp) that the differential tests
 // (tests/wheel_differential_test.cpp) and the wheel fuzz target
-// (fuzz/wheel_fuzz.cpp) both make after every operation: the one place that
-// states them. Each returns the first property that does not hold, as a
-// message, or std::nullopt; the caller reports it its own way (a test
-// divergence, a fuzz abort) and adds what is its own (live values of its
-// value type, check_invariants()).
+// (fuzz/wheel_fuzz.cpp) both make after every operation, through the
+// observe() of tests/wheel_op_driver.hpp: the one place that states them.
+// Each returns the first property that does not hold, as a message, or
+// std::nullopt; the driver reports it and adds the live values of its value
+// type.
 #pragma once
 
 #include <algorithm>
