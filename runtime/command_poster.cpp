@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "chime/runtime.hpp"
-#include "runtime_core.hpp"
+#include "requests.hpp"
 
 namespace chime::detail {
 

@@ -51,7 +51,7 @@
 #include <thread>
 #include <utility>
 
-#include "runtime_core.hpp"
+#include "requests.hpp"
 
 namespace chime::detail {
 
