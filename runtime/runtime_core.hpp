@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
-// runtime/runtime_core.hpp: the runtime's shared state and the five roles
-// that act on it.
+// runtime/runtime_core.hpp: the runtime's shared state and the roles that
+// act on it.
 //
 // What this is: everything behind chime::Runtime (a pimpl): the state the
 // roles share, and one object per role, each holding references to the
@@ -22,6 +22,10 @@
 // - lanes' threads: Lanes (lanes.hpp): a lane's ready runs, its close.
 // - lifecycle (any thread but a callback): runtime_core.cpp: flush, drain,
 //   shutdown, stats.
+//
+// Each role holds references only to what it uses (six at most), and
+// reaches a shard through its seam (shard_seam.hpp, shards.hpp); only
+// runtime_core.cpp and the public handles include this header.
 //
 // Read in this order: timer_state.hpp, timer_slab.hpp, command_queue.hpp,
 // wake_signal.hpp, wheel_thread_state.hpp, worker_pool.hpp, this file,
