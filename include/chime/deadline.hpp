@@ -468,7 +468,7 @@ requires(!std::is_lvalue_reference_v<A> && std::is_move_constructible_v<A> &&
          (detail::TimeoutAwaitable<A> ||
           std::is_invocable_v<A&>)) WithTimeout<A> with_timeout(Lane& lane, A&& awaitable, Duration timeout,
                                                                 ScheduleOptions options = {}) {
-  return WithTimeout<A>(lane, std::move(awaitable), detail::timeout_due(lane.clock().now(), timeout), options);
+  return WithTimeout<A>(lane, std::forward<A>(awaitable), detail::timeout_due(lane.clock().now(), timeout), options);
 }
 template <class A>
 requires(!std::is_lvalue_reference_v<A> && std::is_move_constructible_v<A> &&
@@ -476,7 +476,7 @@ requires(!std::is_lvalue_reference_v<A> && std::is_move_constructible_v<A> &&
           std::is_invocable_v<A&>)) WithTimeout<A> with_timeout(Lane& lane, A&& awaitable, TimePoint due,
                                                                 ScheduleOptions options = {}) {
   lane.clock();  // an empty Lane, or its Runtime gone: std::logic_error here
-  return WithTimeout<A>(lane, std::move(awaitable), due, options);
+  return WithTimeout<A>(lane, std::forward<A>(awaitable), due, options);
 }
 
 }  // namespace chime
