@@ -16,11 +16,11 @@
 //     if (!r) { /* timed out: read_reply's awaiter was destroyed, its wait withdrawn */ }
 //   }
 //
-// A Deadline is a chime::Timer (chime/timer.hpp) armed once at construction
-// and disarmed by its destructor, with a flag that records whether its
-// callback began: it has the Timer's rules for threads, shutdown, a Runtime
-// or Lane destroyed first, and destruction from its own callback (G44-G47),
-// and adds these.
+// A Deadline is a chime::Timer (chime/timer.hpp) armed at construction (and
+// by reset()) and disarmed by its destructor, with a flag that records
+// whether its callback began: it has the Timer's rules for threads,
+// shutdown, a Runtime or Lane destroyed first, and destruction from its own
+// callback (G44-G47), and adds these.
 //
 // Guarantees, each with its ID:
 // G55 (deadline cancel): destroying a Deadline, or calling cancel(), before
