@@ -1106,7 +1106,7 @@ inline run_one(where, me) {
                 ok = 1; undecided[rt] = 1; held[rs]--;
                 if
                 :: where == AT_WHEEL ->          /* workers = 0: filed here, A1 in the same CAS */
-                   fil_t[rs] = rt;                 /* refile_rearmed_inline: file() */
+                   fil_t[rs] = rt;                 /* file_rearmed: file() */
                    if :: k <= now -> overdue[rs] = 1 :: else -> in_wheel[rs] = 1; alarm_at[rs] = k fi
                 :: else
                 fi

@@ -115,7 +115,7 @@ struct LaneCore {
   // batch) happens-before the next thread's use.
   std::atomic<std::thread::id> runner{};
   // 1 while the lane's thread is inside run_ready (the Dekker pair with
-  // shutdown's stopped_: lanes.cpp). Per lane: lanes' threads share no line.
+  // shutdown's stopped: lanes.cpp). Per lane: lanes' threads share no line.
   std::atomic<std::uint32_t> runs_active{0};
   // The lane's own command-queue token and slot cache (a Producer's), for
   // calls made on the lane's thread (LaneToken, lane_token.hpp): the loop thread

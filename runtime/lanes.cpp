@@ -23,17 +23,17 @@
 // producer's cancel: exactly one wins and counts the timer.
 //
 // Race: a lane's runs vs shutdown (the Dekker pair on the lane's runs_active
-// and stopped_, both seq_cst):
+// and LifecycleFlags::stopped, both seq_cst):
 //   lane thread (run_lane)                    shutdown
-//   runs_active += 1                          stopped_ = true
-//   if stopped_: -= 1, wait for shutdown_done_, ... join the wheel thread and workers ...
+//   runs_active += 1                          stopped = true
+//   if stopped: -= 1, wait for shutdown_done, ... join the wheel thread and workers ...
 //     then run the rest as final runs         wait until every lane's runs_active == 0
 //   else run (a periodic re-arm is a command) leftovers, sweep (X1; Handed lane runs: X2)
-//   runs_active -= 1                          shutdown_done_ = true (release)
+//   runs_active -= 1                          shutdown_done = true (release)
 // (A lane opened after shutdown looked at the lanes was added under the
 // lanes' mutex after that look, so its first increment, and its load of
-// stopped_, come after shutdown's store: it sees lifecycle_.stopped.)
-// Either the lane sees stopped_, and starts no run (B1) until shutdown is
+// stopped, come after shutdown's store: it sees it set.)
+// Either the lane sees stopped, and starts no run (B1) until shutdown is
 // done, or shutdown waits for its batch, whose re-arm commands then are
 // leftovers the sweep settles. So no run starts while the sweep looks at a
 // Handed word, and no re-arm is posted after the sweep.

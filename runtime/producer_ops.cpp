@@ -289,8 +289,8 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
     return TimerId(index, g, config_.tag);
   }
   // (P1) One seq_cst fence for two Dekker pairs: S1 and the ADD, then
-  // stopped_ (shutdown stores stopped_, then fences, then sweeps: either we
-  // see stopped_ below or its sweep and its look at the queue see our word
+  // stopped (shutdown stores stopped, then fences, then sweeps: either we
+  // see stopped below or its sweep and its look at the queue see our word
   // and our ADD), and the ADD, then the sleeper's bound (wake_after_fence).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (lifecycle_.stopped.load(std::memory_order_relaxed)) [[unlikely]] {

@@ -138,9 +138,6 @@ class RuntimeCore {
   // The calling thread runs a simulated runtime's passes: it counts as its
   // shards' wheel thread.
   bool on_simulation_thread() const noexcept { return simulated_ && simulation_thread_ == std::this_thread::get_id(); }
-  // shutdown(cancel_pending) was called. Relaxed: the wheel thread fences
-  // where the order matters (cancel_requested_, below).
-  bool cancel_requested() const noexcept { return lifecycle_.cancel_requested.load(std::memory_order_relaxed); }
   // Runs claimed timers (runner.hpp): workers = 0, the wheel thread runs
   // its batch itself (Runner::Place::wheel_thread); a periodic's re-arm is
   // filed at once. Also says whether the calling thread runs a callback.
