@@ -104,8 +104,9 @@ TimerId LaneRef::schedule_at(TimePoint due, Task task, ScheduleOptions options) 
   const detail::LaneToken token(*lane_);
   // With the generation this reference was made with: a timer of a lane
   // destroyed meanwhile is cancelled by the wheel thread (L1).
-  return core_->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token.get(), lane_, lane_generation_,
-                                        slack_code);
+  return core_->producer_ops().schedule(
+      {.due = due, .slack_code = slack_code, .lane = lane_, .lane_generation = lane_generation_}, std::move(task),
+      token.get());
 }
 bool LaneRef::cancel(TimerId id) const {
   check("cancel");

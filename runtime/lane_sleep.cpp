@@ -115,8 +115,9 @@ void LaneSleep::suspend(std::coroutine_handle<> h, bool owns_frame) {
   const detail::LaneToken token(*lane_);
   // With the generation the sleep was made with: a Lane destroyed meanwhile
   // has the wheel thread cancel it (L1), never hand it to the core's next Lane.
-  id_ = core_->producer_ops().schedule(due_, 0, Missed::skip, Task(LaneSleepResumer(this, owns_frame)), token.get(),
-                                       lane_, lane_generation_, slack_code);
+  id_ = core_->producer_ops().schedule(
+      {.due = due_, .slack_code = slack_code, .lane = lane_, .lane_generation = lane_generation_},
+      Task(LaneSleepResumer(this, owns_frame)), token.get());
   scheduled_.store(true, std::memory_order_release);
 }
 

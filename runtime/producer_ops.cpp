@@ -211,11 +211,10 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
 // then out of memory cannot stop it). Out of memory, the timer is taken
 // back and std::bad_alloc thrown. StoppedError if shutdown began meanwhile
 // (the timer is withdrawn), unless shutdown already took it.
-[[gnu::always_inline]] inline TimerId ProducerOps::commit_schedule_inline(const ScheduleReservation& r, TimePoint due,
-                                                                          std::int64_t period_ns, Missed on_missed,
-                                                                          Task&& task, LaneCore* lane,
-                                                                          std::uint32_t lane_generation,
-                                                                          std::uint8_t slack_code) {
+[[gnu::always_inline]] inline TimerId ProducerOps::commit_schedule_inline(const ScheduleReservation& r,
+                                                                          const ScheduleRequest& q, Task&& task) {
+  const std::int64_t period_ns = q.period_ns;
+  LaneCore* const lane = q.lane;
   ShardSeam& shard = *r.shard;
   ProducerQueueToken* const token = r.token;
   ProducerQueueToken* const queue_token = shards_.token_for(shard, token);
@@ -224,7 +223,7 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
   // We own the slot: it came from the free list (acquire) or is fresh.
   const std::uint64_t old = slot.word.load(std::memory_order_relaxed);
   const std::uint32_t g = r.add_posted ? r.generation : StateWord::next_generation(old);
-  const std::int64_t due_ns = due.time_since_epoch().count();
+  const std::int64_t due_ns = q.due.time_since_epoch().count();
   // The callable goes into the slot when it fits. A periodic or lane timer,
   // or a callable too large for the slot, needs the slot's side record: its
   // chunk's side array is created here, before anything is published (out
@@ -243,19 +242,20 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
     SlotExtra& extra = slab_.extra(index);
     if (!task_in_slot) extra.task = std::move(task);
     extra.period_ns = period_ns;
-    extra.on_missed = static_cast<std::uint8_t>(on_missed);
+    extra.on_missed = static_cast<std::uint8_t>(q.on_missed);
     // relaxed: published by S1's release, as the fields below. A Timer
     // passes the generation it was made with: if its Lane is gone, the
     // wheel thread cancels the timer (L1) instead of handing it to the lane
     // core's next user; else the Lane calling us is alive (its generation
     // is stable while it is).
     extra.lane.store(lane, std::memory_order_relaxed);
+    std::uint32_t lane_generation = q.lane_generation;
     if (lane != nullptr && lane_generation == 0) lane_generation = lane->generation.load(std::memory_order_relaxed);
     extra.lane_generation = lane != nullptr ? lane_generation : 0;
     if (manual) extra.order.store(config_.call_order.take(), std::memory_order_relaxed);  // published by S1
   }
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
-  slot.slack_code = slack_code;
+  slot.slack_code = q.slack_code;
   slot.shard.store(static_cast<std::uint8_t>(shard.index), std::memory_order_relaxed);  // published by S1
   slot.layout.store(static_cast<std::uint8_t>((task_in_slot ? 0 : TimerSlot::kTaskOutOfLine) |
                                               (lane != nullptr ? TimerSlot::kOnLane : 0)),
@@ -303,11 +303,9 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
   return TimerId(index, g, config_.tag);
 }
 
-TimerId ProducerOps::schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task,
-                              ProducerQueueToken* token, LaneCore* lane, std::uint32_t lane_generation,
-                              std::uint8_t slack_code) {
-  const ScheduleReservation r = reserve_schedule_inline(due, token, lane, 0);
-  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, slack_code);
+TimerId ProducerOps::schedule(const ScheduleRequest& q, Task&& task, ProducerQueueToken* token) {
+  const ScheduleReservation r = reserve_schedule_inline(q.due, token, q.lane, 0);
+  return commit_schedule_inline(r, q, std::move(task));
 }
 
 ProducerOps::ScheduleReservation ProducerOps::reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
@@ -315,10 +313,8 @@ ProducerOps::ScheduleReservation ProducerOps::reserve_schedule(TimePoint due, Pr
   return reserve_schedule_inline(due, token, lane, extra_pending);
 }
 
-TimerId ProducerOps::commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns,
-                                     Missed on_missed, Task&& task, LaneCore* lane, std::uint32_t lane_generation,
-                                     std::uint8_t slack_code) {
-  return commit_schedule_inline(r, due, period_ns, on_missed, std::move(task), lane, lane_generation, slack_code);
+TimerId ProducerOps::commit_schedule(const ScheduleReservation& r, const ScheduleRequest& q, Task&& task) {
+  return commit_schedule_inline(r, q, std::move(task));
 }
 
 // One CAS decides it (C1, C2, C3 or C4) and nothing else happens on the

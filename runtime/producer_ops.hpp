@@ -31,6 +31,24 @@
 
 namespace chime::detail {
 
+// What a schedule asks for: when, how often, with which slack, and where it
+// runs. The handles build it (runtime.cpp, lane.cpp, lane_sleep.cpp,
+// timer.cpp); ProducerOps::schedule and commit_schedule read it.
+struct ScheduleRequest {
+  TimePoint due;
+  std::int64_t period_ns = 0;  // 0: a one-shot timer
+  Missed on_missed = Missed::skip;
+  // The timer's slack (slack.hpp; RuntimeConfig::slack_code checks a
+  // caller's argument).
+  std::uint8_t slack_code = SlackCode::runtime_default;
+  // The lane whose thread runs it; null: the workers (or the wheel thread).
+  LaneCore* lane = nullptr;
+  // The generation of `lane` the caller expects (a Timer's, recorded when it
+  // was made; a lane sleep's); 0: the lane's current one (a Lane's own
+  // calls: it is alive).
+  std::uint32_t lane_generation = 0;
+};
+
 class ProducerOps {
  public:
   ProducerOps(const RuntimeConfig& config, TimerSlab& slab, const LifecycleFlags& lifecycle, const TimerCounts& counts,
@@ -39,14 +57,7 @@ class ProducerOps {
   ProducerOps& operator=(const ProducerOps&) = delete;
 
   // `token` may be null (the calling thread's implicit sub-queue).
-  // `lane_generation`: the generation of `lane` the caller
-  // expects (a Timer's, recorded when it was made); 0: the lane's current
-  // one (a Lane's own calls: it is alive).
-  // `slack_code`: the timer's slack (slack.hpp; slack_code_of checks a
-  // caller's argument).
-  TimerId schedule(TimePoint due, std::int64_t period_ns, Missed on_missed, Task&& task, ProducerQueueToken* token,
-                   LaneCore* lane = nullptr, std::uint32_t lane_generation = 0,
-                   std::uint8_t slack_code = SlackCode::runtime_default);
+  TimerId schedule(const ScheduleRequest& q, Task&& task, ProducerQueueToken* token);
   // schedule() in steps, for a caller that must know the schedule will be
   // accepted before it gives up something (chime::Timer's re-arm replaces
   // its pending run only then). reserve_schedule throws what schedule
@@ -69,16 +80,14 @@ class ProducerOps {
   ScheduleReservation reserve_schedule(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                        std::size_t extra_pending);
   void reserve_add(ScheduleReservation& r, bool periodic, bool needs_extra);
-  TimerId commit_schedule(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                          Task&& task, LaneCore* lane, std::uint32_t lane_generation, std::uint8_t slack_code);
+  TimerId commit_schedule(const ScheduleReservation& r, const ScheduleRequest& q, Task&& task);
   void release_reservation(const ScheduleReservation& r) noexcept;
 
  private:
   // producer_ops.cpp: their bodies, inlined into schedule().
   ScheduleReservation reserve_schedule_inline(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                               std::size_t extra_pending);
-  TimerId commit_schedule_inline(const ScheduleReservation& r, TimePoint due, std::int64_t period_ns, Missed on_missed,
-                                 Task&& task, LaneCore* lane, std::uint32_t lane_generation, std::uint8_t slack_code);
+  TimerId commit_schedule_inline(const ScheduleReservation& r, const ScheduleRequest& q, Task&& task);
 
  public:
   bool cancel(TimerId id, ProducerQueueToken* token);

@@ -62,15 +62,17 @@ decltype(auto) with_token(const OpsTarget& t, F&& f) {
 TimerId ops_schedule_at(const OpsTarget& t, TimePoint due, Task&& task, const ScheduleOptions& options) {
   const std::uint8_t slack_code = t.core->config().slack_code(options.slack, "schedule_at");
   return with_token(t, [&](ProducerQueueToken* token) {
-    return t.core->producer_ops().schedule(due, 0, Missed::skip, std::move(task), token, t.lane, 0, slack_code);
+    return t.core->producer_ops().schedule({.due = due, .slack_code = slack_code, .lane = t.lane}, std::move(task),
+                                           token);
   });
 }
 
 TimerId ops_schedule_after(const OpsTarget& t, Duration delay, Task&& task, const ScheduleOptions& options) {
   const std::uint8_t slack_code = t.core->config().slack_code_after(options.slack, delay, "schedule_after");
   return with_token(t, [&](ProducerQueueToken* token) {
-    return t.core->producer_ops().schedule(saturating_after(t.core->now(), delay), 0, Missed::skip, std::move(task),
-                                           token, t.lane, 0, slack_code);
+    return t.core->producer_ops().schedule(
+        {.due = saturating_after(t.core->now(), delay), .slack_code = slack_code, .lane = t.lane}, std::move(task),
+        token);
   });
 }
 
@@ -82,8 +84,12 @@ TimerId ops_schedule_every(const OpsTarget& t, Duration period, Task&& task, con
   }
   const TimePoint first = options.first_due ? *options.first_due : saturating_after(t.core->now(), period);
   return with_token(t, [&](ProducerQueueToken* token) {
-    return t.core->producer_ops().schedule(first, period.count(), options.on_missed, std::move(task), token, t.lane, 0,
-                                           slack_code);
+    return t.core->producer_ops().schedule({.due = first,
+                                            .period_ns = period.count(),
+                                            .on_missed = options.on_missed,
+                                            .slack_code = slack_code,
+                                            .lane = t.lane},
+                                           std::move(task), token);
   });
 }
 

@@ -121,11 +121,19 @@ struct TimerHandleState {
   void schedule_locked(const Arm& a) {
     stopped = true;
     check_lane("arm");
-    current = rt.producer_ops().schedule(a.due, a.period_ns, a.on_missed, trampoline(), nullptr, lane, lane_generation,
-                                         a.slack_code);
+    current = rt.producer_ops().schedule(request(a), trampoline(), nullptr);
     periodic = a.period_ns != 0;
     slack_code = a.slack_code;
     stopped = false;
+  }
+
+  ScheduleRequest request(const Arm& a) const noexcept {
+    return {.due = a.due,
+            .period_ns = a.period_ns,
+            .on_missed = a.on_missed,
+            .slack_code = a.slack_code,
+            .lane = lane,
+            .lane_generation = lane_generation};
   }
 
   Task trampoline() {
@@ -181,8 +189,7 @@ struct TimerHandleState {
     stopped = true;
     // Only shutdown, begun since the reservation, can refuse it now: the
     // Timer is then disarmed, as shutdown would have left it.
-    current = rt.producer_ops().commit_schedule(r, a.due, a.period_ns, a.on_missed, trampoline(), lane, lane_generation,
-                                                a.slack_code);
+    current = rt.producer_ops().commit_schedule(r, request(a), trampoline());
     periodic = a.period_ns != 0;
     slack_code = a.slack_code;
     stopped = false;
