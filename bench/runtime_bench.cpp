@@ -3,7 +3,7 @@
 // otherwise pick, in one binary and one run.
 //
 // Services (each named by the parameters it is built with; see name()):
-//   chime,queue=moodycamel,...      chime::Runtime, default command queue
+//   chime,queue=moodycamel,...      chime::Runtime (its command queue is moodycamel's)
 //                                   (precision=1ms everywhere; also precision=100us
 //                                   in BM_RuntimeLightLoad, a separate instance).
 //                                   No ",slack=" in the name: the default slack
@@ -14,7 +14,6 @@
 //                                   ",slack=50us": a fixed 50 us for every timer.
 //                                   The lateness, idle and light-load scenarios
 //                                   run all three (design.md, "Slack").
-//   chime,queue=boost_lockfree,...  chime::Runtime, Boost.Lockfree command queue
 //   mutex_heap,workers=2            runtime_peers/mutex_heap_service.hpp: one mutex,
 //                                   indexed binary heap, condvar timer thread, a
 //                                   mutex+condvar worker pool
@@ -245,23 +244,13 @@ struct CountCallback {
 //                                        apply schedules and fire (chime: every wheel thread)
 //   static constexpr bool kAnswers;      cancel/reschedule report whether they won
 
-const char* queue_name(chime::CommandQueueBackend q) {
-  switch (q) {
-    case chime::CommandQueueBackend::moodycamel:
-      return "moodycamel";
-    case chime::CommandQueueBackend::boost_lockfree:
-      return "boost_lockfree";
-  }
-  return "?";
-}
-
 // PrecisionNs: the runtime's precision in nanoseconds (a count, as
 // std::chrono::duration cannot be a template argument); SlackNs its
 // RuntimeOptions::slack (0: unset, the default slack, proportional to each
 // timer's delay; PrecisionNs: the interval rule; 50'000: 50 us); Shards its
 // RuntimeOptions::shards (each producer thread's Producer binds to the next
 // shard, round-robin).
-template <chime::CommandQueueBackend Queue, std::int64_t PrecisionNs, std::int64_t SlackNs = 0, unsigned Shards = 1>
+template <std::int64_t PrecisionNs, std::int64_t SlackNs = 0, unsigned Shards = 1>
 class ChimeService {
  public:
   using Id = chime::TimerId;
@@ -272,7 +261,6 @@ class ChimeService {
     chime::RuntimeOptions o;
     o.precision = kPrecision;
     o.workers = kWorkers;
-    o.command_queue = Queue;
     o.slack = std::chrono::nanoseconds(SlackNs);
     o.shards = Shards;
     // No queue bound: the scenarios time until everything posted is
@@ -285,7 +273,7 @@ class ChimeService {
   }
   static std::string name() {
     const chime::RuntimeOptions o = options();
-    return std::string("chime,queue=") + queue_name(o.command_queue) + ",precision=" + fmt(o.precision) +
+    return std::string("chime,queue=moodycamel,precision=") + fmt(o.precision) +
            slack_label() + (Shards != 1 ? ",shards=" + std::to_string(Shards) : std::string()) +
            ",workers=" + std::to_string(o.workers);
   }
@@ -415,22 +403,21 @@ class Asio {
   AsioTimerService svc_;
 };
 
-using ChimeMoodycamel = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count()>;
-using ChimeBoostLockfree = ChimeService<chime::CommandQueueBackend::boost_lockfree, kPrecision.count()>;
-using ChimeMoodycamelFine = ChimeService<chime::CommandQueueBackend::moodycamel, kFinePrecision.count()>;
+using ChimeMoodycamel = ChimeService<kPrecision.count()>;
+using ChimeMoodycamelFine = ChimeService<kFinePrecision.count()>;
 // 1 ms grid, a fixed 50 us slack for every timer (design.md, "Slack"):
 // fires within 50 us of the due.
 using ChimeMoodycamelSlack =
-    ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), std::int64_t{50'000}>;
+    ChimeService<kPrecision.count(), std::int64_t{50'000}>;
 // 1 ms grid, slack = precision: the interval rule (a timer runs when its
 // precision interval ends).
 using ChimeMoodycamelInterval =
-    ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), kPrecision.count()>;
+    ChimeService<kPrecision.count(), kPrecision.count()>;
 // Two shards (design.md, "Shards"): two wheel threads over one slab and pool.
-using ChimeMoodycamelShards2 = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), 0, 2>;
+using ChimeMoodycamelShards2 = ChimeService<kPrecision.count(), 0, 2>;
 // Four and eight shards: registered only when CHIME_BENCH_SHARDS lists them.
-using ChimeMoodycamelShards4 = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), 0, 4>;
-using ChimeMoodycamelShards8 = ChimeService<chime::CommandQueueBackend::moodycamel, kPrecision.count(), 0, 8>;
+using ChimeMoodycamelShards4 = ChimeService<kPrecision.count(), 0, 4>;
+using ChimeMoodycamelShards8 = ChimeService<kPrecision.count(), 0, 8>;
 
 // One instance per service, with the background timers, built on first use
 // (outside any timed region) and destroyed at exit.
@@ -913,7 +900,6 @@ void for_services(Fn4&& fn, bool with_slack = false) {
     fn(static_cast<ChimeMoodycamelInterval*>(nullptr));
     fn(static_cast<ChimeMoodycamelSlack*>(nullptr));
   }
-  fn(static_cast<ChimeBoostLockfree*>(nullptr));
   fn(static_cast<MutexHeap*>(nullptr));
   fn(static_cast<Asio*>(nullptr));
 }
@@ -977,7 +963,6 @@ void register_all() {
   idle(static_cast<ChimeMoodycamel*>(nullptr));
   idle(static_cast<ChimeMoodycamelInterval*>(nullptr));
   idle(static_cast<ChimeMoodycamelSlack*>(nullptr));
-  idle(static_cast<ChimeBoostLockfree*>(nullptr));
   idle(static_cast<MutexHeap*>(nullptr));
   // A fresh instance: nothing pending, then one far timer.
   auto idle_fresh = [&](auto* tag) {

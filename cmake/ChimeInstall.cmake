@@ -56,8 +56,8 @@ endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/chime.pc.in ${PROJECT_BINARY_DIR}/chime.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/chime.pc DESTINATION ${CHIME_PKGCONFIG_DIR})
 
-# The licences: chime's (BSL-1.0) and the notices of moodycamel's queue and Boost.Lockfree,
-# which libchime_runtime.a compiles in (README, "License").
+# The licences: chime's (BSL-1.0) and the notices of moodycamel's queue, which
+# libchime_runtime.a compiles in (README, "License").
 set(CHIME_PACKAGE_MAINTAINER "chime developers <chime-dev@lists.example.org>"
     CACHE STRING "Maintainer field of the .deb, and contact of the copyright file: \"Name <address>\"")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/debian/copyright.in ${PROJECT_BINARY_DIR}/copyright @ONLY)

@@ -42,8 +42,8 @@ if(CHIME_PACKAGE_HOMEPAGE)
 endif()
 # What a consumer's compile and link need: the installed headers include only the standard
 # library (chime/asio.hpp and chime/uv.hpp aside), chimeConfig.cmake finds only Threads, and
-# moodycamel and Boost.Lockfree are compiled into libchime_runtime.a (their headers are not
-# installed or included). libgcc-dev brings libatomic.so for -latomic (std::atomic<TimerId>).
+# moodycamel's queue is compiled into libchime_runtime.a (its headers are not installed or
+# included). libgcc-dev brings libatomic.so for -latomic (std::atomic<TimerId>).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6-dev, libstdc++-12-dev | libstdc++-dev, libgcc-12-dev | libgcc-dev")
 # The optional adapters: chime/asio.hpp includes Boost.Asio, chime/uv.hpp includes <uv.h>.
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libboost-dev (>= 1.74), libuv1-dev, cmake (>= 3.25), pkg-config")

@@ -18,7 +18,7 @@
 //            shutdown(fire_pending), a run_ready) run callbacks, on the fuzzing thread
 //   byte 1   level bits, from kBitSets (tiny ones make the due-time range a few intervals)
 //   byte 2   start of the clock: a selector byte and its operand (see pick_start)
-//   next     max_pending (0 = unbounded, else 1..8), the command queue backend (0x80) and
+//   next     max_pending (0 = unbounded, else 1..8), 0x80 unused, and
 //            RuntimeOptions::slow_run (0x40: 0 ns, every run is slow; else the default 10 ms)
 //   then     operations, at most kMaxOps: an op byte and its operand bytes (see step()).
 //

@@ -3,23 +3,21 @@
 // producer threads to the wheel thread.
 //
 // What this is: a multi-producer, single-consumer queue of small trivially
-// copyable `Command`s, with two backends chosen at run time
-// (RuntimeOptions::command_queue): moodycamel::ConcurrentQueue (default; per
-// producer sub-queues, producer tokens) or boost::lockfree::queue (one
-// Michael-Scott queue). Who may touch it: any thread pushes; only the wheel
-// thread pops.
+// copyable `Command`s: moodycamel::ConcurrentQueue (per producer
+// sub-queues, producer tokens). Who may touch it: any thread pushes; only
+// the wheel thread pops.
 //
 // Guarantees:
 // - Per-producer FIFO: commands pushed by one thread (or through one
-//   ProducerQueueToken) are popped in the order pushed. Both backends give it
-//   (moodycamel per sub-queue, Boost globally).
+//   ProducerQueueToken) are popped in the order pushed (moodycamel keeps
+//   each sub-queue in order).
 // - Across producers there is no order, but a command whose push
 //   happens-before a pop attempt is seen by that attempt or an earlier one;
 //   the wheel thread relies only on this (it drains until empty).
 // - Push is lock-free; it may allocate when the queue outgrows its blocks
 //   (moodycamel recycles blocks, so steady state does not allocate).
 //
-// Memory ordering: push is a release and pop an acquire (both libraries), so
+// Memory ordering: push is a release and pop an acquire (moodycamel), so
 // everything a producer wrote before pushing (the slot's fields and its state
 // word) is visible to the wheel thread when it pops the command.
 #pragma once
@@ -33,7 +31,6 @@
 #include <thread>
 
 #include <concurrentqueue/concurrentqueue.h>
-#include <boost/lockfree/queue.hpp>
 
 #include "chime/runtime.hpp"
 #include "timer_slab.hpp"
@@ -86,7 +83,7 @@ static_assert(std::is_trivially_copyable_v<Command>);
 static_assert(sizeof(Command) == 24, "the flag fits in the padding after kind");
 
 // What a chime::Producer keeps per thread: its token for the queue
-// (moodycamel's ProducerToken; empty for the Boost backend) and its cache of
+// (moodycamel's ProducerToken, made by CommandQueue::make_token) and its cache of
 // free slots (timer_slab.hpp), which ProducerOps::return_token gives back.
 struct ProducerQueueToken {
   std::optional<moodycamel::ProducerToken> token;
@@ -168,38 +165,19 @@ class CommandQueue {
   // moodycamel starts with a pool of blocks for kInitialCapacity commands
   // (tuning.hpp, CHIME_COMMAND_QUEUE_INITIAL_CAPACITY).
   static constexpr std::size_t kInitialCapacity = CHIME_COMMAND_QUEUE_INITIAL_CAPACITY;
-  // boost::lockfree::queue allocates its first nodes one at a time (an
-  // aligned allocation each): 1,024, or fewer when the initial capacity is
-  // smaller (the fuzz targets' 64).
-  static constexpr std::size_t kBoostInitialNodes = kInitialCapacity < 1024 ? kInitialCapacity : 1024;
 
-  explicit CommandQueue(CommandQueueBackend backend)
-      : backend_(backend), moodycamel_(backend == CommandQueueBackend::moodycamel ? kInitialCapacity : 0) {
-    if (backend_ == CommandQueueBackend::boost_lockfree) boost_.emplace(kBoostInitialNodes);
-  }
-
-  CommandQueueBackend backend() const noexcept { return backend_; }
+  CommandQueue() : moodycamel_(kInitialCapacity) {}
 
   std::unique_ptr<ProducerQueueToken> make_token() {
     auto t = std::make_unique<ProducerQueueToken>();
-    if (backend_ == CommandQueueBackend::moodycamel) t->token.emplace(moodycamel_);
+    t->token.emplace(moodycamel_);
     return t;
   }
 
   // Any thread. Lock-free. May allocate; returns false, having queued
-  // nothing, if it could not (out of memory: moodycamel returns false,
-  // boost::lockfree throws std::bad_alloc).
+  // nothing, if it could not (out of memory).
   [[nodiscard]] bool try_push(const Command& c, ProducerQueueToken* token) noexcept {
-    if (backend_ == CommandQueueBackend::moodycamel) {
-      return token != nullptr ? moodycamel_.enqueue(*token->token, c) : moodycamel_.enqueue(c);
-    }
-    try {
-      if (!boost_->push(c)) return false;
-    } catch (...) {
-      return false;
-    }
-    boost_depth_.fetch_add(1, std::memory_order_relaxed);  // statistics only
-    return true;
+    return token != nullptr ? moodycamel_.enqueue(*token->token, c) : moodycamel_.enqueue(c);
   }
 
   // For commands that must not be lost: retries every millisecond until
@@ -210,36 +188,23 @@ class CommandQueue {
 
   // Wheel thread only. Pops up to `max` commands into out; returns how many.
   std::size_t pop_bulk(Command* out, std::size_t max) {
-    if (backend_ == CommandQueueBackend::moodycamel) {
-      if (!consumer_) consumer_.emplace(moodycamel_);
-      return moodycamel_.try_dequeue_bulk(*consumer_, out, max);
-    }
-    std::size_t n = 0;
-    while (n < max && boost_->pop(out[n])) ++n;
-    if (n != 0) boost_depth_.fetch_sub(n, std::memory_order_relaxed);
-    return n;
+    if (!consumer_) consumer_.emplace(moodycamel_);
+    return moodycamel_.try_dequeue_bulk(*consumer_, out, max);
   }
 
   // Approximate number of queued commands. Any thread. O(producers)
   // (moodycamel sums its sub-queues; the wheel thread's look before it
   // sleeps, (P2), reads it too): never per schedule, only at a
   // producer's look (QueueBound) and in stats().
-  std::size_t size_approx() const {
-    if (backend_ == CommandQueueBackend::moodycamel) return moodycamel_.size_approx();
-    const auto d = boost_depth_.load(std::memory_order_relaxed);
-    return d > 0 ? static_cast<std::size_t>(d) : (boost_->empty() ? 0 : 1);
-  }
+  std::size_t size_approx() const { return moodycamel_.size_approx(); }
 
   // Its bound (QueueBound). Any thread.
   QueueBound& bound() noexcept { return bound_; }
   const QueueBound& bound() const noexcept { return bound_; }
 
  private:
-  CommandQueueBackend backend_;
   moodycamel::ConcurrentQueue<Command> moodycamel_;
   std::optional<moodycamel::ConsumerToken> consumer_;
-  std::optional<boost::lockfree::queue<Command>> boost_;
-  std::atomic<std::int64_t> boost_depth_{0};
   QueueBound bound_;
 };
 

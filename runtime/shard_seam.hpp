@@ -24,8 +24,8 @@ class WheelThread;
 struct LaneCore;
 
 struct ShardSeam {
-  ShardSeam(CommandQueueBackend backend, std::uint32_t shard_serial, unsigned shard_index, WheelThread& owner)
-      : commands(backend), serial(shard_serial), index(shard_index), owner_(owner) {}
+  ShardSeam(std::uint32_t shard_serial, unsigned shard_index, WheelThread& owner)
+      : serial(shard_serial), index(shard_index), owner_(owner) {}
   ShardSeam(const ShardSeam&) = delete;
   ShardSeam& operator=(const ShardSeam&) = delete;
 

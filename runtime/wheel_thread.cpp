@@ -247,7 +247,7 @@ std::uint32_t next_shard_serial() noexcept {
 }  // namespace
 
 WheelThread::WheelThread(const Parts& parts, unsigned index)
-    : seam(parts.config.options.command_queue, next_shard_serial(), index, *this),
+    : seam(next_shard_serial(), index, *this),
       config_(parts.config),
       slab_(parts.slab),
       pool_(parts.pool),

@@ -63,10 +63,6 @@ using stress_support::steady_options;
 using stress_support::unpack;
 using stress_support::wait_until_idle;
 
-const char* backend_name(chime::CommandQueueBackend b) {
-  return b == chime::CommandQueueBackend::moodycamel ? "moodycamel" : "boost_lockfree";
-}
-
 // Wall-time budget of one phase: loops stop at their iteration count or here, whichever is first.
 class Budget {
  public:
@@ -224,29 +220,17 @@ struct Channel {
   std::atomic<bool> closed{false};
 };
 
-// For each command-queue backend (boost_lockfree only outside ThreadSanitizer, see below): 2 pairs of threads; A schedules timers due 50-60 ms ahead with its
+// 2 pairs of threads: A schedules timers due 50-60 ms ahead with its
 // Producer and publishes each id through a lock-free channel; B cancels each at once with its own Producer,
 // so B's REMOVE can reach the wheel before A's ADD. Every cancel wins and nothing fires; after a flush
 // pending == 0 and scheduled == fired + cancelled; a later burst of schedules reuses the freed slots, and
 // every old id reads cancelled or unknown (never pending), and unknown once its slot was reused.
 TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_frees_the_slot) {
   chime_stress::print_seed();
-  for (const chime::CommandQueueBackend backend :
-       {chime::CommandQueueBackend::moodycamel, chime::CommandQueueBackend::boost_lockfree}) {
-#ifdef CHIME_STRESS_UNDER_TSAN
-    if (backend == chime::CommandQueueBackend::boost_lockfree) {
-      // boost::lockfree::queue's free list reads a node's `next` with a plain load while another thread may
-      // be reusing the node (benign by design: the tagged-pointer CAS then fails); ThreadSanitizer reports it
-      // as a race (boostorg/lockfree#78). stress/tsan.supp suppresses only moodycamel, so this backend
-      // runs in release builds only.
-      std::printf("[ stress   ] boost_lockfree: skipped under ThreadSanitizer (boost.lockfree free-list race report, "
-                  "boostorg/lockfree#78; not suppressed)\n");
-      continue;
-    }
-#endif
+  {
     constexpr std::size_t kPairs = 2, kPerPair = 6'000, kTimers = kPairs * kPerPair;
     std::vector<TimerLog> logs(kTimers);
-    Runtime rt(steady_options(2, backend));
+    Runtime rt(steady_options(2));
     const Budget budget(1500ms);
     std::atomic<bool> budget_hit{false};
     std::vector<std::unique_ptr<Channel>> channels;
@@ -255,7 +239,7 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
     std::vector<std::thread> threads;
     for (std::size_t p = 0; p < kPairs; ++p) {
       threads.emplace_back([&, p] {  // A: schedules and publishes
-        std::mt19937_64 rng(chime_stress::seed() * 59 + p + (backend == chime::CommandQueueBackend::moodycamel ? 0 : 100));
+        std::mt19937_64 rng(chime_stress::seed() * 59 + p);
         chime::Producer producer = rt.producer();
         Channel& ch = *channels[p];
         for (std::size_t k = 0; k < kPerPair; ++k) {
@@ -386,7 +370,7 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
     }
     const chime::Stats s2 = rt.stats();
 
-    std::printf("[ stress   ] %s: checked %zu timers cancelled from another producer right after publication%s: "
+    std::printf("[ stress   ] checked %zu timers cancelled from another producer right after publication%s: "
                 "%zu cancels won, %zu lost before the due, %zu excused (clock past the due), %zu fired after a winning "
                 "cancel, %zu neither, %zu fires, %zu ids whose state after the flush was not cancelled/fired (last of their slot) or unknown (slot reused), %zu "
                 "pending; stats: scheduled %llu fired %llu cancelled %llu pending %llu; burst of %zu schedules: %zu "
@@ -394,7 +378,7 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
                 "exactly once; old ids: %zu pending/running, "
                 "%zu not unknown after their slot was reused, %zu cancels and %zu reschedules that returned true; "
                 "final stats: scheduled %llu fired %llu cancelled %llu pending %llu\n",
-                backend_name(backend), issued, budget_hit.load() ? " (wall-time budget reached)" : "", won, lost,
+                issued, budget_hit.load() ? " (wall-time budget reached)" : "", won, lost,
                 excused, fired_after_cancel, neither, fires, state_bad_before, pending_after,
                 static_cast<unsigned long long>(s.scheduled), static_cast<unsigned long long>(s.fired),
                 static_cast<unsigned long long>(s.cancelled), static_cast<unsigned long long>(s.pending), burst,
@@ -403,28 +387,28 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
                 static_cast<unsigned long long>(s2.fired), static_cast<unsigned long long>(s2.cancelled),
                 static_cast<unsigned long long>(s2.pending));
     EXPECT_GT(issued, 0u);
-    EXPECT_EQ(lost, 0u) << backend_name(backend) << ": a cross-producer cancel returned false before the due time";
-    EXPECT_EQ(fired_after_cancel, 0u) << backend_name(backend);
-    EXPECT_EQ(neither, 0u) << backend_name(backend);
-    EXPECT_EQ(won + excused, issued) << backend_name(backend);
-    EXPECT_EQ(fires, excused) << backend_name(backend) << ": only timers whose cancel lost after their due may fire";
-    EXPECT_EQ(state_bad_before, 0u) << backend_name(backend);
-    EXPECT_EQ(pending_after, 0u) << backend_name(backend);
-    EXPECT_EQ(s.pending, 0u) << backend_name(backend) << ": a cancelled slot was never freed";
-    EXPECT_EQ(s.scheduled, issued) << backend_name(backend);
-    EXPECT_EQ(s.scheduled, s.fired + s.cancelled) << backend_name(backend);
-    EXPECT_EQ(s.cancelled, won) << backend_name(backend);
-    EXPECT_EQ(reused, burst) << backend_name(backend) << ": the burst allocated fresh slots although freed ones were there";
-    EXPECT_EQ(shared_while_pending, 0u) << backend_name(backend) << ": a slot was handed out while its timer was pending "
+    EXPECT_EQ(lost, 0u) << "a cross-producer cancel returned false before the due time";
+    EXPECT_EQ(fired_after_cancel, 0u);
+    EXPECT_EQ(neither, 0u);
+    EXPECT_EQ(won + excused, issued);
+    EXPECT_EQ(fires, excused) << "only timers whose cancel lost after their due may fire";
+    EXPECT_EQ(state_bad_before, 0u);
+    EXPECT_EQ(pending_after, 0u);
+    EXPECT_EQ(s.pending, 0u) << "a cancelled slot was never freed";
+    EXPECT_EQ(s.scheduled, issued);
+    EXPECT_EQ(s.scheduled, s.fired + s.cancelled);
+    EXPECT_EQ(s.cancelled, won);
+    EXPECT_EQ(reused, burst) << "the burst allocated fresh slots although freed ones were there";
+    EXPECT_EQ(shared_while_pending, 0u) << "a slot was handed out while its timer was pending "
                                                                    "(freed twice?)";
-    EXPECT_EQ(burst_fired_once, burst) << backend_name(backend);
-    EXPECT_EQ(old_pending, 0u) << backend_name(backend) << ": an old id reads pending: its slot was handed out twice?";
-    EXPECT_EQ(old_not_unknown_after_reuse, 0u) << backend_name(backend);
-    EXPECT_EQ(old_cancel_true, 0u) << backend_name(backend);
-    EXPECT_EQ(old_resched_true, 0u) << backend_name(backend);
-    EXPECT_EQ(s2.pending, 0u) << backend_name(backend);
-    EXPECT_EQ(s2.scheduled, issued + burst) << backend_name(backend);
-    EXPECT_EQ(s2.scheduled, s2.fired + s2.cancelled) << backend_name(backend);
+    EXPECT_EQ(burst_fired_once, burst);
+    EXPECT_EQ(old_pending, 0u) << "an old id reads pending: its slot was handed out twice?";
+    EXPECT_EQ(old_not_unknown_after_reuse, 0u);
+    EXPECT_EQ(old_cancel_true, 0u);
+    EXPECT_EQ(old_resched_true, 0u);
+    EXPECT_EQ(s2.pending, 0u);
+    EXPECT_EQ(s2.scheduled, issued + burst);
+    EXPECT_EQ(s2.scheduled, s2.fired + s2.cancelled);
   }
 }
 

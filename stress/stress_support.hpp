@@ -34,12 +34,10 @@ inline chime::TimerId unpack(std::uint64_t v) {
 inline std::int64_t ns(chime::TimePoint t) { return t.time_since_epoch().count(); }
 
 // A runtime on the steady clock with 1 ms precision.
-inline chime::RuntimeOptions steady_options(unsigned workers,
-                                            chime::CommandQueueBackend backend = chime::CommandQueueBackend::moodycamel) {
+inline chime::RuntimeOptions steady_options(unsigned workers) {
   chime::RuntimeOptions options;
   options.precision = std::chrono::milliseconds(1);
   options.workers = workers;
-  options.command_queue = backend;
   return options;
 }
 

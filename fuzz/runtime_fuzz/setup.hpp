@@ -37,14 +37,14 @@ inline RuntimeFuzz::RuntimeFuzz(Input& in, bool simulated) : in_(in), sim_(simul
   start_ = pick_start();
   const std::uint8_t opts = in_.u8();
   const std::size_t max_pending = (opts & 7) < 5 ? 0 : 1 + (opts >> 3) % 8;
-  const bool boost_queue = (opts & 0x80) != 0;
+  // Bit 7 is unused (corpus inputs keep their meaning).
   slow_all_ = (opts & 0x40) != 0;
   clock_.emplace(T(start_));
   c_ = wheel_now_ = start_;
   k_max_ = (static_cast<i128>(kI64Max) - start_) / p_;
   FUZZ_TRACE("Runtime precision=" << p_ << "ns bits=" << num_bits_ << "(" << bits_v_.size()
                                   << " levels) start=" << start_ << " max_pending=" << max_pending
-                                  << " queue=" << (boost_queue ? "boost" : "moodycamel") << " workers=" << workers_
+                                  << " workers=" << workers_
                                   << " shards=" << shards_ << (lane_mode_ ? " lane" : "")
                                   << (slow_all_ ? " slow_run=0" : "") << (sim_ ? " simulated" : ""));
   chime::RuntimeOptions o;
@@ -65,7 +65,6 @@ inline RuntimeFuzz::RuntimeFuzz(Input& in, bool simulated) : in_(in), sim_(simul
     if (!id || took <= (slow_all_ ? Duration{0} : Duration{std::chrono::milliseconds(10)})) bad_slow_ = true;
     if (n % 16 == 0) throw std::runtime_error("chime fuzz: on_slow_run throws (swallowed)");
   };
-  o.command_queue = boost_queue ? chime::CommandQueueBackend::boost_lockfree : chime::CommandQueueBackend::moodycamel;
   max_pending_ = max_pending;
   if (k_max_ < 2) {
     // Fewer than two intervals before TimePoint::max(): the runtime refuses the clock, naming its time.

@@ -186,9 +186,12 @@ enum class Missed { skip, catch_up, delay };
 //   finished: done (state() says unknown for it).
 enum class CancelResult { cancelled, running, done, unknown };
 enum class ShutdownMode { cancel_pending, fire_pending };
-// Which lock-free queue carries commands to the wheel thread. moodycamel is
-// the default; see docs/benchmarks.md for the comparison.
-enum class CommandQueueBackend { moodycamel, boost_lockfree };
+// Kept for one release (CHANGELOG.md): the commands always travel through
+// moodycamel's queue, and RuntimeOptions::command_queue is ignored.
+enum class [[deprecated("ignored: commands always travel through moodycamel's queue")]] CommandQueueBackend {
+  moodycamel,
+  boost_lockfree
+};
 
 // A one-shot schedule's options (schedule_at, schedule_after; Timer::arm_at,
 // arm_after; a Lane's sleeps): schedule_at(due, task, {.slack = 50us}).
@@ -291,7 +294,16 @@ struct RuntimeOptions {
   Clock* clock = nullptr;                                  // non-owning; null: the steady clock
   std::size_t max_pending = 0;  // 0: unbounded; a timer stops counting once cancel returned true or its last run ended
   std::function<void(TimerId, std::exception_ptr)> on_error{};
+  // Kept for one release (CHANGELOG.md), ignored: the Boost.Lockfree
+  // command queue was 2-6x slower on schedule+cancel (docs/benchmarks.md).
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
   CommandQueueBackend command_queue = CommandQueueBackend::moodycamel;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
   // Timers to make room for up front: the slot slab (64 bytes per timer,
   // the wheel's node and a callable of up to 16 bytes included) is
   // allocated and pre-faulted at construction, so the first `reserve`
