@@ -7,7 +7,7 @@
 // run) takes the next number and stores it in the timer's side record
 // (SlotExtra::order, timer_slab.hpp) before it publishes the timer. A wheel
 // thread runs the timers of one flush in (due, order) order
-// (wheel_thread.cpp, "A manual clock"), so ties in due run in call order
+// (wheel_thread_manual.cpp, "A manual clock"), so ties in due run in call order
 // (G28), whichever Producer or thread made the calls. Other clocks do not
 // use it.
 //

@@ -137,7 +137,7 @@ struct FlushRequest {
   std::uint64_t mark = 0;      // dispatch count it must see completed
   bool seen = false;           // wheel thread: mark initialised
   // A step of a ManualClock flush over several shards
-  // (RuntimeCore::flush_in_call_order; wheel_thread.cpp, "A manual clock"):
+  // (RuntimeCore::flush_in_call_order; wheel_thread_manual.cpp, "A manual clock"):
   // the shard advances to target_ns and claims only runs whose key is below
   // `below` (the other shards' earliest), and none once a call has set a
   // due since its first claim for this request (the count in call_order,

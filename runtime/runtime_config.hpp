@@ -41,7 +41,7 @@ struct RuntimeConfig {
   RuntimeConfig(const RuntimeConfig&) = delete;
   RuntimeConfig& operator=(const RuntimeConfig&) = delete;
 
-  // A ManualClock: timers run only inside flush (wheel_thread.cpp, "A manual clock").
+  // A ManualClock: timers run only inside flush (wheel_thread_manual.cpp, "A manual clock").
   bool manual() const noexcept { return clock_kind == ClockKind::manual; }
 
   RuntimeOptions options;

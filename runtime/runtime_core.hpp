@@ -155,7 +155,7 @@ class RuntimeCore {
   // Configuration (runtime_config.hpp): fixed by the constructor.
   RuntimeConfig config_;
   using ClockKind = RuntimeConfig::ClockKind;
-  // A ManualClock: timers run only inside flush (wheel_thread.cpp, "A manual clock").
+  // A ManualClock: timers run only inside flush (wheel_thread_manual.cpp, "A manual clock").
   bool manual() const noexcept { return config_.manual(); }
   // Test seam (simulation.hpp): no wheel thread, no workers; the passes run
   // on simulation_thread_, the thread that made the runtime, when it asks.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSL-1.0
 // runtime/slack.hpp: a timer's slack, as its slot stores it and the wheel
-// thread files it (design.md, "Slack"; wheel_thread.cpp, "Slack").
+// thread files it (design.md, "Slack"; wheel_thread_fire.cpp, "Slack").
 //
 // A timer's slack s is how late past its due d it may run. The wheel thread
 // files it at its fire time: the first multiple of its grid g at or after d,

@@ -118,6 +118,7 @@ class WheelThread {
  private:
   void main();
   std::int64_t pass_clock();
+  void advance(std::int64_t now, bool exhausted, std::uint64_t completed);
   void stop_passes();
   bool apply_commands(bool& exhausted);
   void apply(const Command& c);
@@ -135,7 +136,7 @@ class WheelThread {
   // (`completed`: seam.completed as this pass read it). The next run waits for it.
   bool manual_run_in_flight(std::uint64_t completed) noexcept;
   // Whether this pass may advance the wheel and run timers: always, except
-  // on a ManualClock, where only while a flush waits (wheel_thread.cpp, "A
+  // on a ManualClock, where only while a flush waits (wheel_thread_manual.cpp, "A
   // manual clock").
   bool may_fire() noexcept;
   std::int64_t exact_deadline(std::int64_t next_fires_at_ns);
@@ -171,7 +172,18 @@ class WheelThread {
   bool settle_stepped_flush(FlushRequest& f, std::uint64_t completed_snapshot);
   // Runtime::next_due: the earliest due this shard holds, to each request.
   void answer_next_dues();
+  // wheel_thread_sleep.cpp: step 5 and its parts.
   void sleep(bool busy);
+  bool next_pass_at_once();
+  struct WakePlan {
+    std::int64_t wake_at_ns;  // the runtime clock's; INT64_MAX: none
+    std::int64_t bound_ns;    // ShardSeam::wake_if_due_before_ns while asleep
+  };
+  WakePlan plan_wake(bool busy);
+  bool wait_is_moot();
+  std::int64_t steady_wake_at(std::int64_t wake_at_ns, TimePoint steady_now) const;
+  // Timers due now wait on the overdue list or (a ManualClock) the ready heap.
+  bool ready_now() noexcept { return !wt().overdue.empty() || !wt().manual_ready.empty(); }
   void record_final_busy() noexcept;  // the thread's CPU time as it returns
 
   // shutdown(cancel_pending) was called. Relaxed: the wheel thread fences

@@ -108,11 +108,11 @@ struct WheelThreadState {
   std::size_t touched_fired = 0;
   std::int64_t advance_to_ns = INT64_MIN;
   std::int64_t application_now_ns = INT64_MIN;  // the clock at this batch's application; MIN: not read yet
-  // A ManualClock (wheel_thread.cpp, "A manual clock"): the latest clock
+  // A ManualClock (wheel_thread_manual.cpp, "A manual clock"): the latest clock
   // reading a flush (or drain, or shutdown(fire_pending), which begin with
   // one) has asked this wheel to reach; the wheel never advances past it.
   std::int64_t manual_release_ns = INT64_MIN;
-  // A ManualClock (wheel_thread.cpp, "A manual clock"): the filed timers
+  // A ManualClock (wheel_thread_manual.cpp, "A manual clock"): the filed timers
   // due by manual_release_ns, one of which runs at a time, as a min-heap on
   // (due, order) (SlotExtra::order: call_order.hpp). The keys are read as
   // a timer joins; a timer whose due a reschedule moved earlier while here
@@ -150,7 +150,7 @@ struct WheelThreadState {
   bool advance_cut_short = false;
   bool advance_stuck = false;  // the last advance's bounded limit made no progress (fire_due_alarms)
   // cascade_ahead left part of a span on its higher level: the next pass
-  // comes at once, instead of a sleep (wheel_thread.cpp, "No pass does
+  // comes at once, instead of a sleep (wheel_thread_fire.cpp, "No pass does
   // unbounded work").
   bool ahead_pending = false;
   std::vector<std::uint32_t> sweep_buffer;

@@ -39,7 +39,7 @@
 //   --manual  (default) a chime::ManualClock advanced in 1 ms steps, flush() after each:
 //             deterministic. A think due at d must run on exactly the first advance whose
 //             reading is at or past d (a ManualClock runs a timer at the first flush that
-//             reaches its due: runtime/wheel_thread.cpp, "A manual clock"); at the end every
+//             reaches its due: runtime/wheel_thread_manual.cpp, "A manual clock"); at the end every
 //             live entity's next due is one the final advance could not fire yet; the world
 //             tick ran exactly as often as its fixed rate says, and stats().fired counts
 //             exactly the thinks, ticks and stale wakes seen.

@@ -2,7 +2,7 @@
 // No pass of a wheel thread does unbounded work (design.md, "Slack"): the
 // alarms a pass moves between the wheel's levels are bounded, at every
 // level, because each level's next span is moved down ahead of time, a
-// bounded amount a pass (runtime/wheel_thread.cpp, "No pass does unbounded
+// bounded amount a pass (runtime/wheel_thread_fire.cpp, "No pass does unbounded
 // work"). With small level bits, level-1 and level-2 boundaries pass every
 // few milliseconds; under a steady load whose timers span many of them,
 // the most alarms one pass re-filed (ShardStats::most_refiled_in_a_pass)
