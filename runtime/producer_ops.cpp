@@ -207,6 +207,36 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
   counts_.unadmit();
 }
 
+// commit_schedule's side record: its chunk's side array is created here,
+// before anything is published (out of memory: the reservation is
+// released and std::bad_alloc thrown), and filled with what the slot has
+// no room for. `task`: the callable, unless it went into the slot.
+[[gnu::noinline]] void ProducerOps::fill_side_record(const ScheduleReservation& r, const ScheduleRequest& q, Task& task,
+                                                     bool task_in_slot) {
+  TimerSlot& slot = slab_[r.index];
+  try {
+    slab_.ensure_extra(r.index);  // after reserve_add: made already
+  } catch (const std::bad_alloc&) {
+    slot.task.reset();
+    release_reservation(r);
+    throw;
+  }
+  SlotExtra& extra = slab_.extra(r.index);
+  if (!task_in_slot) extra.task = std::move(task);
+  extra.period_ns = q.period_ns;
+  extra.on_missed = static_cast<std::uint8_t>(q.on_missed);
+  // relaxed: published by S1's release, as the slot's fields. A Timer
+  // passes the generation it was made with: if its Lane is gone, the
+  // wheel thread cancels the timer (L1) instead of handing it to the lane
+  // core's next user; else the Lane calling us is alive (its generation
+  // is stable while it is).
+  extra.lane.store(q.lane, std::memory_order_relaxed);
+  std::uint32_t lane_generation = q.lane_generation;
+  if (q.lane != nullptr && lane_generation == 0) lane_generation = q.lane->generation.load(std::memory_order_relaxed);
+  extra.lane_generation = q.lane != nullptr ? lane_generation : 0;
+  if (config_.manual()) extra.order.store(config_.call_order.take(), std::memory_order_relaxed);  // published by S1
+}
+
 // Publishes the reserved timer and posts its ADD (unless reserve_add has:
 // then out of memory cannot stop it). Out of memory, the timer is taken
 // back and std::bad_alloc thrown. StoppedError if shutdown began meanwhile
@@ -225,34 +255,11 @@ void ProducerOps::withdraw_reserved_add(const ScheduleReservation& r) noexcept {
   const std::uint32_t g = r.add_posted ? r.generation : StateWord::next_generation(old);
   const std::int64_t due_ns = q.due.time_since_epoch().count();
   // The callable goes into the slot when it fits. A periodic or lane timer,
-  // or a callable too large for the slot, needs the slot's side record: its
-  // chunk's side array is created here, before anything is published (out
-  // of memory: as a failed ADD below).
+  // or a callable too large for the slot, needs the slot's side record
+  // (fill_side_record). A ManualClock: every timer has one, for its call order.
   const bool task_in_slot = slot.task.adopt(task);
-  // A ManualClock: every timer has a side record, for its call order.
-  const bool manual = config_.manual();
-  if (period_ns != 0 || lane != nullptr || !task_in_slot || manual) [[unlikely]] {
-    try {
-      slab_.ensure_extra(index);  // after reserve_add: made already
-    } catch (const std::bad_alloc&) {
-      slot.task.reset();
-      release_reservation(r);
-      throw;
-    }
-    SlotExtra& extra = slab_.extra(index);
-    if (!task_in_slot) extra.task = std::move(task);
-    extra.period_ns = period_ns;
-    extra.on_missed = static_cast<std::uint8_t>(q.on_missed);
-    // relaxed: published by S1's release, as the fields below. A Timer
-    // passes the generation it was made with: if its Lane is gone, the
-    // wheel thread cancels the timer (L1) instead of handing it to the lane
-    // core's next user; else the Lane calling us is alive (its generation
-    // is stable while it is).
-    extra.lane.store(lane, std::memory_order_relaxed);
-    std::uint32_t lane_generation = q.lane_generation;
-    if (lane != nullptr && lane_generation == 0) lane_generation = lane->generation.load(std::memory_order_relaxed);
-    extra.lane_generation = lane != nullptr ? lane_generation : 0;
-    if (manual) extra.order.store(config_.call_order.take(), std::memory_order_relaxed);  // published by S1
+  if (period_ns != 0 || lane != nullptr || !task_in_slot || config_.manual()) [[unlikely]] {
+    fill_side_record(r, q, task, task_in_slot);
   }
   slot.due_ns.store(due_ns, std::memory_order_relaxed);
   slot.slack_code = q.slack_code;

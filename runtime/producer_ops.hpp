@@ -88,6 +88,7 @@ class ProducerOps {
   ScheduleReservation reserve_schedule_inline(TimePoint due, ProducerQueueToken* token, LaneCore* lane,
                                               std::size_t extra_pending);
   TimerId commit_schedule_inline(const ScheduleReservation& r, const ScheduleRequest& q, Task&& task);
+  void fill_side_record(const ScheduleReservation& r, const ScheduleRequest& q, Task& task, bool task_in_slot);
 
  public:
   bool cancel(TimerId id, ProducerQueueToken* token);

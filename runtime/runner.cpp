@@ -253,66 +253,74 @@ void wake_waiters_if_any(TimerSlot& slot, std::uint64_t old_word) noexcept {
 }
 }  // namespace
 
-// After the callback returned: finish the timer (F1, F2, F3 or F4) and wake
-// whoever waits for the run to end.
-void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, Place where,
-                     std::vector<std::uint32_t>* rearmed_slots) {
-  std::uint64_t w = slot.word.load(std::memory_order_acquire);
-  if (!StateWord::periodic(w)) {
-    CHIME_ASSERT(StateWord::state(w) == SlotState::running, "only the worker leaves Running for a one-shot");
-    // The task (and what it captured) is destroyed before the run is
-    // published as over: a cancel_and_wait that returns may free what the
-    // captures point to.
-    slab_.reset_task(slot, d.slot);
-    // The timer leaves the count (max_pending, stats().pending) before F1
-    // publishes Fired: a thread that sees Fired and schedules at once must
-    // find its place free (RuntimeCapacityRelease). Safe to do first: only
-    // this worker ends a one-shot that is Running.
+// (F1) A one-shot's only run is over.
+[[gnu::always_inline]] inline void Runner::end_one_shot(TimerSlot& slot, std::uint64_t w, const Dispatch& d,
+                                                        RetiredSlots& retired) {
+  CHIME_ASSERT(StateWord::state(w) == SlotState::running, "only the worker leaves Running for a one-shot");
+  // The task (and what it captured) is destroyed before the run is
+  // published as over: a cancel_and_wait that returns may free what the
+  // captures point to.
+  slab_.reset_task(slot, d.slot);
+  // The timer leaves the count (max_pending, stats().pending) before F1
+  // publishes Fired: a thread that sees Fired and schedules at once must
+  // find its place free (RuntimeCapacityRelease). Safe to do first: only
+  // this worker ends a one-shot that is Running.
+  counts_.end_timer();
+  // (F1) acq_rel exchange: release so the run's effects (and the count
+  // above) happen-before whoever reads Fired; an RMW, so it reads a waiter
+  // bit set by WB. Only this worker leaves Running for a one-shot, so the
+  // word it writes is w with the state changed (a waiter changes nothing
+  // but its bit).
+  const std::uint64_t old = slot.word.exchange(StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel);
+  retired.add(d.slot);
+  wake_waiters_if_any(slot, old);
+}
+
+// (F3, or F4 after C3) A periodic timer's last run, at
+// shutdown(fire_pending): it is not re-armed.
+void Runner::end_periodic_for_good(TimerSlot& slot, std::uint64_t w, const Dispatch& d, RetiredSlots& retired) {
+  slab_.reset_task(slot, d.slot);  // before the run is published as over (as for F1)
+  // (F3) Only from Running: if a cancel (C3) won, F4 ends it (and that
+  // cancel ended the timer).
+  bool f3 = false;
+  while (StateWord::state(w) == SlotState::running) {
+    if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+      f3 = true;
+      break;
+    }
+  }
+  if (f3) {
     counts_.end_timer();
-    // (F1) acq_rel exchange: release so the run's effects (and the count
-    // above) happen-before whoever reads Fired; an RMW, so it reads a waiter
-    // bit set by WB. Only this worker leaves Running for a one-shot, so the
-    // word it writes is w with the state changed (a waiter changes nothing
-    // but its bit).
-    const std::uint64_t old = slot.word.exchange(StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel);
-    retired.add(d.slot);
-    wake_waiters_if_any(slot, old);
-    return;
+  } else {
+    CHIME_ASSERT(StateWord::state(w) == SlotState::running_cancelled, "F3 lost to something other than C3");
+    w = slot.word.exchange(StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel);  // (F4)
   }
-  if (d.flags & Dispatch::final) {
-    slab_.reset_task(slot, d.slot);  // before the run is published as over (as for F1)
-    // (F3) Only from Running: if a cancel (C3) won, F4 ends it (and that
-    // cancel ended the timer).
-    bool f3 = false;
-    while (StateWord::state(w) == SlotState::running) {
-      if (slot.word.compare_exchange_weak(w, StateWord::with_state(w, SlotState::fired), std::memory_order_acq_rel,
-                                          std::memory_order_acquire)) {
-        f3 = true;
-        break;
-      }
-    }
-    if (f3) {
-      counts_.end_timer();
-    } else {
-      CHIME_ASSERT(StateWord::state(w) == SlotState::running_cancelled, "F3 lost to something other than C3");
-      w = slot.word.exchange(StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel);  // (F4)
-    }
-    retired.add(d.slot);
-    wake_waiters_if_any(slot, w);
-    return;
-  }
-  // We own `due` while Running. A next run past TimePoint::max() saturates
-  // there: beyond the horizon, it is parked and never runs. Missed::delay
-  // restarts the fixed rate from the end of this run (on the runtime clock).
-  SlotExtra& extra = slab_.extra(d.slot);  // a periodic timer has one (S1)
+  retired.add(d.slot);
+  wake_waiters_if_any(slot, w);
+}
+
+// The due of a periodic timer's next run. We own `due` while Running. A
+// next run past TimePoint::max() saturates there: beyond the horizon, it is
+// parked and never runs. Missed::delay restarts the fixed rate from the end
+// of this run (on the runtime clock).
+std::int64_t Runner::next_due(const SlotExtra& extra, const Dispatch& d, std::int64_t steady_end_ns) const {
+  if (d.flags & Dispatch::keep_due) return d.due_ns;
   std::int64_t base = d.due_ns;
-  if (extra.missed_rule() == Missed::delay && !(d.flags & Dispatch::keep_due)) {
+  if (extra.missed_rule() == Missed::delay) {
     base = config_.clock_kind == RuntimeConfig::ClockKind::steady ? steady_end_ns
                                                                   : config_.clock->now().time_since_epoch().count();
   }
-  const std::int64_t next = (d.flags & Dispatch::keep_due)       ? d.due_ns
-                            : base > INT64_MAX - extra.period_ns ? INT64_MAX
-                                                                 : base + extra.period_ns;
+  return base > INT64_MAX - extra.period_ns ? INT64_MAX : base + extra.period_ns;
+}
+
+// (F2) A periodic timer's next run is armed, and its command (or, on the
+// wheel thread, its slot) goes to its shard; (F4) unless a cancel (C3) won
+// while it ran: then the run ends and the slot is freed.
+void Runner::rearm(TimerSlot& slot, std::uint64_t w, const Dispatch& d, std::int64_t steady_end_ns,
+                   RetiredSlots& retired, Place where, std::vector<std::uint32_t>* rearmed_slots) {
+  SlotExtra& extra = slab_.extra(d.slot);  // a periodic timer has one (S1)
+  const std::int64_t next = next_due(extra, d, steady_end_ns);
   slot.due_ns.store(next, std::memory_order_relaxed);
   // A ManualClock: the next run's call order (call_order.hpp), published by F2 as the due.
   if (config_.manual()) extra.order.store(config_.call_order.take(), std::memory_order_relaxed);
@@ -353,6 +361,20 @@ void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end
   w = slot.word.exchange(StateWord::with_state(w, SlotState::cancelled), std::memory_order_acq_rel);
   retired.add(d.slot);
   wake_waiters_if_any(slot, w);
+}
+
+// After the callback returned: finish the timer (F1, F2, F3 or F4) and wake
+// whoever waits for the run to end.
+void Runner::end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, Place where,
+                     std::vector<std::uint32_t>* rearmed_slots) {
+  const std::uint64_t w = slot.word.load(std::memory_order_acquire);
+  if (!StateWord::periodic(w)) {
+    end_one_shot(slot, w, d, retired);
+  } else if (d.flags & Dispatch::final) {
+    end_periodic_for_good(slot, w, d, retired);
+  } else {
+    rearm(slot, w, d, steady_end_ns, retired, where, rearmed_slots);
+  }
 }
 
 }  // namespace chime::detail

@@ -78,6 +78,13 @@ class Runner {
            std::vector<std::uint32_t>* rearmed_slots);
   void end_run(TimerSlot& slot, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired, Place where,
                std::vector<std::uint32_t>* rearmed_slots);
+  // end_run's three ends, from the word `w` it read: F1; F3 (or F4);
+  // F2 (or F4), with the next run's due.
+  void end_one_shot(TimerSlot& slot, std::uint64_t w, const Dispatch& d, RetiredSlots& retired);
+  void end_periodic_for_good(TimerSlot& slot, std::uint64_t w, const Dispatch& d, RetiredSlots& retired);
+  void rearm(TimerSlot& slot, std::uint64_t w, const Dispatch& d, std::int64_t steady_end_ns, RetiredSlots& retired,
+             Place where, std::vector<std::uint32_t>* rearmed_slots);
+  std::int64_t next_due(const SlotExtra& extra, const Dispatch& d, std::int64_t steady_end_ns) const;
   // Counts a batch's runs in their shards' seam.completed (runs of one shard come in a row).
   void count_completed(const Dispatch* d, std::size_t n, bool on_wheel_thread);
 

@@ -293,6 +293,20 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   // stop command behind the backlog; the sweep below cancels the rest.
   if (mode == ShutdownMode::cancel_pending) lifecycle_.cancel_requested.store(true, std::memory_order_seq_cst);
   lifecycle_.stopped.store(true, std::memory_order_seq_cst);  // the other half of S1's Dekker pair
+  stop_wheel_threads(mode);
+  // The wheel threads have stopped dispatching; queue one stop per worker
+  // behind every run, then join them.
+  stop_workers();
+  wait_for_lane_batches();
+  const std::size_t not_fired = sweep_pending(mode);
+  // release: a lane thread waiting for it (lanes.cpp) then sees the sweep done.
+  lifecycle_.shutdown_done.store(true, std::memory_order_release);
+  return not_fired;
+}
+
+// shutdown: every wheel thread stops (with fire_pending, after draining
+// its shard) and is joined.
+void RuntimeCore::stop_wheel_threads(ShutdownMode mode) {
   // One stop request per shard, all posted before any is waited for: the
   // shards stop together (with fire_pending, each drains its own wheel).
   std::vector<StopRequest> requests(wheel_threads_.size());
@@ -305,9 +319,10 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
   } else {
     for (auto& shard : wheel_threads_) shard->join();
   }
-  // The wheel threads have stopped dispatching; queue one stop per worker
-  // behind every run, then join them.
-  stop_workers();
+}
+
+// shutdown, once the workers are joined: no lane batch is in progress.
+void RuntimeCore::wait_for_lane_batches() {
   // A lane's batch in progress finishes first (lanes.cpp, the Dekker pair on
   // each lane's runs_active): its re-arms are then leftovers below, and no
   // lane starts a run while the sweep looks at Handed words.
@@ -318,6 +333,11 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+}
+
+// shutdown, once nothing runs: every timer still pending is cancelled
+// (X1, X2); returns how many.
+std::size_t RuntimeCore::sweep_pending(ShutdownMode mode) {
   // Commands still queued need nothing: a timer whose ADD was never
   // applied is either still Pending (swept below) or was cancelled before
   // it was filed, and then its canceller freed its slot (timer_state.hpp,
@@ -367,8 +387,6 @@ std::size_t RuntimeCore::shutdown(ShutdownMode mode) {
       }
     }
   }
-  // release: a lane thread waiting for it (lanes.cpp) then sees the sweep done.
-  lifecycle_.shutdown_done.store(true, std::memory_order_release);
   return not_fired;
 }
 

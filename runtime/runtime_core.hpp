@@ -108,6 +108,10 @@ class RuntimeCore {
   void flush();
   std::size_t drain();
   std::size_t shutdown(ShutdownMode mode);
+  // shutdown's steps, in order (after stop_wheel_threads, stop_workers).
+  void stop_wheel_threads(ShutdownMode mode);
+  void wait_for_lane_batches();
+  std::size_t sweep_pending(ShutdownMode mode);
   Stats stats() const;
   // runtime_core.cpp: posts a check the wheel thread runs
   // (check_on_wheel) and throws std::logic_error with what it found.
