@@ -54,8 +54,8 @@
 // be unknown everywhere), and at the end shutdown()'s count of pending
 // timers and the behaviour after shutdown.
 //
-// No input is skipped for a known bug: the ten findings so far are fixed
-// and their inputs replay as fuzz/corpus/runtime/regression-*. Each input is
+// No input is skipped for a known bug: the fixed findings' inputs replay
+// as fuzz/corpus/runtime/regression-* (docs/fuzzing.md, "Findings"). Each input is
 // bounded: kMaxOps operations, kMaxRuns callback runs.
 //
 // Layout: this file holds the operation table (step) and the
