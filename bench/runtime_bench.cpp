@@ -273,8 +273,8 @@ class ChimeService {
   }
   static std::string name() {
     const chime::RuntimeOptions o = options();
-    return std::string("chime,queue=moodycamel,precision=") + fmt(o.precision) +
-           slack_label() + (Shards != 1 ? ",shards=" + std::to_string(Shards) : std::string()) +
+    return std::string("chime,queue=moodycamel,precision=") + fmt(o.precision) + slack_label() +
+           (Shards != 1 ? ",shards=" + std::to_string(Shards) : std::string()) +
            ",workers=" + std::to_string(o.workers);
   }
 
@@ -407,12 +407,10 @@ using ChimeMoodycamel = ChimeService<kPrecision.count()>;
 using ChimeMoodycamelFine = ChimeService<kFinePrecision.count()>;
 // 1 ms grid, a fixed 50 us slack for every timer (design.md, "Slack"):
 // fires within 50 us of the due.
-using ChimeMoodycamelSlack =
-    ChimeService<kPrecision.count(), std::int64_t{50'000}>;
+using ChimeMoodycamelSlack = ChimeService<kPrecision.count(), std::int64_t{50'000}>;
 // 1 ms grid, slack = precision: the interval rule (a timer runs when its
 // precision interval ends).
-using ChimeMoodycamelInterval =
-    ChimeService<kPrecision.count(), kPrecision.count()>;
+using ChimeMoodycamelInterval = ChimeService<kPrecision.count(), kPrecision.count()>;
 // Two shards (design.md, "Shards"): two wheel threads over one slab and pool.
 using ChimeMoodycamelShards2 = ChimeService<kPrecision.count(), 0, 2>;
 // Four and eight shards: registered only when CHIME_BENCH_SHARDS lists them.

@@ -370,22 +370,23 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
     }
     const chime::Stats s2 = rt.stats();
 
-    std::printf("[ stress   ] checked %zu timers cancelled from another producer right after publication%s: "
-                "%zu cancels won, %zu lost before the due, %zu excused (clock past the due), %zu fired after a winning "
-                "cancel, %zu neither, %zu fires, %zu ids whose state after the flush was not cancelled/fired (last of their slot) or unknown (slot reused), %zu "
-                "pending; stats: scheduled %llu fired %llu cancelled %llu pending %llu; burst of %zu schedules: %zu "
-                "took a freed slot (%zu distinct freed slots), %zu took a slot whose timer was still pending, %zu fired "
-                "exactly once; old ids: %zu pending/running, "
-                "%zu not unknown after their slot was reused, %zu cancels and %zu reschedules that returned true; "
-                "final stats: scheduled %llu fired %llu cancelled %llu pending %llu\n",
-                issued, budget_hit.load() ? " (wall-time budget reached)" : "", won, lost,
-                excused, fired_after_cancel, neither, fires, state_bad_before, pending_after,
-                static_cast<unsigned long long>(s.scheduled), static_cast<unsigned long long>(s.fired),
-                static_cast<unsigned long long>(s.cancelled), static_cast<unsigned long long>(s.pending), burst,
-                reused, old_slots.size(), shared_while_pending, burst_fired_once, old_pending, old_not_unknown_after_reuse,
-                old_cancel_true, old_resched_true, static_cast<unsigned long long>(s2.scheduled),
-                static_cast<unsigned long long>(s2.fired), static_cast<unsigned long long>(s2.cancelled),
-                static_cast<unsigned long long>(s2.pending));
+    std::printf(
+        "[ stress   ] checked %zu timers cancelled from another producer right after publication%s: "
+        "%zu cancels won, %zu lost before the due, %zu excused (clock past the due), %zu fired after a winning "
+        "cancel, %zu neither, %zu fires, %zu ids whose state after the flush was not cancelled/fired (last of their "
+        "slot) or unknown (slot reused), %zu "
+        "pending; stats: scheduled %llu fired %llu cancelled %llu pending %llu; burst of %zu schedules: %zu "
+        "took a freed slot (%zu distinct freed slots), %zu took a slot whose timer was still pending, %zu fired "
+        "exactly once; old ids: %zu pending/running, "
+        "%zu not unknown after their slot was reused, %zu cancels and %zu reschedules that returned true; "
+        "final stats: scheduled %llu fired %llu cancelled %llu pending %llu\n",
+        issued, budget_hit.load() ? " (wall-time budget reached)" : "", won, lost, excused, fired_after_cancel, neither,
+        fires, state_bad_before, pending_after, static_cast<unsigned long long>(s.scheduled),
+        static_cast<unsigned long long>(s.fired), static_cast<unsigned long long>(s.cancelled),
+        static_cast<unsigned long long>(s.pending), burst, reused, old_slots.size(), shared_while_pending,
+        burst_fired_once, old_pending, old_not_unknown_after_reuse, old_cancel_true, old_resched_true,
+        static_cast<unsigned long long>(s2.scheduled), static_cast<unsigned long long>(s2.fired),
+        static_cast<unsigned long long>(s2.cancelled), static_cast<unsigned long long>(s2.pending));
     EXPECT_GT(issued, 0u);
     EXPECT_EQ(lost, 0u) << "a cross-producer cancel returned false before the due time";
     EXPECT_EQ(fired_after_cancel, 0u);
@@ -400,7 +401,7 @@ TEST(RuntimeOrdering, cross_producer_cancel_overtaking_its_schedule_wins_and_fre
     EXPECT_EQ(s.cancelled, won);
     EXPECT_EQ(reused, burst) << "the burst allocated fresh slots although freed ones were there";
     EXPECT_EQ(shared_while_pending, 0u) << "a slot was handed out while its timer was pending "
-                                                                   "(freed twice?)";
+                                           "(freed twice?)";
     EXPECT_EQ(burst_fired_once, burst);
     EXPECT_EQ(old_pending, 0u) << "an old id reads pending: its slot was handed out twice?";
     EXPECT_EQ(old_not_unknown_after_reuse, 0u);

@@ -44,8 +44,7 @@ inline RuntimeFuzz::RuntimeFuzz(Input& in, bool simulated) : in_(in), sim_(simul
   k_max_ = (static_cast<i128>(kI64Max) - start_) / p_;
   FUZZ_TRACE("Runtime precision=" << p_ << "ns bits=" << num_bits_ << "(" << bits_v_.size()
                                   << " levels) start=" << start_ << " max_pending=" << max_pending
-                                  << " workers=" << workers_
-                                  << " shards=" << shards_ << (lane_mode_ ? " lane" : "")
+                                  << " workers=" << workers_ << " shards=" << shards_ << (lane_mode_ ? " lane" : "")
                                   << (slow_all_ ? " slow_run=0" : "") << (sim_ ? " simulated" : ""));
   chime::RuntimeOptions o;
   o.precision = Duration{p_};

@@ -188,10 +188,8 @@ enum class CancelResult { cancelled, running, done, unknown };
 enum class ShutdownMode { cancel_pending, fire_pending };
 // Kept for one release (CHANGELOG.md): the commands always travel through
 // moodycamel's queue, and RuntimeOptions::command_queue is ignored.
-enum class [[deprecated("ignored: commands always travel through moodycamel's queue")]] CommandQueueBackend {
-  moodycamel,
-  boost_lockfree
-};
+enum class [[deprecated("ignored: commands always travel through moodycamel's queue")]] CommandQueueBackend{
+    moodycamel, boost_lockfree};
 
 // A one-shot schedule's options (schedule_at, schedule_after; Timer::arm_at,
 // arm_after; a Lane's sleeps): schedule_at(due, task, {.slack = 50us}).
