@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: BSL-1.0
-# cmake -DCOMPILER=clang++ -DINCLUDE_DIR=<src>/include -DWORK_DIR=<dir> "-DFLAGS=-Wall;-Wextra;-Werror"
+# cmake -DCOMPILER=clang++ -DINCLUDE_DIR=<src>/include -DWORK_DIR=<dir> "-DFLAGS=-pedantic-errors;-Wall;-Wextra;-Werror"
 #       [-DSKIP=chime/uv.hpp] -P ChimeCheckHeaders.cmake
-# Compiles a translation unit that includes each header of INCLUDE_DIR/chime/ twice, as C++20,
-# with FLAGS. Fails (listing every offending header and its diagnostics) if any does not compile.
+# Compiles a translation unit that includes each header of INCLUDE_DIR/chime/ twice, as ISO
+# C++20 (-std=c++20), with FLAGS. Fails (listing every offending header and its diagnostics)
+# if any does not compile.
 # SKIP: headers left out on purpose (an optional adapter whose library is missing).
 foreach(var COMPILER INCLUDE_DIR WORK_DIR)
   if(NOT DEFINED ${var})

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSL-1.0
-# Header self-containment: every header under include/chime/ must compile on its own, as
-# C++20, with -Wall -Wextra -Werror, and must tolerate being included twice.
+# Header self-containment and standard C++: every header under include/chime/ must compile on
+# its own, as ISO C++20 (-std=c++20, no GNU extensions) with -pedantic-errors -Wall -Wextra
+# -Werror, and must tolerate being included twice.
 #
 # 1. With the project's compiler: the object library `chime_header_check` (part of `all`)
 #    has one generated translation unit per header.
@@ -14,7 +15,7 @@
 file(GLOB_RECURSE chime_public_headers CONFIGURE_DEPENDS
      RELATIVE ${PROJECT_SOURCE_DIR}/include
      ${PROJECT_SOURCE_DIR}/include/chime/*.hpp)
-set(chime_header_check_flags -Wall -Wextra -Werror)
+set(chime_header_check_flags -pedantic-errors -Wall -Wextra -Werror)
 include(${CMAKE_CURRENT_LIST_DIR}/ChimeLibuv.cmake)
 set(chime_header_check_skip)
 if(NOT TARGET PkgConfig::CHIME_LIBUV)
@@ -43,6 +44,8 @@ if(chime_header_tus)
     target_link_libraries(chime_header_check PRIVATE PkgConfig::CHIME_LIBUV)
   endif()
   target_compile_options(chime_header_check PRIVATE ${chime_header_check_flags})
+  # -std=c++20, not -std=gnu++20, whatever the including project chose.
+  set_target_properties(chime_header_check PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
 else()
   message(STATUS "chime: no headers in include/chime/ yet; header check target skipped")
 endif()

@@ -1402,6 +1402,7 @@ class KeyWheel {
     const key_of_type key_of = key_of_;
     auto key_of_node = [&key_of](const Node& n) noexcept -> Key {
       if constexpr (stores_keys) {
+        static_cast<void>(key_of);  // captured for the other branch
         return n.key;
       } else {
         return key_of(value_of(n));

@@ -84,12 +84,15 @@ class LevelBits {
     }
     std::vector<Duration> result;
     result.reserve(static_cast<std::size_t>(num_levels_));
-    const auto max = static_cast<unsigned __int128>(Duration::max().count());
+    // precision * 2^sum > max exactly when precision > floor(max / 2^sum); sum <= 61, so the
+    // shifts stay inside 64 bits.
+    const auto max = static_cast<std::uint64_t>(Duration::max().count());
+    const auto precision = static_cast<std::uint64_t>(alarm_precision.count());
     int sum = 0;
     for (int b : bits()) {
       sum += b;
-      const unsigned __int128 span = static_cast<unsigned __int128>(alarm_precision.count()) << sum;
-      result.push_back(Duration(static_cast<Duration::rep>(span > max ? max : span)));
+      const std::uint64_t span = precision > (max >> sum) ? max : precision << sum;
+      result.push_back(Duration(static_cast<Duration::rep>(span)));
     }
     return result;
   }

@@ -24,11 +24,16 @@ namespace chime::detail {
 
 }  // namespace chime::detail
 
+// A statement: `CHIME_ASSERT(cond, "what broke");`.
 #ifdef NDEBUG
-#define CHIME_ASSERT(cond, what) ((void)0)
+#define CHIME_ASSERT(cond, what) \
+  do {                           \
+  } while (false)
 #else
-#define CHIME_ASSERT(cond, what)                                                               \
-  (__builtin_expect(static_cast<bool>(cond), 1)                                                \
-       ? (void)0                                                                               \
-       : ::chime::detail::assertion_failed(#cond, what, __FILE__, __LINE__))
+#define CHIME_ASSERT(cond, what)                                          \
+  do {                                                                    \
+    if (!static_cast<bool>(cond)) [[unlikely]] {                          \
+      ::chime::detail::assertion_failed(#cond, what, __FILE__, __LINE__); \
+    }                                                                     \
+  } while (false)
 #endif

@@ -3,16 +3,18 @@
 //
 // What this is: `n / d` for a divisor fixed at construction, without a
 // hardware divide on the hot path. A power-of-two divisor is a shift. Any other
-// divisor d >= 3 uses m = floor(2^64 / d): the estimate q' = mulhi(n, m) is
-// q or q - 1 (because n * (2^64 mod d) < d * 2^64), and one compare of the
-// remainder fixes it. The result is exact for every 64-bit n: no floating
-// point, no rounding.
+// divisor d >= 3 uses m = floor(2^64 / d): the estimate q' = mulhi(n, m)
+// (detail/multiply_high.hpp) is q or q - 1 (because n * (2^64 mod d) <
+// d * 2^64), and one compare of the remainder fixes it. The result is exact
+// for every 64-bit n: no floating point, no rounding, no 128-bit type.
 //
 // Who may touch it: anyone; it is immutable after construction.
 #pragma once
 
 #include <bit>
 #include <cstdint>
+
+#include "chime/detail/multiply_high.hpp"
 
 namespace chime::detail {
 
@@ -25,7 +27,8 @@ class IntervalDivider {
       shift_ = std::countr_zero(d);
     } else {
       shift_ = -1;
-      magic_ = static_cast<std::uint64_t>((static_cast<unsigned __int128>(1) << 64) / d);
+      // floor(2^64 / d) = floor((2^64 - 1) / d): d is not a power of two, so it does not divide 2^64.
+      magic_ = ~std::uint64_t{0} / d;
     }
   }
 
@@ -33,7 +36,7 @@ class IntervalDivider {
 
   std::uint64_t divide(std::uint64_t n) const noexcept {
     if (shift_ >= 0) return n >> shift_;
-    std::uint64_t q = static_cast<std::uint64_t>((static_cast<unsigned __int128>(n) * magic_) >> 64);
+    std::uint64_t q = multiply_high(n, magic_);
     if (n - q * divisor_ >= divisor_) ++q;
     return q;
   }

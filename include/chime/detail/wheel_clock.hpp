@@ -147,8 +147,11 @@ class WheelClock {
            std::to_string(interval));
     }
     if (at < start_plus(min_allowed_key)) fail("alarm at " + std::to_string(at) + " ns is before now's interval");
-    // at > now - precision, in 128 bits: now - precision can be below INT64_MIN.
-    if (!(static_cast<__int128>(at) > static_cast<__int128>(now_ns_) - precision_ns_)) {
+    // at > now - precision (precision > 0). Where now - precision is below INT64_MIN every
+    // at is above it, and the subtraction is not evaluated.
+    const bool now_minus_precision_is_representable =
+        now_ns_ >= std::numeric_limits<std::int64_t>::min() + precision_ns_;
+    if (now_minus_precision_is_representable && !(at > now_ns_ - precision_ns_)) {
       fail("alarm at " + std::to_string(at) + " ns <= now - precision");
     }
     if (at >= upper_bound_ns_) fail("alarm at " + std::to_string(at) + " ns is not below alarm_upper_bound");
