@@ -59,6 +59,14 @@ static_assert(CHIME_SLAB_CHUNK_SHIFT >= 5 && CHIME_SLAB_CHUNK_SHIFT < CHIME_SLAB
 #define CHIME_WHEEL_SCRATCH_CAPACITY 4096
 #endif
 
+// The most alarms one advance of a shard fires (wheel_thread_pass.hpp,
+// kRunsPerPass): the rest of what is due waits in the wheel, Pending, for
+// the next pass, which comes at once. The fuzz build sets it to 64, so that an input's burst
+// spans passes.
+#ifndef CHIME_RUNS_PER_PASS
+#define CHIME_RUNS_PER_PASS 4096
+#endif
+
 // Zombies (cancelled timers still filed) are swept in one pass over the
 // wheel (wheel_thread.cpp) when they exceed a quarter of the filed timers,
 // and at least this many (a sweep of a small wheel would cost more than the

@@ -40,8 +40,9 @@
 // cut short too, and the next pass goes on at once. A flush settles only
 // once an advance reached its reading in full (advanced_to_ns), so it waits
 // for the catch-up. A pass's moves are then at most kCascadeAheadPerPass
-// plus kRefilesPerAdvance. Still not bounded: what is due (a pass fires all
-// of it), and a zombie sweep (one pass over the wheel, when cancelled
+// plus kRefilesPerAdvance. What a pass claims is at most kRunsPerPass fired
+// alarms (an advance that fired that many is cut short too) plus the timers
+// its commands made due now. Still not bounded: a zombie sweep (one pass over the wheel, when cancelled
 // timers exceed a quarter of the filed ones). Each shard's longest pass and
 // the most moves one pass made are in ShardStats (note_pass).
 #include "wheel_thread.hpp"
@@ -108,6 +109,9 @@ bool WheelThread::grow_fired_limit() noexcept {
 void WheelThread::record_fired(std::uint32_t index) {
   WheelThreadState& s = wt();
   s.wheel_fired.emplace_back(s.wheel.at(index).time_since_epoch().count(), index);
+  // An advance fires at most kRunsPerPass alarms: the rest stay in the
+  // wheel, Pending, for the next pass, which comes at once.
+  if (s.wheel_fired.size() >= kRunsPerPass) throw AdvanceCutShort{};
   if (s.wheel_fired.size() >= s.fired_limit && !grow_fired_limit()) throw AdvanceCutShort{};
   // relaxed: a stale due only misjudges the budget; consider() decides.
   if (slab_[index].due_ns.load(std::memory_order_relaxed) > s.advance_to_ns && ++s.touched_fired >= kRefilesPerAdvance)

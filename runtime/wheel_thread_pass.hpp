@@ -22,6 +22,13 @@ namespace chime::detail::pass {
 // wheel still advances and dispatches between batches (a pass of 8192
 // commands takes well under 1 ms) instead of starving the timers.
 inline constexpr std::size_t kMaxCommandsPerPass = 8192;
+// At most this many alarms fired by one advance (tuning.hpp,
+// CHIME_RUNS_PER_PASS; record_fired): a burst due at once leaves the wheel a
+// batch a pass, and the commands posted meanwhile are applied between the
+// batches, as Erlang yields every 100 timeouts. A pass claims at most this
+// many wheel alarms plus the timers its own commands made due now (at most
+// kMaxCommandsPerPass).
+inline constexpr std::size_t kRunsPerPass = CHIME_RUNS_PER_PASS;
 // Zombies (cancelled timers still filed) are swept in one pass over the
 // wheel when they exceed a quarter of the filed timers, and at least this
 // many (tuning.hpp, CHIME_ZOMBIE_SWEEP_MIN).

@@ -8,6 +8,7 @@
 #include <chime/runtime.hpp>
 #include <chime/timer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "../runtime/simulation.hpp"
+#include "runtime_test_support.hpp"
 
 namespace {
 
@@ -203,4 +205,64 @@ TEST(RuntimeSimulation, a_reschedule_to_due_now_applied_before_its_add_runs_at_t
                                         : "both through the Runtime");
     EXPECT_EQ(rt.state(id), chime::TimerState::fired);
   }
+}
+
+// A burst due at once leaves the wheel at most 4,096 alarms a pass
+// (tuning.hpp, CHIME_RUNS_PER_PASS): between two batches the wheel thread
+// applies what was posted, and the runs not yet claimed stay Pending. Over
+// the passes they run once each, in due order, none before its due.
+namespace burst {
+constexpr std::size_t kRunsPerPass = 4096;
+constexpr std::size_t kTimers = 2 * kRunsPerPass + 100;
+
+struct Burst {
+  Burst() : clock(chime_test::kStart), sim(chime_test::settable_options(clock, 0)) {
+    for (std::size_t i = 0; i < kTimers; ++i) {
+      const chime::TimePoint due = chime_test::kStart + 1ms + std::chrono::nanoseconds(static_cast<std::int64_t>(i));
+      ids.push_back(sim.runtime().schedule_at(due, [this](const chime::Firing& f) {
+        dues.push_back(f.due);
+        early += f.due > clock.now() ? 1 : 0;
+      }));
+    }
+    sim.run_one_pass();                    // files them in the wheel: none is due yet
+    clock.set(chime_test::kStart + 10ms);  // every timer is due
+  }
+  // Runs one pass; returns how many callbacks it ran.
+  std::size_t pass() {
+    const std::size_t before = dues.size();
+    sim.run_one_pass();
+    return dues.size() - before;
+  }
+  chime_test::SettableClock clock;
+  Simulation sim;
+  std::vector<chime::TimerId> ids;
+  std::vector<chime::TimePoint> dues;
+  std::size_t early = 0;
+};
+}  // namespace burst
+
+TEST(RuntimeSimulation, a_burst_due_at_once_runs_at_most_4096_a_pass_in_due_order) {
+  burst::Burst b;
+  std::vector<std::size_t> per_pass;
+  for (int k = 0; k < 8 && b.dues.size() < burst::kTimers; ++k) per_pass.push_back(b.pass());
+  ASSERT_EQ(b.dues.size(), burst::kTimers) << "the burst did not run whole within 8 passes";
+  ASSERT_GE(per_pass.size(), 3u) << "8,292 runs in fewer than 3 passes: more than 4,096 in one";
+  for (const std::size_t n : per_pass) EXPECT_LE(n, burst::kRunsPerPass) << "one pass ran more than its budget";
+  EXPECT_TRUE(std::is_sorted(b.dues.begin(), b.dues.end())) << "the burst's runs left due order across passes";
+  EXPECT_EQ(b.early, 0u);
+  const chime::Stats s = b.sim.runtime().stats();
+  EXPECT_EQ(s.fired, burst::kTimers);
+  EXPECT_EQ(s.pending, 0u);
+}
+
+TEST(RuntimeSimulation, a_cancel_between_a_bursts_passes_wins_for_the_runs_not_yet_claimed) {
+  burst::Burst b;
+  ASSERT_EQ(b.pass(), burst::kRunsPerPass) << "the first pass did not claim a full budget";
+  // The latest-due timer is not claimed yet: its cancel wins, and it never runs.
+  EXPECT_EQ(b.sim.runtime().state(b.ids.back()), chime::TimerState::pending);
+  EXPECT_TRUE(b.sim.runtime().cancel(b.ids.back()));
+  b.sim.run_until_idle();
+  EXPECT_EQ(b.dues.size(), burst::kTimers - 1);
+  EXPECT_EQ(b.sim.runtime().stats().cancelled, 1u);
+  EXPECT_EQ(b.sim.runtime().stats().pending, 0u);
 }
