@@ -41,7 +41,7 @@ bool CommandPoster::take_wake(ShardSeam& shard) noexcept {
 }
 
 // (P1) Post, then read the sleeper's bound; the wheel thread publishes the
-// bound, then looks at the queue (wheel_thread.cpp, (P2)). The seq_cst
+// bound, then looks at the queue (wheel_thread_sleep.cpp, (P2)). The seq_cst
 // fences make it impossible for both to miss the other: either the wheel
 // sees the command before sleeping, or we see its bound. We wake it only if
 // the timer's interval ends before the wheel's next wake-up (due_ns below

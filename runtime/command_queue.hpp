@@ -86,7 +86,8 @@ static_assert(sizeof(Command) == 24, "the flag fits in the padding after kind");
 // (moodycamel's ProducerToken, made by CommandQueue::make_token) and its cache of
 // free slots (timer_slab.hpp), which ProducerOps::return_token gives back.
 struct ProducerQueueToken {
-  std::optional<moodycamel::ProducerToken> token;
+  explicit ProducerQueueToken(moodycamel::ConcurrentQueue<Command>& queue) : token(queue) {}
+  moodycamel::ProducerToken token;
   SlotCache slots;
   unsigned shard = 0;  // the shard whose queue `token` is for (Shards::make_token)
 };
@@ -169,15 +170,13 @@ class CommandQueue {
   CommandQueue() : moodycamel_(kInitialCapacity) {}
 
   std::unique_ptr<ProducerQueueToken> make_token() {
-    auto t = std::make_unique<ProducerQueueToken>();
-    t->token.emplace(moodycamel_);
-    return t;
+    return std::make_unique<ProducerQueueToken>(moodycamel_);
   }
 
   // Any thread. Lock-free. May allocate; returns false, having queued
   // nothing, if it could not (out of memory).
   [[nodiscard]] bool try_push(const Command& c, ProducerQueueToken* token) noexcept {
-    return token != nullptr ? moodycamel_.enqueue(*token->token, c) : moodycamel_.enqueue(c);
+    return token != nullptr ? moodycamel_.enqueue(token->token, c) : moodycamel_.enqueue(c);
   }
 
   // For commands that must not be lost: retries every millisecond until

@@ -162,7 +162,7 @@ void ProducerOps::release_reservation(const ScheduleReservation& r) noexcept {
 // cannot promise room for a later push, so the ADD is pushed now, before the
 // timer is published: the slot's word goes to the new generation in state
 // Writing first, and the wheel thread applies an ADD that meets a Writing
-// word again at its next pass (wheel_thread.cpp, apply). It files the timer
+// word again at its next pass (wheel_thread_apply.cpp, apply). It files the timer
 // only after commit_schedule's S1 (Writing -> Pending, release) published
 // it, or finds it Cancelled (withdraw_reserved_add) and does nothing, the
 // slot being ours to free; a slot reused since has another generation,

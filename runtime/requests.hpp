@@ -10,7 +10,8 @@
 // Completion::signal, whose mutex orders them before the caller's read
 // after its wait. Who posts each: runtime_core.cpp (flush, drain,
 // shutdown, next_due, check), lanes.cpp (close); who serves it:
-// wheel_thread.cpp.
+// the wheel thread (wheel_thread_apply.cpp takes them in; wheel_thread_fire.cpp
+// and wheel_thread_manual.cpp settle them).
 #pragma once
 
 #include <unistd.h>

@@ -66,7 +66,7 @@ struct RuntimeConfig {
   // arm read it. Relaxed: it only grows, so a stale value is smaller and
   // the check conservative. A shard whose wheel is behind the one that
   // raised it files a due beyond its own range at the last time it
-  // accepts, and again when that comes (wheel_thread.cpp, file()), so no
+  // accepts, and again when that comes (wheel_thread_apply.cpp, file()), so no
   // shard's range is exceeded.
   mutable std::atomic<std::int64_t> due_limit_ns;
 

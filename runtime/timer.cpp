@@ -42,12 +42,9 @@ namespace chime {
 namespace detail {
 
 struct TimerHandleState {
-  struct Arm {
-    TimePoint due;
-    std::int64_t period_ns = 0;  // 0: one-shot
-    Missed on_missed = Missed::skip;
-    std::uint8_t slack_code = SlackCode::runtime_default;  // slack.hpp
-  };
+  // What an arm asks for: its due, period, missed rule and slack (the lane
+  // fields are the Timer's own: request() fills them in).
+  using Arm = ScheduleRequest;
 
   TimerHandleState(RuntimeCore& runtime, Task t, LaneCore* l = nullptr, std::uint32_t l_generation = 0)
       : rt(runtime), alive(runtime.alive()), lane(l), lane_generation(l_generation), task(std::move(t)) {}
@@ -128,12 +125,10 @@ struct TimerHandleState {
   }
 
   ScheduleRequest request(const Arm& a) const noexcept {
-    return {.due = a.due,
-            .period_ns = a.period_ns,
-            .on_missed = a.on_missed,
-            .slack_code = a.slack_code,
-            .lane = lane,
-            .lane_generation = lane_generation};
+    ScheduleRequest q = a;
+    q.lane = lane;
+    q.lane_generation = lane_generation;
+    return q;
   }
 
   Task trampoline() {

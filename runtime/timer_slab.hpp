@@ -133,7 +133,7 @@ struct SlotExtra {
   // F2). Atomic, every access relaxed, as `due_ns`: the wheel thread reads
   // it for a timer it holds while a reschedule may be writing it; the key
   // it reads then is stale, and the RESCHEDULE (or, for a touch, the
-  // changed due) makes it read again (wheel_thread.cpp, advance_manual).
+  // changed due) makes it read again (wheel_thread_manual.cpp, advance_manual).
   std::atomic<std::uint64_t> order{0};
   Task task;  // kTaskOutOfLine: a callable whose captures do not fit the slot
 

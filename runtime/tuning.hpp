@@ -68,7 +68,7 @@ static_assert(CHIME_SLAB_CHUNK_SHIFT >= 5 && CHIME_SLAB_CHUNK_SHIFT < CHIME_SLAB
 #endif
 
 // Zombies (cancelled timers still filed) are swept in one pass over the
-// wheel (wheel_thread.cpp) when they exceed a quarter of the filed timers,
+// wheel (wheel_thread_fire.cpp) when they exceed a quarter of the filed timers,
 // and at least this many (a sweep of a small wheel would cost more than the
 // slots it frees). The fuzz build sets it to 2, so that inputs of a few
 // dozen timers reach the sweep.

@@ -9,7 +9,7 @@
 // Who may touch it: one sleeper (the wheel thread); any thread wakes.
 //
 // Memory ordering: `wake` is a release RMW and `prepare` an acquire load;
-// with the seq_cst fences documented in wheel_thread.cpp (P1/P2) they order "post a
+// with the seq_cst fences documented in wheel_thread_sleep.cpp (P1/P2) they order "post a
 // command, then read the sleeper's deadline" against "publish the deadline,
 // then look at the queue".
 #pragma once

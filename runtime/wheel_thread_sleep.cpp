@@ -108,7 +108,7 @@ WheelThread::WakePlan WheelThread::plan_wake(bool busy) {
   // wake_at_ns; its fire time is at or after its due, so one due before the
   // wake-up may need it earlier (one that does not, an interval-rule timer
   // in the wake-up's own interval, costs a wake-up that files it).
-  return {wake_at_ns, wake_at_ns == INT64_MAX ? INT64_MAX : wake_at_ns};
+  return {wake_at_ns, wake_at_ns};
 }
 
 // After the bound is published and fenced: there is work after all, so no

@@ -16,9 +16,9 @@
 // overdue list (timers due before the wheel's current interval), the pass's
 // scratch lists (commands, due-now ordering, claimed runs, retired slots),
 // the pending flush / drain / stop requests, and the pass-to-pass flags of
-// the sleep policy. wheel_thread.cpp uses them (close_lane_on_wheel
-// too); wheel_thread_invariants.cpp (check_on_wheel, on it too)
-// and runtime_core.cpp (shutdown, after the join) also do.
+// the sleep policy. wheel_thread.cpp and its step files use them
+// (wheel_thread_*.cpp); wheel_thread_invariants.cpp (check_on_wheel, on it
+// too) and runtime_core.cpp (shutdown, after the join) also do.
 #pragma once
 
 #include <chrono>
