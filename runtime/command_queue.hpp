@@ -169,9 +169,7 @@ class CommandQueue {
 
   CommandQueue() : moodycamel_(kInitialCapacity) {}
 
-  std::unique_ptr<ProducerQueueToken> make_token() {
-    return std::make_unique<ProducerQueueToken>(moodycamel_);
-  }
+  std::unique_ptr<ProducerQueueToken> make_token() { return std::make_unique<ProducerQueueToken>(moodycamel_); }
 
   // Any thread. Lock-free. May allocate; returns false, having queued
   // nothing, if it could not (out of memory).
